@@ -1,0 +1,135 @@
+//! Errors of the hardware edge. Every message says what to do about it.
+
+use thiserror::Error;
+
+/// An error from VFIO, the IOMMU, PCI access or DMA memory.
+#[derive(Debug, Error)]
+pub enum DmaError {
+    /// The text is not a PCI address.
+    #[error("'{text}' is not a PCI address: write it as DDDD:BB:DD.F, e.g. 0000:00:10.0 (see `lspci -D`)")]
+    BadPciAddress {
+        /// What the user gave.
+        text: String,
+    },
+    /// No IOVA space is left for a mapping of this size.
+    #[error("no IOVA space left for {len} bytes inside the IOMMU's usable ranges: allocate fewer or smaller DMA regions")]
+    IovaExhausted {
+        /// The size that did not fit.
+        len: u64,
+    },
+    /// An mmap of DMA memory failed.
+    #[error("could not allocate {len} bytes of DMA memory: {source}")]
+    Allocation {
+        /// The size asked for.
+        len: usize,
+        /// What the kernel said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A DMA buffer of this size can't be made.
+    #[error(
+        "a DMA buffer of {len} bytes can't be allocated: ask for between 1 byte and {max} bytes"
+    )]
+    BadBufferSize {
+        /// The size asked for.
+        len: usize,
+        /// The largest size this pool serves.
+        max: usize,
+    },
+    /// The process may not lock enough memory for DMA.
+    #[error("RLIMIT_MEMLOCK is {limit} bytes, but DMA needs {needed} more locked bytes: raise it with `ulimit -l unlimited` (or LimitMEMLOCK=infinity in a systemd unit, or memlock in /etc/security/limits.conf)")]
+    MemlockTooLow {
+        /// The current soft limit.
+        limit: u64,
+        /// The bytes the mapping needed.
+        needed: u64,
+    },
+    /// The IOMMU refused a mapping.
+    #[error("the IOMMU refused to map {len} bytes at IOVA {iova:#x}: {source}{hint}")]
+    MapFailed {
+        /// The IOVA asked for.
+        iova: u64,
+        /// The length asked for.
+        len: u64,
+        /// What the kernel said.
+        #[source]
+        source: std::io::Error,
+        /// Advice for the common causes.
+        hint: &'static str,
+    },
+    /// The IOMMU refused an unmap.
+    #[error("the IOMMU refused to unmap {len} bytes at IOVA {iova:#x}: {source}")]
+    UnmapFailed {
+        /// The IOVA.
+        iova: u64,
+        /// The length.
+        len: u64,
+        /// What the kernel said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `/dev/vfio` is missing: no VFIO in this kernel, or the module isn't loaded.
+    #[error("{path} does not exist: load VFIO with `modprobe vfio-pci` (and boot with intel_iommu=on or amd_iommu=on)")]
+    NoVfio {
+        /// The path that was missing.
+        path: String,
+    },
+    /// The device is bound to another driver, or to none.
+    #[error("PCI device {address} is bound to {driver}, not vfio-pci: run `vfnvme setup {address}` (or write vfio-pci to its driver_override and reprobe)")]
+    NotBoundToVfio {
+        /// The device.
+        address: String,
+        /// Its current driver, or "no driver".
+        driver: String,
+    },
+    /// A device with this address does not exist.
+    #[error("there is no PCI device {address}: check the address with `lspci -D`")]
+    NoSuchDevice {
+        /// The device.
+        address: String,
+    },
+    /// The IOMMU group holds a device that is bound to a host driver.
+    #[error("IOMMU group {group} is not viable: device {blocker} in the same group is bound to {driver}; bind every device of the group to vfio-pci or unbind it")]
+    GroupNotViable {
+        /// The group number.
+        group: u32,
+        /// The device that blocks it.
+        blocker: String,
+        /// Its driver.
+        driver: String,
+    },
+    /// The kernel's VFIO does not speak the API this crate needs.
+    #[error("VFIO {what}: this kernel's VFIO is too old or misconfigured; vfnvme needs the type1v2 IOMMU")]
+    Unsupported {
+        /// What was missing.
+        what: String,
+    },
+    /// A VFIO ioctl failed.
+    #[error("VFIO {op} failed: {source}")]
+    Ioctl {
+        /// The operation.
+        op: &'static str,
+        /// What the kernel said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file under /dev or /sys could not be used.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: String,
+        /// What the kernel said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A register offset outside the mapped BAR.
+    #[error("register offset {offset:#x} is outside BAR{bar} ({size:#x} bytes)")]
+    BarOffset {
+        /// The BAR index.
+        bar: u32,
+        /// The offset.
+        offset: usize,
+        /// The mapped size.
+        size: usize,
+    },
+}

@@ -1,0 +1,21 @@
+//! vfnvme-dma: the hardware edge of vfnvme.
+//!
+//! - [`pci_address`]: parsing `DDDD:BB:DD.F` addresses.
+//! - [`iommu`]: the small IOMMU interface (reserve IOVA, map, unmap) that every backend implements.
+//! - [`iova_allocator`]: allocation of IOVA space inside the usable ranges a backend reports.
+//! - [`memory`]: hugepage-backed DMA regions carved into owned buffers that know their IOVA.
+//! - [`vfio`]: the VFIO type1 container/group flow, the PCI device, BAR mmap and config space.
+//!
+//! All `unsafe` code of vfnvme that touches mmap, ioctl or MMIO lives in this crate.
+
+pub mod error;
+pub mod iommu;
+pub mod iova_allocator;
+pub mod memory;
+pub mod pci_address;
+
+pub use error::DmaError;
+pub use iommu::{Iommu, IovaRange};
+pub use iova_allocator::IovaAllocator;
+pub use memory::{DmaBuffer, DmaPool, PageSize};
+pub use pci_address::PciAddress;

@@ -1,0 +1,411 @@
+//! DMA memory: hugepage-backed regions, each mapped into the IOMMU once and carved into buffers.
+//!
+//! A [`DmaBuffer`] is owned: while the driver holds it for an I/O, safe code can't touch it.
+//! Dropping it returns the chunk to its pool; regions are unmapped when the pool and every
+//! buffer from it are gone.
+
+use crate::error::DmaError;
+use crate::iommu::Iommu;
+use memmap2::{MmapMut, MmapOptions};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The page size backing DMA regions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageSize {
+    /// 4 KiB pages: the fallback when no hugepages are reserved.
+    Small4K,
+    /// 2 MiB hugepages (the default).
+    Huge2M,
+    /// 1 GiB hugepages, on request.
+    Huge1G,
+}
+
+impl PageSize {
+    /// The page size in bytes.
+    pub fn bytes(self) -> usize {
+        match self {
+            PageSize::Small4K => 4096,
+            PageSize::Huge2M => 2 << 20,
+            PageSize::Huge1G => 1 << 30,
+        }
+    }
+    fn huge_shift(self) -> Option<u8> {
+        match self {
+            PageSize::Small4K => None,
+            PageSize::Huge2M => Some(21),
+            PageSize::Huge1G => Some(30),
+        }
+    }
+}
+
+/// Most regions a pool can hold; translation scans this table without locks.
+const MAX_REGIONS: usize = 1024;
+/// The smallest chunk handed out.
+const MIN_CHUNK: usize = 4096;
+
+/// One entry of the lock-free translation table.
+struct RegionSlot {
+    va: AtomicUsize,
+    len: AtomicUsize,
+    iova: AtomicU64,
+}
+
+struct Region {
+    map: MmapMut,
+    iova: u64,
+}
+
+struct PoolInner {
+    iommu: Arc<dyn Iommu>,
+    page: Mutex<PageSize>,
+    slots: Box<[RegionSlot]>,
+    published: AtomicUsize,
+    regions: Mutex<Vec<Region>>,
+    /// Free chunks, indexed by size class (log2 of the chunk size).
+    free: Mutex<Vec<Vec<(usize, u64)>>>,
+}
+
+/// A source of DMA buffers: hugepage regions mapped once into an IOMMU.
+///
+/// Cloning is cheap and shares the pool. Allocation locks; it is a control-path operation.
+/// [`DmaPool::translate`] is lock-free.
+#[derive(Clone)]
+pub struct DmaPool {
+    inner: Arc<PoolInner>,
+}
+
+impl std::fmt::Debug for DmaPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DmaPool")
+            .field("regions", &self.inner.published.load(Ordering::Acquire))
+            .finish()
+    }
+}
+
+impl DmaPool {
+    /// A pool that maps its regions into `iommu`, backed by pages of `page` size when the system
+    /// has them reserved (falling back to 4 KiB pages with a warning otherwise).
+    pub fn new(iommu: Arc<dyn Iommu>, page: PageSize) -> Self {
+        let slots = (0..MAX_REGIONS)
+            .map(|_| RegionSlot {
+                va: AtomicUsize::new(0),
+                len: AtomicUsize::new(0),
+                iova: AtomicU64::new(0),
+            })
+            .collect();
+        DmaPool {
+            inner: Arc::new(PoolInner {
+                iommu,
+                page: Mutex::new(page),
+                slots,
+                published: AtomicUsize::new(0),
+                regions: Mutex::new(Vec::new()),
+                free: Mutex::new(vec![Vec::new(); 64]),
+            }),
+        }
+    }
+
+    /// The IOMMU this pool maps into.
+    pub fn iommu(&self) -> &Arc<dyn Iommu> {
+        &self.inner.iommu
+    }
+
+    /// The page size regions are currently backed by (4 KiB after a fallback).
+    pub fn page_size(&self) -> PageSize {
+        *self.inner.page.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Allocates a zeroed buffer of at least `len` bytes, aligned to 4 KiB (and to its own
+    /// power-of-two size, up to the page size).
+    pub fn alloc(&self, len: usize) -> Result<DmaBuffer, DmaError> {
+        const MAX: usize = 1 << 30;
+        if len == 0 || len > MAX {
+            return Err(DmaError::BadBufferSize { len, max: MAX });
+        }
+        let chunk = len.next_power_of_two().max(MIN_CHUNK);
+        let class = chunk.trailing_zeros() as usize;
+        let popped = self.inner.free.lock().unwrap_or_else(|e| e.into_inner())[class].pop();
+        let (va, iova) = match popped {
+            Some(c) => c,
+            None => self.refill(class, chunk)?,
+        };
+        // SAFETY: `va` points to `chunk` bytes inside a live mapped region owned by the pool,
+        // which outlives the buffer through the Arc the buffer holds; the chunk was on no free
+        // list, so no other buffer aliases it.
+        unsafe { std::ptr::write_bytes(va as *mut u8, 0, chunk) };
+        Ok(DmaBuffer {
+            // A region address is never null.
+            ptr: NonNull::new(va as *mut u8).ok_or(DmaError::BadBufferSize { len, max: MAX })?,
+            len,
+            chunk,
+            iova,
+            pool: self.inner.clone(),
+        })
+    }
+
+    /// Maps a new region and splits it into chunks of `chunk` bytes; returns one of them.
+    fn refill(&self, class: usize, chunk: usize) -> Result<(usize, u64), DmaError> {
+        let (va, iova, region_len) = self.map_region(chunk)?;
+        let mut free = self.inner.free.lock().unwrap_or_else(|e| e.into_inner());
+        let mut off = chunk;
+        while off + chunk <= region_len {
+            free[class].push((va + off, iova + off as u64));
+            off += chunk;
+        }
+        // Keep the pop order ascending, which makes address patterns easier to read.
+        free[class].reverse();
+        Ok((va, iova))
+    }
+
+    fn map_region(&self, min_len: usize) -> Result<(usize, u64, usize), DmaError> {
+        let mut page = self.page_size();
+        let map = loop {
+            let len = min_len
+                .max(page.bytes().max(2 << 20))
+                .next_multiple_of(page.bytes());
+            let mut opts = MmapOptions::new();
+            opts.len(len).populate();
+            if let Some(shift) = page.huge_shift() {
+                opts.huge(Some(shift));
+            }
+            match opts.map_anon() {
+                Ok(m) => break m,
+                Err(e) if page != PageSize::Small4K => {
+                    log::warn!(
+                        "no {page:?} hugepages available ({e}); falling back to 4 KiB pages. Reserve hugepages for speed: echo 512 > /proc/sys/vm/nr_hugepages"
+                    );
+                    page = PageSize::Small4K;
+                    *self.inner.page.lock().unwrap_or_else(|e| e.into_inner()) = page;
+                }
+                Err(source) => return Err(DmaError::Allocation { len, source }),
+            }
+        };
+        let len = map.len();
+        let align = (page.bytes() as u64)
+            .max(2 << 20)
+            .min(len.next_power_of_two() as u64);
+        let iova = self.inner.iommu.reserve_iova(len as u64, align)?;
+        let va = map.as_ptr() as usize;
+        let ptr = NonNull::new(va as *mut u8).ok_or(DmaError::IovaExhausted { len: len as u64 })?;
+        // SAFETY: the mapping is stored in `regions` below and lives until the pool drops,
+        // where it is unmapped from the IOMMU before the memory is released.
+        unsafe { self.inner.iommu.map(ptr, len as u64, iova)? };
+        let mut regions = self.inner.regions.lock().unwrap_or_else(|e| e.into_inner());
+        let idx = self.inner.published.load(Ordering::Relaxed);
+        if idx >= MAX_REGIONS {
+            let _ = self.inner.iommu.unmap(iova, len as u64);
+            return Err(DmaError::IovaExhausted { len: len as u64 });
+        }
+        let slot = &self.inner.slots[idx];
+        slot.va.store(va, Ordering::Relaxed);
+        slot.len.store(len, Ordering::Relaxed);
+        slot.iova.store(iova, Ordering::Relaxed);
+        self.inner.published.store(idx + 1, Ordering::Release);
+        regions.push(Region { map, iova });
+        Ok((va, iova, len))
+    }
+
+    /// Translates an address inside any region of this pool to its IOVA. Lock-free.
+    pub fn translate(&self, addr: *const u8) -> Option<u64> {
+        let a = addr as usize;
+        let n = self.inner.published.load(Ordering::Acquire);
+        self.inner.slots[..n].iter().find_map(|s| {
+            let va = s.va.load(Ordering::Relaxed);
+            let len = s.len.load(Ordering::Relaxed);
+            (a >= va && a < va + len).then(|| s.iova.load(Ordering::Relaxed) + (a - va) as u64)
+        })
+    }
+}
+
+impl Drop for PoolInner {
+    fn drop(&mut self) {
+        let regions = std::mem::take(self.regions.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for r in regions {
+            if let Err(e) = self.iommu.unmap(r.iova, r.map.len() as u64) {
+                log::error!("{e}");
+            }
+            drop(r.map);
+        }
+    }
+}
+
+/// An owned DMA buffer: process memory that the device reaches at [`DmaBuffer::iova`].
+///
+/// The buffer is `Send` but its contents are only reachable through `&`/`&mut self`, so a buffer
+/// handed to the driver for I/O can't be read, written or freed until the driver gives it back.
+pub struct DmaBuffer {
+    ptr: NonNull<u8>,
+    len: usize,
+    chunk: usize,
+    iova: u64,
+    pool: Arc<PoolInner>,
+}
+
+// SAFETY: the buffer exclusively owns its chunk; the pool it refers to is Sync.
+unsafe impl Send for DmaBuffer {}
+// SAFETY: shared access only gives `&[u8]`.
+unsafe impl Sync for DmaBuffer {}
+
+impl DmaBuffer {
+    /// The length asked for at allocation.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the buffer is empty (never true for an allocated buffer).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The usable capacity (the chunk size, at least `len`).
+    pub fn capacity(&self) -> usize {
+        self.chunk
+    }
+    /// The device address of the first byte.
+    pub fn iova(&self) -> u64 {
+        self.iova
+    }
+    /// The process address of the first byte.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+    /// The contents.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the chunk is owned by this buffer and at least `len` bytes long; no DMA is in
+        // flight on it while safe code can reach `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+    /// The contents, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`, and `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+    /// Changes the length within the capacity.
+    pub fn set_len(&mut self, len: usize) -> Result<(), DmaError> {
+        if len == 0 || len > self.chunk {
+            return Err(DmaError::BadBufferSize {
+                len,
+                max: self.chunk,
+            });
+        }
+        self.len = len;
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for DmaBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DmaBuffer")
+            .field("len", &self.len)
+            .field("iova", &format_args!("{:#x}", self.iova))
+            .finish()
+    }
+}
+
+impl Drop for DmaBuffer {
+    fn drop(&mut self) {
+        let class = self.chunk.trailing_zeros() as usize;
+        self.pool.free.lock().unwrap_or_else(|e| e.into_inner())[class]
+            .push((self.ptr.as_ptr() as usize, self.iova));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::iommu::IovaRange;
+    use crate::IovaAllocator;
+
+    /// An IOMMU that only records mappings.
+    struct Recording {
+        alloc: IovaAllocator,
+        maps: Mutex<Vec<(usize, u64, u64)>>,
+    }
+    impl Iommu for Recording {
+        fn reserve_iova(&self, len: u64, align: u64) -> Result<u64, DmaError> {
+            self.alloc.reserve(len, align)
+        }
+        unsafe fn map(&self, vaddr: NonNull<u8>, len: u64, iova: u64) -> Result<(), DmaError> {
+            self.maps
+                .lock()
+                .unwrap()
+                .push((vaddr.as_ptr() as usize, len, iova));
+            Ok(())
+        }
+        fn unmap(&self, iova: u64, _len: u64) -> Result<(), DmaError> {
+            self.maps.lock().unwrap().retain(|m| m.2 != iova);
+            Ok(())
+        }
+        fn iova_ranges(&self) -> Vec<IovaRange> {
+            self.alloc.ranges().to_vec()
+        }
+    }
+
+    fn pool() -> (DmaPool, Arc<Recording>) {
+        let rec = Arc::new(Recording {
+            alloc: IovaAllocator::new(vec![IovaRange {
+                start: 1 << 40,
+                end: (1 << 41) - 1,
+            }]),
+            maps: Mutex::new(vec![]),
+        });
+        (DmaPool::new(rec.clone(), PageSize::Small4K), rec)
+    }
+
+    #[test]
+    fn buffers_know_their_iova_and_translate() {
+        let (p, rec) = pool();
+        let mut a = p.alloc(4096).unwrap();
+        let b = p.alloc(8192).unwrap();
+        assert!(a.iova() >= 1 << 40, "IOVA is not the VA");
+        assert_ne!(a.iova(), a.as_ptr() as u64);
+        assert_eq!(p.translate(a.as_ptr()), Some(a.iova()));
+        // SAFETY: 100 is inside the 4096-byte buffer.
+        let inside = unsafe { b.as_ptr().add(100) };
+        assert_eq!(p.translate(inside), Some(b.iova() + 100));
+        assert_eq!(p.translate(std::ptr::null()), None);
+        a.as_mut_slice()[0] = 7;
+        assert_eq!(a.as_slice()[0], 7);
+        assert_eq!(
+            rec.maps.lock().unwrap().len(),
+            2,
+            "one region per size class"
+        );
+    }
+
+    #[test]
+    fn freed_chunks_are_reused_and_zeroed() {
+        let (p, _) = pool();
+        let mut a = p.alloc(4096).unwrap();
+        a.as_mut_slice().fill(0xaa);
+        let iova = a.iova();
+        drop(a);
+        let b = p.alloc(100).unwrap();
+        assert_eq!(b.iova(), iova);
+        assert!(b.as_slice().iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn rejects_bad_sizes() {
+        let (p, _) = pool();
+        assert!(matches!(p.alloc(0), Err(DmaError::BadBufferSize { .. })));
+        assert!(matches!(
+            p.alloc(2 << 30),
+            Err(DmaError::BadBufferSize { .. })
+        ));
+    }
+
+    #[test]
+    fn pool_drop_unmaps() {
+        let (p, rec) = pool();
+        let a = p.alloc(4096).unwrap();
+        drop(p);
+        assert_eq!(
+            rec.maps.lock().unwrap().len(),
+            1,
+            "a live buffer keeps its region"
+        );
+        drop(a);
+        assert!(rec.maps.lock().unwrap().is_empty());
+    }
+}
