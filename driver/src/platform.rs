@@ -38,10 +38,13 @@ pub trait Platform: Send + Sync + 'static {
     /// spins briefly or sleeps; the model advances virtual time to its next event.
     fn relax(&self);
 
-    /// Called at the start of each completion poll. A no-op on real hardware; the model
-    /// delivers the completions that are due at the current virtual time.
+    /// Called at the start of each poll of completion queue `cq_id` (0 = admin). A no-op on real
+    /// hardware; the model posts that queue's completions that are due at the current virtual
+    /// time, and if none is due, advances virtual time to the queue's next pending completion.
     #[inline(always)]
-    fn before_poll(&self) {}
+    fn before_poll(&self, cq_id: u16) {
+        let _ = cq_id;
+    }
 
     /// A short name for messages, e.g. the PCI address.
     fn name(&self) -> String;
