@@ -8,5 +8,6 @@
 
 pub mod namespace;
 pub mod platform;
+pub mod vfio_platform;
 
 pub use vfnvme_dma as dma;
