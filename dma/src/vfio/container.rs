@@ -24,6 +24,13 @@ pub(crate) fn open_node(path: &std::path::Path) -> Result<File, DmaError> {
             std::io::ErrorKind::NotFound => DmaError::NoVfio {
                 path: path.display().to_string(),
             },
+            _ if e.raw_os_error() == Some(libc::EBUSY) => DmaError::Io {
+                path: path.display().to_string(),
+                source: std::io::Error::new(
+                    e.kind(),
+                    "busy: another process (QEMU, another vfnvme) has this VFIO group open; stop it first",
+                ),
+            },
             _ => io_error(path, e),
         })
 }

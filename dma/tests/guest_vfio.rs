@@ -1,0 +1,80 @@
+//! The real VFIO flow against a device, run inside the QEMU guest with `VFNVME_GUEST_BDF` set
+//! to an NVMe controller's address (e.g. 0000:00:10.0). Skipped, with a message, elsewhere.
+
+use vfnvme_dma::pci_bind::{bind_to_driver, bind_to_vfio, current_driver, list_nvme_devices};
+use vfnvme_dma::{DmaPool, PageSize, PciAddress, VfioDevice};
+
+fn guest_device() -> Option<PciAddress> {
+    match std::env::var("VFNVME_GUEST_BDF") {
+        Ok(s) => Some(PciAddress::parse(&s).expect("VFNVME_GUEST_BDF is a PCI address")),
+        Err(_) => {
+            eprintln!("SKIPPED: set VFNVME_GUEST_BDF to an NVMe controller bound or bindable to vfio-pci (QEMU guest only)");
+            None
+        }
+    }
+}
+
+#[test]
+fn guest_vfio_flow() {
+    let Some(addr) = guest_device() else { return };
+    let listed = list_nvme_devices().unwrap();
+    assert!(listed.iter().any(|d| d.address == addr), "{listed:?}");
+
+    bind_to_vfio(&addr).unwrap();
+    assert_eq!(current_driver(&addr).unwrap().as_deref(), Some("vfio-pci"));
+
+    let dev = VfioDevice::open(addr).unwrap();
+    let vendor = dev.config_read16(0).unwrap();
+    let class = dev.config_read32(8).unwrap() >> 8;
+    eprintln!("vendor {vendor:#06x} class {class:#08x}");
+    assert_ne!(vendor, 0xffff);
+    assert_eq!(class, 0x010802);
+
+    dev.enable_bus_master().unwrap();
+    assert_eq!(dev.config_read16(4).unwrap() & 0b110, 0b110);
+
+    let bar = dev.bar0().unwrap();
+    let cap = bar.read64(0);
+    let vs = bar.read32(8);
+    eprintln!("BAR0 {:#x} bytes, CAP {cap:#x}, VS {vs:#x}", bar.len());
+    assert!(bar.len() >= 0x1000);
+    assert!(cap != 0 && cap != u64::MAX);
+    assert!(vs >= 0x0001_0000, "NVMe 1.0 or later: {vs:#x}");
+    assert_eq!(
+        bar.read32(bar.len()),
+        u32::MAX,
+        "out of range reads all ones"
+    );
+
+    let ranges = dev.iommu().iova_ranges();
+    eprintln!("IOVA ranges {ranges:x?}");
+    assert!(!ranges.is_empty());
+
+    let pool = DmaPool::new(dev.iommu(), PageSize::Huge2M);
+    let mut buf = pool.alloc(8192).unwrap();
+    buf.as_mut_slice()[0] = 0x5a;
+    assert_eq!(pool.translate(buf.as_ptr()), Some(buf.iova()));
+    assert!(ranges
+        .iter()
+        .any(|r| buf.iova() >= r.start && buf.iova() + 8191 <= r.end));
+    eprintln!(
+        "mapped {} bytes, page size {:?}",
+        dev.type1().mapped_bytes(),
+        pool.page_size()
+    );
+    assert!(dev.type1().mapped_bytes() >= 8192);
+    drop(buf);
+    drop(pool);
+    assert_eq!(dev.type1().mapped_bytes(), 0, "pool drop unmapped");
+
+    let did = dev.reset().unwrap();
+    eprintln!("reset: {did}");
+    drop(bar);
+    drop(dev);
+
+    if std::env::var_os("VFNVME_GUEST_REBIND").is_some() {
+        bind_to_driver(&addr, "nvme").unwrap();
+        assert_eq!(current_driver(&addr).unwrap().as_deref(), Some("nvme"));
+        bind_to_vfio(&addr).unwrap();
+    }
+}
