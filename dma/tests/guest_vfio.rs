@@ -67,6 +67,20 @@ fn guest_vfio_flow() {
     drop(pool);
     assert_eq!(dev.type1().mapped_bytes(), 0, "pool drop unmapped");
 
+    // No 1 GiB pages are reserved in the guest: the pool falls back to 2 MiB pages.
+    let pool = DmaPool::new(dev.iommu(), PageSize::Huge1G);
+    let big = pool.alloc(4 << 20).unwrap();
+    assert_eq!(pool.page_size(), PageSize::Huge2M);
+    eprintln!(
+        "1 GiB request fell back to {:?}, IOVA {:#x}",
+        pool.page_size(),
+        big.iova()
+    );
+    assert!(big.iova().is_multiple_of(2 << 20), "page aligned");
+    drop(big);
+    drop(pool);
+    assert_eq!(dev.type1().mapped_bytes(), 0);
+
     let did = dev.reset().unwrap();
     eprintln!("reset: {did}");
     drop(bar);
