@@ -81,6 +81,9 @@ fn guest_vfio_flow() {
     drop(pool);
     assert_eq!(dev.type1().mapped_bytes(), 0);
 
+    identify_through_dma(&bar, &DmaPool::new(dev.iommu(), PageSize::Huge2M));
+    assert_eq!(dev.type1().mapped_bytes(), 0);
+
     let did = dev.reset().unwrap();
     eprintln!("reset: {did}");
     drop(bar);
@@ -91,4 +94,76 @@ fn guest_vfio_flow() {
         assert_eq!(current_driver(&addr).unwrap().as_deref(), Some("nvme"));
         bind_to_vfio(&addr).unwrap();
     }
+}
+
+/// Waits (really: this is a device) until `done`, for at most `ms` milliseconds.
+fn wait_for(ms: u64, mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..ms {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    done()
+}
+
+/// A minimal NVMe bring-up and Identify Controller by raw registers: proves the device reaches
+/// our memory through the IOVAs the type1 IOMMU mapped (both directions).
+fn identify_through_dma(bar: &vfnvme_dma::Bar, pool: &DmaPool) {
+    use std::sync::atomic::{fence, Ordering};
+    let cap = bar.read64(0);
+    let timeout_ms = ((cap >> 24) & 0xff).max(1) * 500;
+    let dstrd = (cap >> 32) & 0xf;
+    // Disable, then wait for CSTS.RDY = 0.
+    bar.write32(0x14, 0);
+    assert!(
+        wait_for(timeout_ms, || bar.read32(0x1c) & 1 == 0),
+        "disable"
+    );
+    let mut sq = pool.alloc(4096).unwrap();
+    let cq = pool.alloc(4096).unwrap();
+    let id = pool.alloc(4096).unwrap();
+    bar.write32(0x24, (1 << 16) | 1); // 2-entry admin queues
+    bar.write64(0x28, sq.iova());
+    bar.write64(0x30, cq.iova());
+    assert_eq!(bar.read64(0x28), sq.iova());
+    // IOCQES 4, IOSQES 6, MPS 4 KiB, NVM command set, enable.
+    bar.write32(0x14, (4 << 20) | (6 << 16) | 1);
+    assert!(
+        wait_for(timeout_ms, || bar.read32(0x1c) & 1 == 1),
+        "enable: CSTS {:#x}",
+        bar.read32(0x1c)
+    );
+    // Identify Controller: opcode 6, CID 0x42, PRP1 = the buffer, CNS 1.
+    let sqe = &mut sq.as_mut_slice()[..64];
+    sqe[0..4].copy_from_slice(&(0x06u32 | (0x42 << 16)).to_le_bytes());
+    sqe[24..32].copy_from_slice(&id.iova().to_le_bytes());
+    sqe[40..44].copy_from_slice(&1u32.to_le_bytes());
+    fence(Ordering::SeqCst);
+    bar.write32(0x1000, 1); // SQ0 tail
+    let dw3 = || {
+        // SAFETY: the CQ buffer is 4096 bytes; the device writes it, so read volatile.
+        unsafe { cq.as_ptr().add(12).cast::<u32>().read_volatile() }
+    };
+    assert!(
+        wait_for(timeout_ms, || dw3() & (1 << 16) != 0),
+        "no completion"
+    );
+    fence(Ordering::SeqCst);
+    let d = dw3();
+    assert_eq!(d & 0xffff, 0x42, "CID");
+    assert_eq!(d >> 17, 0, "status {:#x}", d >> 17);
+    bar.write32(0x1000 + (4 << dstrd) as usize, 1); // CQ0 head
+                                                    // SAFETY: the device finished writing the buffer (completion seen).
+    let data = unsafe { std::slice::from_raw_parts(id.as_ptr(), 4096) };
+    let vid = u16::from_le_bytes([data[0], data[1]]);
+    let serial = String::from_utf8_lossy(&data[4..24]).trim().to_string();
+    eprintln!("Identify through DMA: VID {vid:#06x}, serial {serial:?}");
+    assert_eq!(vid, 0x1b36);
+    assert_eq!(serial, "S0");
+    bar.write32(0x14, 0);
+    assert!(
+        wait_for(timeout_ms, || bar.read32(0x1c) & 1 == 0),
+        "disable"
+    );
 }
