@@ -49,7 +49,7 @@ impl Collector {
 }
 
 /// A pinned reader (stand-in for `crossbeam_epoch::Guard`).
-pub(crate) struct Guard {
+pub struct Guard {
     counted: bool,
 }
 
@@ -111,10 +111,14 @@ unsafe impl<T: Send> Send for Owned<T> {}
 impl<T> Owned<T> {
     /// Allocates `value`.
     pub(crate) fn new(value: T) -> Self {
+        let boxed = Box::new(Boxed {
+            cell: UnsafeCell::new(value),
+        });
+        // Register initialisation as a write, so loom checks that readers reach it only
+        // through a publishing (Release) store.
+        boxed.cell.with_mut(|_| ());
         Owned {
-            ptr: Box::into_raw(Box::new(Boxed {
-                cell: UnsafeCell::new(value),
-            })),
+            ptr: Box::into_raw(boxed),
         }
     }
     /// Gives up ownership to a shared pointer valid for the guard's lifetime.
