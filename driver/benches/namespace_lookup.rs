@@ -103,7 +103,8 @@ fn run(structure: Structure, readers: usize, dur: Duration) -> Row {
     let start_line = Arc::new(std::sync::Barrier::new(readers + 1));
     let handles: Vec<_> = (0..readers)
         .map(|r| {
-            let (reg, map, stop, start) = (reg.clone(), map.clone(), stop.clone(), start_line.clone());
+            let (reg, map, stop, start) =
+                (reg.clone(), map.clone(), stop.clone(), start_line.clone());
             std::thread::spawn(move || {
                 let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (r as u64 + 1);
                 let mut count = 0u64;
@@ -197,7 +198,11 @@ fn main() {
             let row = run(s, readers, dur);
             println!(
                 "{:>7}  {:<28} {:>12.1} {:>14.3e} {:>14.3e}",
-                row.readers, row.structure, row.ns_per_lookup, row.lookups_per_s, row.churn_ops_per_s
+                row.readers,
+                row.structure,
+                row.ns_per_lookup,
+                row.lookups_per_s,
+                row.churn_ops_per_s
             );
             rows.push(row);
         }

@@ -222,7 +222,12 @@ impl<T> Atomic<T> {
         self.ptr.store(new.ptr, ord);
     }
     /// Swaps in a pointer, returning the previous one.
-    pub(crate) fn swap<'g>(&self, new: Shared<'_, T>, ord: Ordering, _g: &'g Guard) -> Shared<'g, T> {
+    pub(crate) fn swap<'g>(
+        &self,
+        new: Shared<'_, T>,
+        ord: Ordering,
+        _g: &'g Guard,
+    ) -> Shared<'g, T> {
         Shared {
             ptr: self.ptr.swap(new.ptr, ord),
             _marker: PhantomData,

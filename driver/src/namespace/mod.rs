@@ -9,10 +9,10 @@ mod epoch_loom;
 pub mod events;
 mod node;
 pub mod registry;
-#[cfg(all(test, not(loom)))]
-mod registry_tests;
 #[cfg(all(test, loom))]
 mod registry_loom_tests;
+#[cfg(all(test, not(loom)))]
+mod registry_tests;
 
 pub use events::{EventBus, NamespaceEvent};
 pub use registry::{NamespaceRegistry, RegistryError};

@@ -208,7 +208,8 @@ impl NamespaceRegistry {
         let mut garbage = Garbage::new();
         let old = {
             let _w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-            if !allow_replace && find(self.root.load(Ordering::Acquire, &guard), nsid, &guard).is_some()
+            if !allow_replace
+                && find(self.root.load(Ordering::Acquire, &guard), nsid, &guard).is_some()
             {
                 return Err(RegistryError::Occupied(nsid));
             }
@@ -231,12 +232,14 @@ impl NamespaceRegistry {
                         node_ptr = child;
                     }
                     Node::Leaf { entries } => {
-                        let new = entry.take().map_or(Shared::null(), |e| e.into_shared(&guard));
+                        let new = entry
+                            .take()
+                            .map_or(Shared::null(), |e| e.into_shared(&guard));
                         let old = entries[index(0, nsid)].swap(new, Ordering::AcqRel, &guard);
                         // SAFETY: `old` was unlinked by this swap under the writer lock, so we
                         // are its only owner; it is freed by the collector after a grace period.
                         let old_entry = (!old.is_null()).then(|| unsafe { old.into_owned() });
-                        let kept = old_entry.as_ref().map(|o| Arc::clone(o));
+                        let kept = old_entry.as_deref().cloned();
                         match old_entry {
                             Some(o) => {
                                 o.set_state(NamespaceState::Removing);
@@ -332,7 +335,12 @@ impl NamespaceRegistry {
     }
 
     /// Unlinks `nsid`'s entry and any node it leaves empty. Writer lock held.
-    fn unlink(&self, nsid: u32, guard: &Guard, garbage: &mut Garbage) -> Option<Owned<Arc<Namespace>>> {
+    fn unlink(
+        &self,
+        nsid: u32,
+        guard: &Guard,
+        garbage: &mut Garbage,
+    ) -> Option<Owned<Arc<Namespace>>> {
         let root = self.root.load(Ordering::Acquire, guard);
         // SAFETY: as in `find`; under the writer lock nothing we reach is retired meanwhile.
         let node = unsafe { root.as_ref() }?;

@@ -12,7 +12,11 @@ use super::registry::{pin_guard, NamespaceRegistry};
 use super::{Namespace, NamespaceIdentity, NamespaceState};
 
 fn ns(nsid: u32) -> Arc<Namespace> {
-    Arc::new(Namespace::new(nsid, NamespaceIdentity::default(), u64::from(nsid) + 100))
+    Arc::new(Namespace::new(
+        nsid,
+        NamespaceIdentity::default(),
+        u64::from(nsid) + 100,
+    ))
 }
 
 fn model(f: impl Fn() + Sync + Send + 'static) {

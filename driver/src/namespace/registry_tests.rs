@@ -61,7 +61,17 @@ fn insert_lookup_remove_with_holes() {
         assert_eq!(reg.with(k, |n| n.nsid()), Some(k));
         assert_eq!(reg.get(k).map(|n| n.blocks()), Some(blocks_for(k)));
     }
-    for hole in [2u32, 4, 63, 66, 4095, 4097, (1 << 20) + 1, 0x8000_0000, NSID_MAX] {
+    for hole in [
+        2u32,
+        4,
+        63,
+        66,
+        4095,
+        4097,
+        (1 << 20) + 1,
+        0x8000_0000,
+        NSID_MAX,
+    ] {
         assert!(reg.with(hole, |_| ()).is_none(), "hole {hole} found");
     }
     assert_eq!(reg.nsids(), keys.to_vec());
@@ -86,9 +96,15 @@ fn nsid_bounds_are_typed_errors() {
         reg.insert(ns(0xFFFF_FFFF)),
         Err(RegistryError::InvalidNsid(0xFFFF_FFFF))
     );
-    assert_eq!(reg.replace(ns(0)).err(), Some(RegistryError::InvalidNsid(0)));
+    assert_eq!(
+        reg.replace(ns(0)).err(),
+        Some(RegistryError::InvalidNsid(0))
+    );
     assert_eq!(reg.insert(ns(1)), Err(RegistryError::Occupied(1)));
-    assert_eq!(reg.insert(ns(NSID_MAX)), Err(RegistryError::Occupied(NSID_MAX)));
+    assert_eq!(
+        reg.insert(ns(NSID_MAX)),
+        Err(RegistryError::Occupied(NSID_MAX))
+    );
     assert!(reg.with(0, |_| ()).is_none());
     assert!(reg.get(0xFFFF_FFFF).is_none());
     assert!(reg.remove(0).is_none());
@@ -108,7 +124,10 @@ fn four_thousand_namespaces_and_node_count_follows_active_ones() {
     }
     assert_eq!(reg.len(), 4096);
     for &k in &keys {
-        assert_eq!(reg.with(k, |n| (n.nsid(), n.blocks())), Some((k, blocks_for(k))));
+        assert_eq!(
+            reg.with(k, |n| (n.nsid(), n.blocks())),
+            Some((k, blocks_for(k)))
+        );
     }
     assert_eq!(reg.node_count(), expected_nodes(&keys));
 
@@ -154,7 +173,11 @@ fn batch_removal_marks_removing_unlinks_all_then_releases_after_grace() {
     for ns in &removed {
         assert_eq!(ns.nsid() % 2, 0);
         assert_ne!(ns.state(), NamespaceState::Active);
-        assert!(reg.get(ns.nsid()).is_none(), "{} still reachable", ns.nsid());
+        assert!(
+            reg.get(ns.nsid()).is_none(),
+            "{} still reachable",
+            ns.nsid()
+        );
     }
     for k in (1..=99).step_by(2) {
         assert_eq!(reg.with(k, |n| n.state()), Some(NamespaceState::Active));
@@ -269,7 +292,11 @@ fn readers_see_only_consistent_namespaces_while_a_writer_churns() {
                 let _ = reg.replace(ns(k));
             }
         }
-        let batch: Vec<u32> = KEYS.iter().copied().filter(|k| k % 2 == round as u32 % 2).collect();
+        let batch: Vec<u32> = KEYS
+            .iter()
+            .copied()
+            .filter(|k| k % 2 == round as u32 % 2)
+            .collect();
         for n in reg.remove_batch(&batch) {
             assert_eq!(n.blocks(), blocks_for(n.nsid()));
         }
