@@ -3,6 +3,20 @@
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
+mod epoch;
+#[cfg(loom)]
+mod epoch_loom;
+pub mod events;
+mod node;
+pub mod registry;
+#[cfg(all(test, loom))]
+mod registry_loom_tests;
+#[cfg(all(test, not(loom)))]
+mod registry_tests;
+
+pub use events::{EventBus, NamespaceEvent};
+pub use registry::{NamespaceRegistry, RegistryError};
+
 /// What identifies a namespace across rescans. If any of it changes, the namespace is treated as
 /// removed and a new one added (a format or identity change is not a resize).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
