@@ -10,3 +10,4 @@ pub mod namespace;
 pub mod platform;
 
 pub use vfnvme_dma as dma;
+pub mod spec;
