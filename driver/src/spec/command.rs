@@ -317,11 +317,16 @@ impl Command {
     // ---- NVM I/O commands ----
 
     fn rw(opcode: u8, nsid: u32, slba: u64, blocks: u16) -> Self {
+        Self::rw_n(opcode, nsid, slba, blocks as u32)
+    }
+    /// A read/write-shaped command of `blocks` (1..=65536) blocks.
+    #[inline(always)]
+    pub(crate) fn rw_n(opcode: u8, nsid: u32, slba: u64, blocks: u32) -> Self {
         let mut c = Command::new(opcode);
         c.nsid = nsid;
         c.cdw10 = slba as u32;
         c.cdw11 = (slba >> 32) as u32;
-        c.cdw12 = blocks.wrapping_sub(1) as u32;
+        c.cdw12 = blocks.wrapping_sub(1) & 0xffff;
         c
     }
     /// Read `blocks` (1..=65536 is encoded as 0's based 16 bits; pass 1..=65535 here) from `slba`.
