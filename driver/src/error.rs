@@ -86,7 +86,9 @@ pub enum Error {
         granted: u16,
     },
     /// The controller was shut down (the `Controller` was dropped).
-    #[error("the controller was shut down: keep the Controller alive while its queue pairs are used")]
+    #[error(
+        "the controller was shut down: keep the Controller alive while its queue pairs are used"
+    )]
     ShutDown,
     /// No active namespace with this nsid.
     #[error("namespace {nsid} is not active on this controller: list namespaces with Controller::namespaces()")]

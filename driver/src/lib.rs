@@ -5,7 +5,7 @@
 //! - [`spec`]: NVMe base specification types;
 //! - [`queue`]: rings, trackers, PRPs, doorbells and the [`QueuePair`] I/O API;
 //! - [`controller`]: bring-up, admin commands, queue pair creation, shutdown;
-//! - [`namespace`]: namespaces;
+//! - [`namespace`]: namespaces and their state;
 //! - `model`: an in-memory NVMe controller for tests and benchmarks.
 
 #![warn(missing_docs)]

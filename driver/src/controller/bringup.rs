@@ -126,7 +126,9 @@ pub(crate) fn bring_up<P: Platform>(
     let regs = platform.regs();
     let cap = Cap(regs.read64(CAP));
     if cap.0 == u64::MAX {
-        return Err(Error::DeviceGone { csts: regs.read32(CSTS) });
+        return Err(Error::DeviceGone {
+            csts: regs.read32(CSTS),
+        });
     }
     let version = Version(regs.read32(VS));
     if cap.css() & 1 == 0 {
@@ -140,7 +142,9 @@ pub(crate) fn bring_up<P: Platform>(
         });
     }
     disable(&*platform, cap)?;
-    let admin_depth = (options.admin_depth as u32).min(cap.max_queue_entries()).max(2) as u16;
+    let admin_depth = (options.admin_depth as u32)
+        .min(cap.max_queue_entries())
+        .max(2) as u16;
     let admin = AdminQueue::new(platform.dma(), admin_depth, cap.dstrd())?;
     program_admin_queue(&*platform, &admin);
     enable(&*platform, cap)?;
@@ -157,13 +161,19 @@ pub(crate) fn bring_up<P: Platform>(
     };
     let identify = identify_controller(&shared)?;
     let pairs = number_of_queues(&shared, options.io_queues)?;
-    shared.queues.get_mut().unwrap_or_else(|e| e.into_inner()).in_use = vec![false; pairs as usize];
+    shared
+        .queues
+        .get_mut()
+        .unwrap_or_else(|e| e.into_inner())
+        .in_use = vec![false; pairs as usize];
     if options.shadow_doorbells && identify.supports_doorbell_buffer_config() {
         shared.shadow = doorbell_buffer_config(&shared);
     }
     let max_transfer = identify
         .max_transfer_bytes(cap.mpsmin())
-        .map_or(prp::MAX_TRANSFER, |m| m.min(prp::MAX_TRANSFER as u64) as usize);
+        .map_or(prp::MAX_TRANSFER, |m| {
+            m.min(prp::MAX_TRANSFER as u64) as usize
+        });
     let info = ControllerInfo {
         identify,
         cap,

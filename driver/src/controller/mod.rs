@@ -175,7 +175,11 @@ impl<P: Platform> Controller<P> {
 
     /// Runs several admin commands pipelined (as many in flight as the admin queue holds),
     /// calling `done(index, result)` for each as it completes.
-    pub fn admin_batch(&self, cmds: &[Command], done: impl FnMut(usize, Result<Completion, Error>)) {
+    pub fn admin_batch(
+        &self,
+        cmds: &[Command],
+        done: impl FnMut(usize, Result<Completion, Error>),
+    ) {
         self.shared.admin_batch(cmds, done)
     }
 }

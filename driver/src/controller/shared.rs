@@ -37,7 +37,11 @@ impl<P: Platform> Shared<P> {
         out
     }
 
-    pub fn admin_batch(&self, cmds: &[Command], done: impl FnMut(usize, Result<Completion, Error>)) {
+    pub fn admin_batch(
+        &self,
+        cmds: &[Command],
+        done: impl FnMut(usize, Result<Completion, Error>),
+    ) {
         let mut admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
         admin.run(&*self.platform, cmds, self.admin_timeout_ns, done);
     }

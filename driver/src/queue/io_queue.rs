@@ -65,8 +65,8 @@ impl IoQueue {
     ) -> Result<Self, DmaError> {
         let rings = Rings::new(pool, qid, depth, dstrd, shadow)?;
         let trackers = Trackers::new(pool, depth.saturating_sub(1) as usize)?;
-        let max_transfer =
-            (max_transfer.min(prp::MAX_TRANSFER) / prp::PAGE_SIZE * prp::PAGE_SIZE).max(prp::PAGE_SIZE);
+        let max_transfer = (max_transfer.min(prp::MAX_TRANSFER) / prp::PAGE_SIZE * prp::PAGE_SIZE)
+            .max(prp::PAGE_SIZE);
         Ok(IoQueue {
             rings,
             trackers,
@@ -181,7 +181,8 @@ impl IoQueue {
                 Some(buf),
             ));
         }
-        let per_cmd = ((self.max_transfer >> ns.lba_shift()) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND);
+        let per_cmd =
+            ((self.max_transfer >> ns.lba_shift()) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND);
         self.submit_split(ns, opcode, lba, blocks, per_cmd, 0, Data::Buffer(buf), tag)
     }
 
@@ -243,10 +244,7 @@ impl IoQueue {
             Self::check_ns(ns, r.slba, r.blocks as u64).map_err(err)?;
         }
         let Some(idx) = self.trackers.alloc() else {
-            return Err(err(SubmitErrorKind::QueueFull {
-                free: 0,
-                needed: 1,
-            }));
+            return Err(err(SubmitErrorKind::QueueFull { free: 0, needed: 1 }));
         };
         let iova = match self.trackers.get_mut(idx) {
             Some(t) => {
@@ -372,7 +370,11 @@ impl IoQueue {
     #[cold]
     fn rollback(&mut self, head: u16, tail: u32) {
         for i in 0..self.trackers.capacity() as u16 {
-            if self.trackers.get(i).is_some_and(|t| t.busy && t.parent == head) {
+            if self
+                .trackers
+                .get(i)
+                .is_some_and(|t| t.busy && t.parent == head)
+            {
                 self.trackers.release(i);
             }
         }

@@ -21,7 +21,9 @@ pub const MAX_TRANSFER: usize = 2 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum PrpError {
     /// The start address is not dword aligned.
-    #[error("data address {iova:#x} is not 4-byte aligned: DMA buffers must start on a dword boundary")]
+    #[error(
+        "data address {iova:#x} is not 4-byte aligned: DMA buffers must start on a dword boundary"
+    )]
     Misaligned {
         /// The address.
         iova: u64,
@@ -30,7 +32,9 @@ pub enum PrpError {
     #[error("a transfer of 0 bytes has no data pointer: transfer at least one block")]
     Empty,
     /// Longer than one PRP list can describe.
-    #[error("a transfer of {len} bytes exceeds the per-command limit of {max} bytes: split the I/O")]
+    #[error(
+        "a transfer of {len} bytes exceeds the per-command limit of {max} bytes: split the I/O"
+    )]
     TooLarge {
         /// The length.
         len: usize,
@@ -51,7 +55,12 @@ pub enum PrpError {
 /// are written to `list` (the list page's bytes), which the device sees at `list_iova`.
 /// Returns (PRP1, PRP2).
 #[inline]
-pub fn build(iova: u64, len: usize, list: &mut [u8], list_iova: u64) -> Result<(u64, u64), PrpError> {
+pub fn build(
+    iova: u64,
+    len: usize,
+    list: &mut [u8],
+    list_iova: u64,
+) -> Result<(u64, u64), PrpError> {
     if iova & 3 != 0 {
         return Err(PrpError::Misaligned { iova });
     }
@@ -128,11 +137,22 @@ mod tests {
         let mut list = vec![0u8; PAGE_SIZE];
         let mut sizes: Vec<usize> = (1..=64).map(|i| i * 4).collect();
         sizes.extend([4092, 4096, 4100, 8188, 8192, 8196, 12288, 65536, 65540]);
-        sizes.extend([(1 << 20) - 4, 1 << 20, MAX_TRANSFER - 4096, MAX_TRANSFER - 4, MAX_TRANSFER]);
-        sizes.extend((1..=600).map(|p| p * 4096 - 512).filter(|&s| s <= MAX_TRANSFER));
-        for off in (0..PAGE_SIZE as u64).step_by(4).filter(|o| {
-            *o < 64 || o % 512 == 0 || *o > PAGE_SIZE as u64 - 64 || o % 1020 == 0
-        }) {
+        sizes.extend([
+            (1 << 20) - 4,
+            1 << 20,
+            MAX_TRANSFER - 4096,
+            MAX_TRANSFER - 4,
+            MAX_TRANSFER,
+        ]);
+        sizes.extend(
+            (1..=600)
+                .map(|p| p * 4096 - 512)
+                .filter(|&s| s <= MAX_TRANSFER),
+        );
+        for off in (0..PAGE_SIZE as u64)
+            .step_by(4)
+            .filter(|o| *o < 64 || o % 512 == 0 || *o > PAGE_SIZE as u64 - 64 || o % 1020 == 0)
+        {
             for &len in &sizes {
                 list.fill(0xff);
                 let iova = base + off;
@@ -177,6 +197,9 @@ mod tests {
             Err(PrpError::ListTooSmall { have: 2, need: 3 })
         );
         // Two pages need no list.
-        assert_eq!(build(0x2000, 8192, &mut small, 0x9000), Ok((0x2000, 0x3000)));
+        assert_eq!(
+            build(0x2000, 8192, &mut small, 0x9000),
+            Ok((0x2000, 0x3000))
+        );
     }
 }

@@ -319,7 +319,11 @@ pub(crate) mod tests {
         }
         r.ring_cq(&regs);
         r.ring_cq(&regs);
-        assert_eq!(regs.0.lock().unwrap().len(), 0, "head is back at 0: no write");
+        assert_eq!(
+            regs.0.lock().unwrap().len(),
+            0,
+            "head is back at 0: no write"
+        );
         r.inject_cqe(0, cqe(99, phase));
         r.advance_cq();
         r.ring_cq(&regs);
@@ -338,8 +342,14 @@ pub(crate) mod tests {
             r.push(&c);
         }
         assert_eq!(r.sq_tail(), 2);
-        assert_eq!(u16::from_le_bytes([r.sqe_bytes(0)[2], r.sqe_bytes(0)[3]]), 3);
-        assert_eq!(u16::from_le_bytes([r.sqe_bytes(2)[2], r.sqe_bytes(2)[3]]), 2);
+        assert_eq!(
+            u16::from_le_bytes([r.sqe_bytes(0)[2], r.sqe_bytes(0)[3]]),
+            3
+        );
+        assert_eq!(
+            u16::from_le_bytes([r.sqe_bytes(2)[2], r.sqe_bytes(2)[3]]),
+            2
+        );
         assert!(r.sq_pending());
         r.ring_sq(&regs);
         assert!(!r.sq_pending());

@@ -435,7 +435,10 @@ mod tests {
             dw(&Command::identify_ns_descriptors(1, 0).to_bytes(), 10),
             3
         );
-        assert_eq!(dw(&Command::identify_csi_controller(2, 0).to_bytes(), 10), 6);
+        assert_eq!(
+            dw(&Command::identify_csi_controller(2, 0).to_bytes(), 10),
+            6
+        );
         let q = Command::set_number_of_queues(4, 8).to_bytes();
         assert_eq!(q[0], 0x09);
         assert_eq!(dw(&q, 10), 7);
@@ -451,8 +454,8 @@ mod tests {
         assert_eq!(Command::delete_io_sq(2).to_bytes()[0], 0);
         assert_eq!(Command::delete_io_cq(2).to_bytes()[0], 4);
         // 1 MiB log from offset 8 GiB + 4: NUMD = 262143.
-        let l = Command::get_log_page(0x0c, 0xffff_ffff, 1 << 20, (8 << 30) + 4, true, 0)
-            .to_bytes();
+        let l =
+            Command::get_log_page(0x0c, 0xffff_ffff, 1 << 20, (8 << 30) + 4, true, 0).to_bytes();
         assert_eq!(l[0], 0x02);
         assert_eq!(dw(&l, 10), 0x0c | (1 << 15) | (0xffff << 16));
         assert_eq!(dw(&l, 11), 3);

@@ -201,7 +201,9 @@ impl IdentifyController {
             return None;
         }
         let shift = 12u32 + mpsmin as u32 + self.mdts as u32;
-        1u64.checked_shl(shift).filter(|&v| v != 0).or(Some(u64::MAX))
+        1u64.checked_shl(shift)
+            .filter(|&v| v != 0)
+            .or(Some(u64::MAX))
     }
     /// Whether Doorbell Buffer Config is supported.
     pub fn supports_doorbell_buffer_config(&self) -> bool {
@@ -371,12 +373,10 @@ pub fn parse_ns_descriptors(b: &[u8]) -> Result<NsDescriptors, ParseError> {
         if t == 0 {
             break;
         }
-        let body = b
-            .get(off + 4..off + 4 + len)
-            .ok_or(ParseError::BadField {
-                field: "NIDL",
-                value: len as u64,
-            })?;
+        let body = b.get(off + 4..off + 4 + len).ok_or(ParseError::BadField {
+            field: "NIDL",
+            value: len as u64,
+        })?;
         let bad = || ParseError::BadField {
             field: "NIDL",
             value: len as u64,
@@ -480,9 +480,15 @@ mod tests {
         assert!(IdentifyNamespace::parse(&b).is_err());
         b[25] = 0;
         b[26] = 5; // past the table
-        assert!(IdentifyNamespace::parse(&b).unwrap().current_format().is_err());
+        assert!(IdentifyNamespace::parse(&b)
+            .unwrap()
+            .current_format()
+            .is_err());
         b[26] = 0; // LBADS 0
-        assert!(IdentifyNamespace::parse(&b).unwrap().current_format().is_err());
+        assert!(IdentifyNamespace::parse(&b)
+            .unwrap()
+            .current_format()
+            .is_err());
         assert!(IdentifyNamespace::parse(&b[..100]).is_err());
         assert!(IdentifyController::parse(&[]).is_err());
     }

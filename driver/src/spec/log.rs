@@ -101,7 +101,7 @@ mod tests {
     use super::*;
     #[test]
     fn aer_decoding() {
-        let e = AsyncEvent::from_dw0(2 | (0 << 8) | ((log_id::CHANGED_NS_LIST as u32) << 16));
+        let e = AsyncEvent::from_dw0(2 | ((log_id::CHANGED_NS_LIST as u32) << 16));
         assert!(e.is_namespace_changed());
         assert_eq!(e.log_page, 4);
         let a = AsyncEvent::from_dw0(2 | (3 << 8) | (0x0c << 16));
