@@ -6,6 +6,7 @@
 //! - queue pairs, controller bring-up and admin, namespaces and the I/O API above them;
 //! - [`model`]: an in-memory NVMe controller for tests and benchmarks.
 
+pub mod model;
 pub mod namespace;
 pub mod platform;
 
