@@ -6,12 +6,13 @@
 //! - [`queue`]: rings, trackers, PRPs, doorbells and the [`QueuePair`] I/O API;
 //! - [`controller`]: bring-up, admin commands, queue pair creation, shutdown;
 //! - [`namespace`]: namespaces and their state;
-//! - `model`: an in-memory NVMe controller for tests and benchmarks.
+//! - [`model`]: an in-memory NVMe controller for tests and benchmarks.
 
 #![warn(missing_docs)]
 
 pub mod controller;
 pub mod error;
+pub mod model;
 pub mod namespace;
 pub mod platform;
 pub mod queue;
