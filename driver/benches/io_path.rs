@@ -1,0 +1,410 @@
+//! The driver's CPU cost per 4 KiB read on the model's null namespace, one thread, at several
+//! queue depths.
+//!
+//! For each queue depth it reports:
+//! - wall-clock ns per I/O, for driver and model together and for the driver alone (the time
+//!   spent inside the model's entry points is measured and subtracted);
+//! - doorbell MMIO writes per I/O, SQ tail and CQ head separately, from the model's counters
+//!   (one SQ write per submitted batch, one CQ write per poll that reaped completions);
+//! - heap allocations per I/O made by the driver (allocations inside the model are counted
+//!   separately);
+//! - with `--instructions`: instructions per I/O from valgrind's callgrind, re-running this
+//!   binary under it, split into driver and model the same way.
+//!
+//! Run: `cargo bench -p vfnvme --bench io_path -- [--ios N] [--qd 1,32,128] [--instructions] [--json PATH]`
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use vfnvme::dma::{DmaBuffer, DmaPool};
+use vfnvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform, ModelRegs};
+use vfnvme::platform::{Platform, RegisterIo};
+use vfnvme::{Controller, ControllerOptions, Namespace, QpairOptions, QueuePair};
+
+// ---- allocation counting, split by whether the model is running --------------------------
+
+struct CountingAlloc;
+static DRIVER_ALLOCS: AtomicU64 = AtomicU64::new(0);
+static MODEL_ALLOCS: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    static IN_MODEL: Cell<bool> = const { Cell::new(false) };
+    static MODEL_NS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: delegates to the system allocator; only adds a counter.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let in_model = IN_MODEL.try_with(|m| m.get()).unwrap_or(false);
+        if in_model {
+            MODEL_ALLOCS.fetch_add(1, Ordering::Relaxed);
+        } else {
+            DRIVER_ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+// ---- a platform wrapper that marks the model's work ---------------------------------------
+
+/// Whether to time each call into the model (off under callgrind, where it would only add
+/// instructions).
+static TIME_MODEL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+#[inline(never)]
+fn in_model<R>(f: impl FnOnce() -> R) -> R {
+    IN_MODEL.with(|m| m.set(true));
+    let r = if TIME_MODEL.load(Ordering::Relaxed) {
+        let t = Instant::now();
+        let r = f();
+        let ns = t.elapsed().as_nanos() as u64;
+        MODEL_NS.with(|m| m.set(m.get() + ns));
+        r
+    } else {
+        f()
+    };
+    IN_MODEL.with(|m| m.set(false));
+    r
+}
+
+struct Marked {
+    model: Arc<ModelPlatform>,
+    regs: MarkedRegs,
+}
+
+struct MarkedRegs(Arc<ModelPlatform>);
+
+impl MarkedRegs {
+    fn inner(&self) -> &ModelRegs {
+        self.0.regs()
+    }
+}
+
+impl RegisterIo for MarkedRegs {
+    #[inline(never)]
+    fn read32(&self, offset: usize) -> u32 {
+        in_model(|| self.inner().read32(offset))
+    }
+    #[inline(never)]
+    fn write32(&self, offset: usize, value: u32) {
+        in_model(|| self.inner().write32(offset, value))
+    }
+    fn read64(&self, offset: usize) -> u64 {
+        in_model(|| self.inner().read64(offset))
+    }
+    fn write64(&self, offset: usize, value: u64) {
+        in_model(|| self.inner().write64(offset, value))
+    }
+}
+
+impl Platform for Marked {
+    type Regs = MarkedRegs;
+    fn regs(&self) -> &MarkedRegs {
+        &self.regs
+    }
+    fn dma(&self) -> &DmaPool {
+        self.model.dma()
+    }
+    fn now_ns(&self) -> u64 {
+        self.model.now_ns()
+    }
+    fn relax(&self) {
+        in_model(|| self.model.relax())
+    }
+    #[inline(never)]
+    fn before_poll(&self, cq_id: u16) {
+        in_model(|| self.model.before_poll(cq_id))
+    }
+    fn name(&self) -> String {
+        self.model.name()
+    }
+}
+
+// ---- the measured loop -----------------------------------------------------------------------
+
+struct Setup {
+    model: Arc<ModelPlatform>,
+    _ctrl: Controller<Marked>,
+    qp: QueuePair<Marked>,
+    ns: Arc<Namespace>,
+    bufs: Vec<DmaBuffer>,
+}
+
+fn setup(qd: usize) -> Setup {
+    let model = ModelPlatform::new(ModelConfig {
+        namespaces: vec![ModelNamespaceConfig {
+            nsid: 1,
+            blocks: 1 << 28,
+            lba_size: 4096,
+            backing: Backing::Null,
+        }],
+        max_queue_entries: 1024,
+        ..ModelConfig::default()
+    })
+    .expect("model config");
+    let marked = Arc::new(Marked {
+        model: model.clone(),
+        regs: MarkedRegs(model.clone()),
+    });
+    let ctrl = Controller::new(marked, ControllerOptions::default()).expect("bring-up");
+    let qp = ctrl
+        .alloc_qpair(QpairOptions {
+            depth: (qd as u32 + 1).max(256),
+            ..QpairOptions::default()
+        })
+        .expect("qpair");
+    let ns = ctrl.namespace(1).expect("namespace 1");
+    let bufs = (0..qd)
+        .map(|_| ctrl.dma().alloc(4096).expect("buffer"))
+        .collect();
+    Setup {
+        model,
+        _ctrl: ctrl,
+        qp,
+        ns,
+        bufs,
+    }
+}
+
+/// Keeps `qd` reads in flight until `ios` have completed. Completed buffers are resubmitted
+/// after each poll, so every poll commits one batch with one doorbell write.
+#[inline(never)]
+fn measured_loop(s: &mut Setup, ios: u64) -> u64 {
+    let blocks = s.ns.blocks();
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next_lba = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % blocks
+    };
+    let mut done = 0u64;
+    let mut submitted = 0u64;
+    let mut ready: Vec<DmaBuffer> = std::mem::take(&mut s.bufs);
+    let mut errors = 0u64;
+    while done < ios {
+        while let Some(buf) = ready.pop() {
+            if submitted >= ios {
+                ready.push(buf);
+                break;
+            }
+            match s.qp.read(&s.ns, next_lba(), 1, buf, submitted) {
+                Ok(()) => submitted += 1,
+                Err(e) => {
+                    errors += 1;
+                    if let Some(b) = e.buffer {
+                        ready.push(b);
+                    }
+                    break;
+                }
+            }
+        }
+        s.qp.poll(usize::MAX, |c| {
+            if !c.is_ok() {
+                errors += 1;
+            }
+            done += 1;
+            if let Some(b) = c.buffer {
+                ready.push(b);
+            }
+        });
+    }
+    s.bufs = ready;
+    errors
+}
+
+#[derive(Debug, Default, Clone)]
+struct Row {
+    qd: usize,
+    ios: u64,
+    total_ns_per_io: f64,
+    driver_ns_per_io: f64,
+    model_ns_per_io: f64,
+    sq_doorbells_per_io: f64,
+    cq_doorbells_per_io: f64,
+    driver_allocs_per_io: f64,
+    model_allocs_per_io: f64,
+    driver_instr_per_io: Option<f64>,
+    model_instr_per_io: Option<f64>,
+}
+
+fn run_wall(qd: usize, ios: u64) -> Row {
+    let mut s = setup(qd);
+    measured_loop(&mut s, ios / 10 + 1); // warm up
+    let before = s.model.stats();
+    MODEL_NS.with(|m| m.set(0));
+    let (d0, m0) = (
+        DRIVER_ALLOCS.load(Ordering::Relaxed),
+        MODEL_ALLOCS.load(Ordering::Relaxed),
+    );
+    let t = Instant::now();
+    let errors = measured_loop(&mut s, ios);
+    let elapsed = t.elapsed().as_nanos() as f64;
+    let (d1, m1) = (
+        DRIVER_ALLOCS.load(Ordering::Relaxed),
+        MODEL_ALLOCS.load(Ordering::Relaxed),
+    );
+    assert_eq!(errors, 0, "reads failed on the model");
+    let after = s.model.stats();
+    let model_ns = MODEL_NS.with(|m| m.get()) as f64;
+    let n = ios as f64;
+    Row {
+        qd,
+        ios,
+        total_ns_per_io: elapsed / n,
+        driver_ns_per_io: (elapsed - model_ns) / n,
+        model_ns_per_io: model_ns / n,
+        sq_doorbells_per_io: (after.sq_doorbell_writes - before.sq_doorbell_writes) as f64 / n,
+        cq_doorbells_per_io: (after.cq_doorbell_writes - before.cq_doorbell_writes) as f64 / n,
+        driver_allocs_per_io: (d1 - d0) as f64 / n,
+        model_allocs_per_io: (m1 - m0) as f64 / n,
+        ..Row::default()
+    }
+}
+
+/// Runs the loop once under callgrind, collecting only inside `measured_loop`, and splits the
+/// instructions into the model's (inclusive cost of the wrapper's entry points) and the rest.
+fn run_callgrind(qd: usize, ios: u64) -> Option<(f64, f64)> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = std::env::temp_dir().join(format!("vfnvme-io-path-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).ok()?;
+    let out = dir.join(format!("callgrind.qd{qd}"));
+    let status = std::process::Command::new("valgrind")
+        .arg("--tool=callgrind")
+        .arg("--toggle-collect=*measured_loop*")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(&exe)
+        .args([
+            "--child",
+            "--qd",
+            &qd.to_string(),
+            "--ios",
+            &ios.to_string(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .ok()?;
+    if !status.success() {
+        eprintln!("valgrind failed for QD {qd}: install valgrind to count instructions");
+        return None;
+    }
+    let annotate = std::process::Command::new("callgrind_annotate")
+        .args(["--inclusive=yes", "--threshold=100"])
+        .arg(&out)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&annotate.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+    let cost = |line: &str| -> Option<u64> {
+        line.split_whitespace()
+            .next()?
+            .replace(',', "")
+            .parse()
+            .ok()
+    };
+    let mut total = None;
+    let mut model = 0u64;
+    for line in text.lines() {
+        if line.contains("PROGRAM TOTALS") {
+            total = cost(line);
+        } else if line.contains("benches/io_path.rs:io_path::in_model [") {
+            model += cost(line).unwrap_or(0);
+        }
+    }
+    let total = total? as f64;
+    let n = ios as f64;
+    Some(((total - model as f64) / n, model as f64 / n))
+}
+
+fn arg_value(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let ios: u64 = arg_value(&args, "--ios")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000_000);
+    let qds: Vec<usize> = arg_value(&args, "--qd")
+        .map(|v| v.split(',').filter_map(|q| q.parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 32, 128]);
+    if args.iter().any(|a| a == "--child") {
+        // Under callgrind: one run of the loop, nothing else measured.
+        TIME_MODEL.store(false, Ordering::Relaxed);
+        let qd = qds.first().copied().unwrap_or(1);
+        let mut s = setup(qd);
+        measured_loop(&mut s, ios);
+        return;
+    }
+    let instructions = args.iter().any(|a| a == "--instructions");
+    let mut rows = Vec::new();
+    for &qd in &qds {
+        let mut row = run_wall(qd, ios);
+        if instructions {
+            if let Some((d, m)) = run_callgrind(qd, 200_000) {
+                row.driver_instr_per_io = Some(d);
+                row.model_instr_per_io = Some(m);
+            }
+        }
+        rows.push(row);
+    }
+    println!("4 KiB random reads, model null namespace, one thread ({ios} I/Os per row)");
+    println!(
+        "{:>5} | {:>10} | {:>11} | {:>10} | {:>12} | {:>12} | {:>9} | {:>9} | {:>12} | {:>12}",
+        "QD",
+        "ns/IO all",
+        "ns/IO drv",
+        "ns/IO model",
+        "instr drv",
+        "instr model",
+        "SQ db/IO",
+        "CQ db/IO",
+        "allocs drv",
+        "allocs model"
+    );
+    let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    for r in &rows {
+        println!(
+            "{:>5} | {:>10.1} | {:>11.1} | {:>11.1} | {:>12} | {:>12} | {:>9.4} | {:>9.4} | {:>12.3} | {:>12.3}",
+            r.qd,
+            r.total_ns_per_io,
+            r.driver_ns_per_io,
+            r.model_ns_per_io,
+            opt(r.driver_instr_per_io),
+            opt(r.model_instr_per_io),
+            r.sq_doorbells_per_io,
+            r.cq_doorbells_per_io,
+            r.driver_allocs_per_io,
+            r.model_allocs_per_io
+        );
+    }
+    if let Some(path) = arg_value(&args, "--json") {
+        let items: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                let o = |v: Option<f64>| v.map_or("null".to_string(), |v| format!("{v:.2}"));
+                format!(
+                    "{{\"qd\":{},\"ios\":{},\"ns_per_io_total\":{:.2},\"ns_per_io_driver\":{:.2},\"ns_per_io_model\":{:.2},\"instructions_per_io_driver\":{},\"instructions_per_io_model\":{},\"sq_doorbells_per_io\":{:.4},\"cq_doorbells_per_io\":{:.4},\"allocs_per_io_driver\":{:.4},\"allocs_per_io_model\":{:.4}}}",
+                    r.qd, r.ios, r.total_ns_per_io, r.driver_ns_per_io, r.model_ns_per_io,
+                    o(r.driver_instr_per_io), o(r.model_instr_per_io), r.sq_doorbells_per_io, r.cq_doorbells_per_io,
+                    r.driver_allocs_per_io, r.model_allocs_per_io
+                )
+            })
+            .collect();
+        if let Err(e) = std::fs::write(&path, format!("[{}]\n", items.join(",\n"))) {
+            eprintln!("could not write {path}: {e}");
+        }
+    }
+}
