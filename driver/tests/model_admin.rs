@@ -54,7 +54,7 @@ fn admin_batch_pipelines_past_the_queue_depth() {
         .map(|(i, b)| Command::identify_namespace(i as u32 + 1, b.iova()))
         .collect();
     let t0 = platform.now_ns();
-    let mut seen = vec![false; 20];
+    let mut seen = [false; 20];
     ctrl.admin_batch(&cmds, |i, r| {
         assert!(r.is_ok(), "{i}: {:?}", r.err());
         seen[i] = true;

@@ -433,3 +433,37 @@ fn errors_write_zeroes_deallocate_flush() {
         Err(Error::QueueBusy { outstanding: 1 })
     ));
 }
+
+#[test]
+fn raw_buffer_io_for_the_c_abi() {
+    use vfnvme::queue::Direction;
+    let (_p, ctrl) = up(config(512));
+    let ns = ctrl.namespace(1).unwrap();
+    let mut qp = ctrl.alloc_qpair(QpairOptions::default()).unwrap();
+    let mut mem = ctrl.dma().alloc(8192).unwrap();
+    mem.as_mut_slice().fill(0x5a);
+    // SAFETY: `mem` is pool memory, kept alive and untouched until the completion below.
+    unsafe {
+        qp.submit_raw(&ns, Direction::Write, 5, 16, mem.iova(), 8192, 1)
+            .unwrap()
+    };
+    let mut got = None;
+    while got.is_none() {
+        qp.poll(1, |c| got = Some(c));
+    }
+    let c = got.unwrap();
+    assert!(c.is_ok() && c.buffer.is_none());
+    let r = qp
+        .read_sync(&ns, 5, 16, ctrl.dma().alloc(8192).unwrap())
+        .unwrap();
+    assert!(r.as_slice().iter().all(|&b| b == 0x5a));
+    // SAFETY: as above; the call fails before touching memory.
+    let e = unsafe { qp.submit_raw(&ns, Direction::Read, 5, 16, mem.iova(), 4096, 2) };
+    assert!(matches!(
+        e.unwrap_err().kind,
+        SubmitErrorKind::BufferTooSmall {
+            needed: 8192,
+            len: 4096
+        }
+    ));
+}
