@@ -15,7 +15,7 @@ fn cap_vs_and_unknown_offsets() {
     assert_eq!(u64::from(r.read32(4)), cap >> 32, "CAP high half");
     assert_eq!(r.read32(0x08), 0x0002_0000);
     assert_eq!(r.read32(0x40), u32::MAX);
-    assert_eq!(r.read32(0x1_0000_000), u32::MAX);
+    assert_eq!(r.read32(0x1000_0000), u32::MAX);
     assert_eq!(r.read32(0x15), u32::MAX, "unaligned");
     r.write32(0x40, 7);
     assert_eq!(r.read32(0x40), u32::MAX);
