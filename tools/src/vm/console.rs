@@ -53,13 +53,20 @@ pub fn run_guest(
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
-        .with_context(|| format!("starting {qemu}; install it with `apt-get install qemu-system-x86`"))?;
+        .with_context(|| {
+            format!("starting {qemu}; install it with `apt-get install qemu-system-x86`")
+        })?;
     let stdout = child
         .stdout
         .take()
         .context("QEMU's console pipe is missing")?;
+    let stderr = child
+        .stderr
+        .take()
+        .context("QEMU's error pipe is missing")?;
+    let errors = thread::spawn(move || forward_stderr(stderr));
     let (tx, rx) = mpsc::channel::<String>();
     let reader = thread::spawn(move || {
         let mut lines = BufReader::new(stdout);
@@ -118,6 +125,7 @@ pub fn run_guest(
     }
     let _ = child.wait();
     let _ = reader.join();
+    let _ = errors.join();
     let outcome = match (timed_out, status) {
         (true, _) => Outcome::TimedOut,
         (false, Some(code)) => Outcome::Exited(code),
@@ -127,6 +135,16 @@ pub fn run_guest(
         outcome,
         tail: tail.into(),
     })
+}
+
+/// Forwards QEMU's messages to our stderr, less the warning our own `-fw_cfg` option causes.
+fn forward_stderr(stderr: impl std::io::Read) {
+    for line in BufReader::new(stderr).lines() {
+        let Ok(line) = line else { break };
+        if !line.contains("etc/sercon-port") {
+            eprintln!("{line}");
+        }
+    }
 }
 
 #[cfg(test)]

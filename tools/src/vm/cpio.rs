@@ -106,7 +106,7 @@ mod tests {
         assert_eq!(field(&bytes, 1), MODE_FILE | 0o755);
         assert_eq!(field(&bytes, 6), 5);
         assert_eq!(field(&bytes, 11), 5); // "init" + NUL
-        // header (110) + name (5) = 115, padded to 116; data follows.
+                                          // header (110) + name (5) = 115, padded to 116; data follows.
         assert_eq!(&bytes[110..115], b"init\0");
         assert_eq!(&bytes[116..121], b"hello");
         assert_eq!(bytes.len() % 4, 0);

@@ -132,7 +132,10 @@ mod tests {
         assert!(last.contains("shared=on") && !last.contains("bus="));
         let ctrls = args.iter().filter(|a| a.starts_with("nvme,")).count();
         assert_eq!(ctrls, 2);
-        assert!(args.iter().filter(|a| a.starts_with("nvme,")).all(|a| a.contains("subsys=ss0")));
+        assert!(args
+            .iter()
+            .filter(|a| a.starts_with("nvme,"))
+            .all(|a| a.contains("subsys=ss0")));
         fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -140,7 +143,9 @@ mod tests {
     fn null_backing_makes_no_file_and_commas_are_escaped() {
         let dir = temp_dir("null");
         let args = qemu_device_args(find("null").unwrap(), &dir).unwrap();
-        assert!(args.iter().any(|a| a.contains("driver=null-co,read-zeroes=on")));
+        assert!(args
+            .iter()
+            .any(|a| a.contains("driver=null-co,read-zeroes=on")));
         assert!(!dir.exists());
         assert_eq!(qemu_escape("a,b"), "a,,b");
     }

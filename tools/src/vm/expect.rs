@@ -44,7 +44,10 @@ pub fn scenario_env(scenario: &Scenario, extra_vfio: &[String]) -> Vec<(String, 
             format!("VFNVME_EXPECT_SERIAL_{:02X}", c.slot),
             c.serial.into(),
         ));
-        env.push((format!("VFNVME_EXPECT_NS_{:02X}", c.slot), ns_list(scenario, c)));
+        env.push((
+            format!("VFNVME_EXPECT_NS_{:02X}", c.slot),
+            ns_list(scenario, c),
+        ));
     }
     if let Some(s) = &scenario.subsystem {
         env.push((
@@ -89,7 +92,10 @@ mod tests {
     fn sidebyside_and_extra_vfio() {
         let extra = vec!["0000:00:12.0".to_string()];
         let env = scenario_env(find("sidebyside").unwrap(), &extra);
-        assert_eq!(get(&env, "VFNVME_VFIO_DEVICES"), "0000:00:10.0,0000:00:12.0");
+        assert_eq!(
+            get(&env, "VFNVME_VFIO_DEVICES"),
+            "0000:00:10.0,0000:00:12.0"
+        );
         assert_eq!(get(&env, "VFNVME_KERNEL_DEVICES"), "0000:00:11.0");
         assert_eq!(get(&env, "VFNVME_EXPECT_SERIAL_11"), "VFNVME-SBS-KERNEL");
         assert_eq!(get(&env, "VFNVME_EXPECT_NS_11"), "1:262144:4096");
@@ -98,8 +104,14 @@ mod tests {
     #[test]
     fn multipath_shares_namespaces_and_names_subsystem() {
         let env = scenario_env(find("multipath").unwrap(), &[]);
-        assert_eq!(get(&env, "VFNVME_EXPECT_NS_10"), get(&env, "VFNVME_EXPECT_NS_11"));
+        assert_eq!(
+            get(&env, "VFNVME_EXPECT_NS_10"),
+            get(&env, "VFNVME_EXPECT_NS_11")
+        );
         assert_eq!(get(&env, "VFNVME_EXPECT_NS"), "1:32768:512,2:2048:4096");
-        assert_eq!(get(&env, "VFNVME_EXPECT_SUBNQN"), "nqn.2019-08.org.qemu:vfnvme-mp");
+        assert_eq!(
+            get(&env, "VFNVME_EXPECT_SUBNQN"),
+            "nqn.2019-08.org.qemu:vfnvme-mp"
+        );
     }
 }

@@ -81,11 +81,14 @@ pub fn init_script() -> String {
 
 /// The guest kernel command line.
 ///
+/// `no_timer_check`: under TCG on a busy host the kernel's boot-time check of the timer
+/// interrupt through the remapped IO-APIC can miss and panic the guest.
+///
 /// `run` is the per-run script and `out` the output folder, both host paths (no whitespace).
 pub fn kernel_cmdline(nonce: &str, run: &str, out: &str, verbose: bool) -> String {
     let quiet = if verbose { "" } else { " quiet" };
     format!(
-        "console=ttyS0 intel_iommu=on panic=-1{quiet} vfnvme.nonce={nonce} vfnvme.run={run} vfnvme.out={out}"
+        "console=ttyS0 intel_iommu=on panic=-1 no_timer_check{quiet} vfnvme.nonce={nonce} vfnvme.run={run} vfnvme.out={out}"
     )
 }
 

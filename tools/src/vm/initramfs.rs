@@ -53,8 +53,7 @@ pub fn ensure_initramfs(kernel: &GuestKernel, cache_dir: &Path) -> Result<PathBu
     let modules = resolve_modules(&kernel.modules, ROOT_MODULES)?;
     let mut archive = Archive::new();
     for dir in [
-        "bin", "sbin", "usr", "usr/bin", "usr/sbin", "dev", "proc", "sys", "host", "tmp",
-        "modules",
+        "bin", "sbin", "usr", "usr/bin", "usr/sbin", "dev", "proc", "sys", "host", "tmp", "modules",
     ] {
         archive.dir(dir, 0o755);
     }
@@ -82,8 +81,8 @@ pub fn ensure_initramfs(kernel: &GuestKernel, cache_dir: &Path) -> Result<PathBu
 /// Module names with their files, dependencies first, each once.
 fn resolve_modules(module_dir: &Path, roots: &[&str]) -> Result<Vec<(String, PathBuf)>> {
     let dep_path = module_dir.join("modules.dep");
-    let deps_text = fs::read_to_string(&dep_path)
-        .with_context(|| format!("reading {}", dep_path.display()))?;
+    let deps_text =
+        fs::read_to_string(&dep_path).with_context(|| format!("reading {}", dep_path.display()))?;
     let builtin = fs::read_to_string(module_dir.join("modules.builtin")).unwrap_or_default();
     let deps = parse_modules_dep(&deps_text);
     let builtin: HashSet<String> = builtin.lines().map(module_name).collect();
@@ -197,7 +196,11 @@ mod tests {
              kernel/drivers/vfio/pci/vfio-pci.ko.xz:\n",
         )
         .unwrap();
-        fs::write(dir.join("modules.builtin"), "kernel/drivers/virtio/virtio.ko\n").unwrap();
+        fs::write(
+            dir.join("modules.builtin"),
+            "kernel/drivers/virtio/virtio.ko\n",
+        )
+        .unwrap();
         let mods = resolve_modules(&dir, &["virtio", "9p", "netfs", "vfio-pci"]).unwrap();
         let names: Vec<&str> = mods.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["9pnet", "netfs", "fscache", "9p", "vfio_pci"]);

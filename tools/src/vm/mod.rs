@@ -90,8 +90,15 @@ pub struct VmArgs {
     /// List the scenarios and exit.
     #[arg(long)]
     list_scenarios: bool,
+    /// Only prepare: install what is missing, build the initramfs, choose the accelerator.
+    #[arg(long)]
+    prepare: bool,
     /// The command to run in the guest, after `--`.
-    #[arg(last = true, value_name = "COMMAND", required_unless_present = "list_scenarios")]
+    #[arg(
+        last = true,
+        value_name = "COMMAND",
+        required_unless_present_any = ["list_scenarios", "prepare"]
+    )]
     command: Vec<String>,
 }
 
@@ -107,11 +114,14 @@ pub fn run(args: &VmArgs) -> Result<u8> {
             args.scenario
         )
     })?;
-    if args.command.is_empty() {
+    if args.command.is_empty() && !args.prepare {
         bail!("no command given: put it after `--`, e.g. `vfnvme vm -- uname -a`");
     }
     if args.memory < 1024 {
-        bail!("--memory {} is too small: the guest reserves 512 MiB of hugepages; use 1024 or more", args.memory);
+        bail!(
+            "--memory {} is too small: the guest reserves 512 MiB of hugepages; use 1024 or more",
+            args.memory
+        );
     }
     if args.cpus == 0 {
         bail!("--cpus must be at least 1");
@@ -121,8 +131,11 @@ pub fn run(args: &VmArgs) -> Result<u8> {
     let kernel = install::find_kernel()?;
     let dirs = paths::VmDirs::prepare()?;
     let initramfs = initramfs::ensure_initramfs(&kernel, &dirs.root)?;
-    fs::write(dirs.root.join("kernel"), format!("{}\n", kernel.image.display()))
-        .context("recording the guest kernel path")?;
+    fs::write(
+        dirs.root.join("kernel"),
+        format!("{}\n", kernel.image.display()),
+    )
+    .context("recording the guest kernel path")?;
     let guest = Guest {
         kernel: &kernel.image,
         initramfs: &initramfs,
@@ -132,6 +145,14 @@ pub fn run(args: &VmArgs) -> Result<u8> {
         cpus: args.cpus,
     };
     let accel = accel::choose(args.accel, &guest)?;
+    if args.prepare {
+        eprintln!(
+            "vfnvme vm: ready: kernel {}, initramfs {}, accelerator {accel}",
+            kernel.image.display(),
+            initramfs.display()
+        );
+        return Ok(0);
+    }
     guest.run_scenario(scenario, args, accel)
 }
 
@@ -198,7 +219,9 @@ impl Guest<'_> {
         let secs = started.elapsed().as_secs_f64();
         match result.outcome {
             Outcome::Exited(code) => {
-                eprintln!("vfnvme vm: command exited with status {code} ({secs:.1} s in the guest)");
+                eprintln!(
+                    "vfnvme vm: command exited with status {code} ({secs:.1} s in the guest)"
+                );
                 if code == run_script::SETUP_FAILED {
                     eprintln!(
                         "vfnvme vm: status 125 means the guest setup or the harness failed; see {} and {}",
@@ -286,9 +309,14 @@ fn command_env(
     let host = |k: &str| std::env::var(k).ok();
     env.insert(
         "PATH".into(),
-        host("PATH").unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()),
+        host("PATH").unwrap_or_else(|| {
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()
+        }),
     );
-    env.insert("HOME".into(), host("HOME").unwrap_or_else(|| "/root".into()));
+    env.insert(
+        "HOME".into(),
+        host("HOME").unwrap_or_else(|| "/root".into()),
+    );
     env.insert("USER".into(), "root".into());
     env.insert("LOGNAME".into(), "root".into());
     env.insert("RUST_BACKTRACE".into(), "1".into());

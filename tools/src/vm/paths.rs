@@ -40,8 +40,8 @@ impl VmDirs {
         };
         fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
         // The guest sees host paths verbatim: they must be absolute.
-        let root = fs::canonicalize(&root)
-            .with_context(|| format!("resolving {}", root.display()))?;
+        let root =
+            fs::canonicalize(&root).with_context(|| format!("resolving {}", root.display()))?;
         let dirs = Self {
             out: root.join("out"),
             images: root.join("images"),

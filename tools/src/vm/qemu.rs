@@ -44,6 +44,9 @@ pub fn qemu_args(cfg: &GuestConfig<'_>) -> Vec<String> {
         "none",
         "-nographic",
         "-no-reboot",
+        // Keep SeaBIOS off the serial console (its escape codes would clear the terminal).
+        "-fw_cfg",
+        "name=etc/sercon-port,string=0",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -93,7 +96,10 @@ mod tests {
             devices: &devices,
             extra: &extra,
         });
-        let iommu = args.iter().position(|a| a.starts_with("intel-iommu")).unwrap();
+        let iommu = args
+            .iter()
+            .position(|a| a.starts_with("intel-iommu"))
+            .unwrap();
         let nvme = args.iter().position(|a| a == "nvme,id=c0").unwrap();
         assert!(iommu < nvme);
         assert_eq!(args.last().unwrap(), "-S");

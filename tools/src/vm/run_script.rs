@@ -78,11 +78,10 @@ pub fn run_script(plan: &RunPlan<'_>) -> String {
         "cd {} || setup_failed \"cd into the working folder\"",
         quote(plan.cwd)
     );
-    s.push_str("env -i");
+    s.push_str("env -i --");
     for (key, value) in plan.env {
         let _ = write!(s, " {}", quote(&format!("{key}={value}")));
     }
-    s.push_str(" --");
     for arg in plan.command {
         let _ = write!(s, " {}", quote(arg));
     }
@@ -128,9 +127,16 @@ mod tests {
         let bind = s.find("bind_vfio '0000:00:10.0'").unwrap();
         let nvme = s.find("modprobe nvme ||").unwrap();
         let wait = s.find("wait_nvme '0000:00:11.0' 1").unwrap();
-        let run = s.find("env -i 'VFNVME_GUEST=1' -- '/bin/echo' 'a b'").unwrap();
+        let run = s
+            .find("env -i -- 'VFNVME_GUEST=1' '/bin/echo' 'a b'")
+            .unwrap();
         assert!(bind < nvme && nvme < wait && wait < run);
-        let syntax = Command::new("sh").arg("-n").arg("-c").arg(&s).status().unwrap();
+        let syntax = Command::new("sh")
+            .arg("-n")
+            .arg("-c")
+            .arg(&s)
+            .status()
+            .unwrap();
         assert!(syntax.success());
     }
 }

@@ -358,7 +358,11 @@ mod tests {
                     assert_ne!(a.slot, b.slot, "{}", s.name);
                 }
                 let ns = s.namespaces_of(a);
-                assert!(!ns.is_empty(), "{}: a controller without namespaces", s.name);
+                assert!(
+                    !ns.is_empty(),
+                    "{}: a controller without namespaces",
+                    s.name
+                );
                 assert!(ns.len() <= 256, "{}", s.name);
                 for (j, n) in ns.iter().enumerate() {
                     assert_eq!(n.bytes % u64::from(n.lba_size), 0, "{}", s.name);
