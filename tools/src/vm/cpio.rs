@@ -82,7 +82,7 @@ impl Archive {
     }
 
     fn pad(&mut self) {
-        while self.bytes.len() % 4 != 0 {
+        while self.bytes.len() & 3 != 0 {
             self.bytes.push(0);
         }
     }

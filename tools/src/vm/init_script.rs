@@ -62,6 +62,8 @@ mount -t devpts devpts /dev/pts
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144 @HOST_TAG@ /host \
     || fail "mounting the host's root over 9p failed"
 mount -t tmpfs -o mode=1777 tmpfs /host/tmp || fail "tmpfs on /host/tmp failed"
+mount -t tmpfs -o mode=1777 tmpfs /host/var/tmp || fail "tmpfs on /host/var/tmp failed"
+mount -t tmpfs -o mode=755 tmpfs /host/run || fail "tmpfs on /host/run failed"
 mount -o rbind /dev /host/dev || fail "bind /dev failed"
 mount -o bind /proc /host/proc || fail "bind /proc failed"
 mount -o bind /sys /host/sys || fail "bind /sys failed"

@@ -116,7 +116,7 @@ fn find_kernel_in(boot: &Path, modules: &Path) -> Result<GuestKernel> {
             });
         }
     }
-    found.sort_by(|a, b| version_key(&a.version).cmp(&version_key(&b.version)));
+    found.sort_by_key(|k| version_key(&k.version));
     found.pop().with_context(|| {
         format!(
             "no guest kernel: no {}/vmlinuz-* with a matching {}/<version>/modules.dep; \
