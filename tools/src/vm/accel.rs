@@ -62,7 +62,8 @@ fn auto(guest: &Guest<'_>) -> Result<&'static str> {
         cache.display()
     );
     let run = guest.dirs.new_run()?;
-    let command = vec!["true".to_string()];
+    let command = vec!["/bin/true".to_string()];
+    let env = vec![("PATH".to_string(), "/usr/bin:/bin".to_string())];
     let result = guest.boot(
         &run,
         &Boot {
@@ -71,7 +72,7 @@ fn auto(guest: &Guest<'_>) -> Result<&'static str> {
             extra_qemu: &[],
             vfio: &[],
             kernel_devices: &[],
-            env: &[],
+            env: &env,
             command: &command,
             timeout: PROBE_TIMEOUT,
             echo: false,
