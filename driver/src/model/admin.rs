@@ -1,14 +1,16 @@
 //! Admin commands: queue management, features, log pages, AER, namespace attachment, doorbell
 //! buffer config (Identify is in `identify`).
 
+use super::config::{validate_namespace, Backing, ModelNamespaceConfig, MAX_NAMESPACES};
 use super::core::{Core, CtrlState};
 use super::dma_engine;
 use super::iommu::lookup;
+use super::namespaces::ModelNamespace;
 use super::queues::{Cq, Sq};
 use super::sqe::{Outcome, Sqe, Status, CQE_BYTES, SQE_BYTES};
 use super::{identify, prp};
 use std::sync::atomic::Ordering;
-use std::sync::MutexGuard;
+use std::sync::{Arc, MutexGuard};
 
 /// Admin opcodes handled here.
 pub(crate) mod op {
@@ -22,10 +24,14 @@ pub(crate) mod op {
     pub const SET_FEATURES: u8 = 0x09;
     pub const GET_FEATURES: u8 = 0x0A;
     pub const AER: u8 = 0x0C;
+    pub const NS_MANAGEMENT: u8 = 0x0D;
     pub const NS_ATTACHMENT: u8 = 0x15;
     pub const DOORBELL_BUFFER_CONFIG: u8 = 0x7C;
 }
 
+/// The largest Get Log Page transfer the model serves (its logs are far smaller; the rest would
+/// be zero fill).
+const MAX_LOG_BYTES: u64 = 1 << 20;
 const FID_NUMBER_OF_QUEUES: u8 = 0x07;
 const FID_VOLATILE_WRITE_CACHE: u8 = 0x06;
 const FEATURE_NOT_SAVEABLE: Status = Status(0x0D | 1 << 8 | 1 << 14);
@@ -57,6 +63,7 @@ pub(crate) fn execute(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Option<Outco
             }
         }
         op::NS_ATTACHMENT => ns_attachment(core, c, sqe),
+        op::NS_MANAGEMENT => ns_management(core, c, sqe),
         op::DOORBELL_BUFFER_CONFIG if core.cfg.shadow_doorbells => {
             doorbell_buffer_config(core, sqe)
         }
@@ -257,7 +264,10 @@ fn get_log_page(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
     let numd = u64::from(sqe.cdw(10) >> 16) | u64::from(sqe.cdw(11) & 0xFFFF) << 16;
     let len = (numd + 1) * 4;
     let offset = u64::from(sqe.cdw(12)) | u64::from(sqe.cdw(13)) << 32;
-    if offset % 4 != 0 || max_transfer(core).is_some_and(|m| len > m) {
+    if !offset.is_multiple_of(4)
+        || len > MAX_LOG_BYTES
+        || max_transfer(core).is_some_and(|m| len > m)
+    {
         return Status::INVALID_FIELD.into();
     }
     let page = match lid {
@@ -338,4 +348,69 @@ fn doorbell_buffer_config(core: &Core, sqe: &Sqe) -> Outcome {
         }
     }
     Outcome::ok(0)
+}
+
+/// Namespace Management: create (a detached, RAM-backed namespace at the lowest free nsid) or
+/// delete (one nsid, or all with the broadcast nsid).
+fn ns_management(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
+    match sqe.cdw(10) & 0xF {
+        0 => {
+            let mut data = [0u8; 4096];
+            if let Err(s) = prp::read_in(&core.iommu, sqe.prp1(), sqe.prp2(), c.page, &mut data) {
+                return s.into();
+            }
+            let mut nsze = [0u8; 8];
+            nsze.copy_from_slice(&data[..8]);
+            let blocks = u64::from_le_bytes(nsze);
+            let lba_size = match data[26] & 0xF {
+                0 => 512,
+                1 => 4096,
+                _ => return Status::INVALID_FORMAT.into(),
+            };
+            let mut table = core.ns_write();
+            let Some(nsid) = (1..=core.nn).find(|n| !table.contains_key(n)) else {
+                return Status::NSID_UNAVAILABLE.into();
+            };
+            if table.len() >= MAX_NAMESPACES {
+                return Status::NSID_UNAVAILABLE.into();
+            }
+            let cfg = ModelNamespaceConfig {
+                nsid,
+                blocks,
+                lba_size,
+                backing: Backing::Ram,
+            };
+            if validate_namespace(&cfg, core.nn).is_err() {
+                return Status::INVALID_FIELD.into();
+            }
+            let ns = ModelNamespace::new(&cfg, core.cfg.seed);
+            ns.attached.store(false, Ordering::Release);
+            table.insert(nsid, Arc::new(ns));
+            Outcome::ok(nsid)
+        }
+        1 => {
+            let nsid = sqe.nsid();
+            let removed: Vec<(u32, bool)> = {
+                let mut table = core.ns_write();
+                if nsid == u32::MAX {
+                    std::mem::take(&mut *table)
+                        .into_iter()
+                        .map(|(id, ns)| (id, ns.is_attached()))
+                        .collect()
+                } else {
+                    match table.remove(&nsid) {
+                        Some(ns) => vec![(nsid, ns.is_attached())],
+                        None => return Status::INVALID_NAMESPACE.into(),
+                    }
+                }
+            };
+            for (id, attached) in removed {
+                if attached {
+                    core.ns_changed(c, id);
+                }
+            }
+            Outcome::ok(0)
+        }
+        _ => Status::INVALID_FIELD.into(),
+    }
 }

@@ -238,5 +238,12 @@ pub(crate) fn validate_namespace(ns: &ModelNamespaceConfig, nn: u32) -> Result<(
     if ns.blocks == 0 {
         return Err(ModelError::EmptyNamespace { nsid: ns.nsid });
     }
+    if ns.blocks.checked_mul(u64::from(ns.lba_size)).is_none() {
+        return Err(ModelError::BadLimit {
+            what: "blocks",
+            value: ns.blocks,
+            hint: "the namespace must be smaller than 2^64 bytes",
+        });
+    }
     Ok(())
 }

@@ -302,14 +302,14 @@ impl Core {
 
     fn write_eventidx(&self, index: usize, value: u32) {
         if let Some((_, ei)) = self.shadow_on() {
-            let _ = dma_engine::write_u32(&self.iommu, ei + 4 * index as u64, value);
+            let _ = dma_engine::write_u32(&self.iommu, ei.wrapping_add(4 * index as u64), value);
         }
     }
 
     fn read_shadow(&self, index: usize) -> Option<u32> {
         let (s, _) = self.shadow_on()?;
         Counters::bump(&self.counters.shadow_reads);
-        dma_engine::read_u32(&self.iommu, s + 4 * index as u64).ok()
+        dma_engine::read_u32(&self.iommu, s.wrapping_add(4 * index as u64)).ok()
     }
 
     /// Picks up shadow doorbell values of I/O CQ `cqid` and the SQs completing into it.

@@ -90,6 +90,13 @@ impl ModelPlatform {
         if blocks == 0 {
             return Err(ModelError::EmptyNamespace { nsid });
         }
+        if blocks.checked_mul(4096).is_none() {
+            return Err(ModelError::BadLimit {
+                what: "blocks",
+                value: blocks,
+                hint: "the namespace must be smaller than 2^64 bytes",
+            });
+        }
         self.change(nsid, |ns| {
             ns.blocks.store(blocks, Ordering::Release);
             if let Some(store) = ns.store.as_ref() {

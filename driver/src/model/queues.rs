@@ -39,7 +39,8 @@ impl Sq {
         let mut raw = [0u8; SQE_BYTES];
         dma_engine::read(
             iommu,
-            self.base + u64::from(self.head) * SQE_BYTES as u64,
+            self.base
+                .wrapping_add(u64::from(self.head) * SQE_BYTES as u64),
             &mut raw,
         )?;
         self.head = (self.head + 1) % self.size;
@@ -160,7 +161,7 @@ impl Cq {
         let dw2 = u32::from(p.sqhd) | u32::from(p.sqid) << 16;
         dma_engine::write_cqe(
             iommu,
-            self.base + u64::from(self.tail) * CQE_BYTES,
+            self.base.wrapping_add(u64::from(self.tail) * CQE_BYTES),
             [p.dw0, 0, dw2, dw3],
         )?;
         self.tail += 1;
