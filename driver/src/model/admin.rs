@@ -3,7 +3,6 @@
 
 use super::config::{validate_namespace, Backing, ModelNamespaceConfig, MAX_NAMESPACES};
 use super::core::{Core, CtrlState};
-use super::dma_engine;
 use super::iommu::lookup;
 use super::namespaces::ModelNamespace;
 use super::queues::{Cq, Sq};
@@ -128,6 +127,8 @@ fn create_cq(core: &Core, c: &CtrlState, sqe: &Sqe) -> Outcome {
     if g.is_some() {
         return Status::INVALID_QID.into();
     }
+    // The model reads the shadow CQ head whenever it polls: no CQ head MMIO needed.
+    core.write_eventidx(2 * usize::from(qid) + 1, entries - 1);
     *g = Some(Cq::new(qid, sqe.prp1(), entries, core.cfg.seed));
     Outcome::ok(0)
 }
@@ -157,7 +158,9 @@ fn create_sq(core: &Core, c: &CtrlState, sqe: &Sqe) -> Outcome {
         return Status::CQ_INVALID.into();
     };
     cq.sqs.push(qid);
-    *g = Some(Sq::new(qid, cqid, sqe.prp1(), entries));
+    let sq = Sq::new(qid, cqid, sqe.prp1(), entries);
+    core.sq_eventidx(&sq);
+    *g = Some(sq);
     Outcome::ok(0)
 }
 
@@ -337,14 +340,15 @@ fn doorbell_buffer_config(core: &Core, sqe: &Sqe) -> Outcome {
     core.eventidx.store(eventidx, Ordering::Release);
     core.shadow.store(shadow, Ordering::Release);
     // Start the EventIdx values at the queues' current positions.
-    for (i, s) in core.sqs.iter().enumerate().skip(1) {
-        if let Some(sq) = lock(s).as_ref() {
-            let _ = dma_engine::write_u32(&core.iommu, eventidx + 8 * i as u64, sq.tail);
+    for s in core.sqs.iter().skip(1) {
+        if let Some(sq) = lock(s).as_mut() {
+            sq.awake = false;
+            core.sq_eventidx(sq);
         }
     }
     for (i, q) in core.cqs.iter().enumerate().skip(1) {
         if let Some(cq) = lock(q).as_ref() {
-            let _ = dma_engine::write_u32(&core.iommu, eventidx + 8 * i as u64 + 4, cq.head);
+            core.write_eventidx(2 * i + 1, (cq.head + cq.size - 1) % cq.size);
         }
     }
     Outcome::ok(0)

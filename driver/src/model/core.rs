@@ -13,7 +13,7 @@ use super::sqe::{Outcome, Sqe};
 use super::stats::Counters;
 use super::{admin, io};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// The smallest virtual-time step of an idle `relax()`.
@@ -239,6 +239,11 @@ impl Core {
             Some(sq) if sq.tail_ok(tail) => {
                 sq.tail = tail;
                 self.run_io_sq(sq);
+                if self.shadow_on().is_some() {
+                    // Rung: the model now polls this queue's shadow tail in `before_poll`.
+                    sq.awake = true;
+                    self.sq_eventidx(sq);
+                }
             }
             _ => Counters::bump(&self.counters.invalid_doorbells),
         }
@@ -267,7 +272,6 @@ impl Core {
                 o,
             );
         }
-        self.write_eventidx(2 * usize::from(sq.qid), sq.tail);
     }
 
     /// Queues the completion of command (cid, opcode) from (sqid, sqhd) on CQ `cqid`.
@@ -300,10 +304,23 @@ impl Core {
         (s != 0).then(|| (s, self.eventidx.load(Ordering::Acquire)))
     }
 
-    fn write_eventidx(&self, index: usize, value: u32) {
+    /// Writes EventIdx value `index` (2 * qid for an SQ, 2 * qid + 1 for a CQ) if enabled.
+    pub fn write_eventidx(&self, index: usize, value: u32) {
         if let Some((_, ei)) = self.shadow_on() {
             let _ = dma_engine::write_u32(&self.iommu, ei.wrapping_add(4 * index as u64), value);
         }
+    }
+
+    /// EventIdx of an I/O SQ: while the model polls the shadow tail ("awake") it asks for no
+    /// MMIO doorbell (EventIdx one behind the consumed tail, so the host's need-event check
+    /// fails for any new tail); asleep, it asks to be rung for the next entry.
+    pub fn sq_eventidx(&self, sq: &Sq) {
+        let v = if sq.awake {
+            (sq.tail + sq.size - 1) % sq.size
+        } else {
+            sq.tail
+        };
+        self.write_eventidx(2 * usize::from(sq.qid), v);
     }
 
     fn read_shadow(&self, index: usize) -> Option<u32> {
@@ -312,7 +329,24 @@ impl Core {
         dma_engine::read_u32(&self.iommu, s.wrapping_add(4 * index as u64)).ok()
     }
 
+    /// Picks up a new shadow tail of an awake SQ; returns whether there was one.
+    fn take_shadow_tail(&self, sq: &mut Sq) -> bool {
+        match self.read_shadow(2 * usize::from(sq.qid)) {
+            Some(tail) if tail != sq.tail && sq.tail_ok(tail) => {
+                Counters::bump(&self.counters.shadow_updates);
+                sq.tail = tail;
+                self.run_io_sq(sq);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Picks up shadow doorbell values of I/O CQ `cqid` and the SQs completing into it.
+    ///
+    /// The CQ head shadow is always read (the model never needs a CQ head MMIO write). An SQ's
+    /// shadow tail is read while the SQ is awake; an awake SQ with nothing new and no pending
+    /// completions on its CQ falls asleep and asks for an MMIO doorbell again.
     fn poll_shadow(&self, cqid: usize) {
         if cqid == 0 || self.shadow_on().is_none() {
             return;
@@ -325,26 +359,38 @@ impl Core {
                         cq.head = head;
                         Counters::bump(&self.counters.shadow_updates);
                     }
+                    self.write_eventidx(2 * cqid + 1, (cq.head + cq.size - 1) % cq.size);
                 }
             }
-            self.write_eventidx(2 * cqid + 1, head);
         }
         let mut i = 0;
         while let Some(sqid) = self.cq_sq_at(cqid, i) {
-            let sqid = usize::from(sqid);
             i += 1;
-            let Some(slot) = self.sqs.get(sqid) else {
+            let Some(slot) = self.sqs.get(usize::from(sqid)) else {
                 continue;
             };
             let mut g = lock(slot);
-            let Some(sq) = g.as_mut() else { continue };
-            let Some(tail) = self.read_shadow(2 * sqid) else {
+            let Some(sq) = g.as_mut().filter(|sq| sq.awake) else {
                 continue;
             };
-            if tail != sq.tail && sq.tail_ok(tail) {
-                Counters::bump(&self.counters.shadow_updates);
-                sq.tail = tail;
-                self.run_io_sq(sq);
+            if self.take_shadow_tail(sq) {
+                self.sq_eventidx(sq);
+                continue;
+            }
+            let idle = self
+                .cqs
+                .get(cqid)
+                .is_some_and(|q| lock(q).as_ref().is_none_or(|cq| cq.pending.is_empty()));
+            if idle {
+                sq.awake = false;
+                self.sq_eventidx(sq);
+                // The host may have moved the tail after our read but before it saw the new
+                // EventIdx: look once more, so that no entry is stranded.
+                fence(Ordering::SeqCst);
+                if self.take_shadow_tail(sq) {
+                    sq.awake = true;
+                    self.sq_eventidx(sq);
+                }
             }
         }
     }

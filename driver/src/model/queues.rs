@@ -17,6 +17,8 @@ pub(crate) struct Sq {
     pub size: u32,
     pub head: u32,
     pub tail: u32,
+    /// With shadow doorbells: the model polls this queue's shadow tail (no MMIO needed).
+    pub awake: bool,
 }
 
 impl Sq {
@@ -28,6 +30,7 @@ impl Sq {
             size,
             head: 0,
             tail: 0,
+            awake: false,
         }
     }
     /// Whether `tail` is a legal new tail: inside the ring and not past the free slots.
