@@ -371,43 +371,47 @@ fn ns_management(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
                 1 => 4096,
                 _ => return Status::INVALID_FORMAT.into(),
             };
-            let mut table = core.ns_write();
-            let Some(nsid) = (1..=core.nn).find(|n| !table.contains_key(n)) else {
-                return Status::NSID_UNAVAILABLE.into();
-            };
-            if table.len() >= MAX_NAMESPACES {
-                return Status::NSID_UNAVAILABLE.into();
-            }
-            let cfg = ModelNamespaceConfig {
-                nsid,
-                blocks,
-                lba_size,
-                backing: Backing::Ram,
-            };
-            if validate_namespace(&cfg, core.nn).is_err() {
-                return Status::INVALID_FIELD.into();
-            }
-            let ns = ModelNamespace::new(&cfg, core.cfg.seed);
-            ns.attached.store(false, Ordering::Release);
-            table.insert(nsid, Arc::new(ns));
-            Outcome::ok(nsid)
+            core.ns_write(|table| {
+                let Some(nsid) = (1..=core.nn).find(|n| !table.contains_key(n)) else {
+                    return Status::NSID_UNAVAILABLE.into();
+                };
+                if table.len() >= MAX_NAMESPACES {
+                    return Status::NSID_UNAVAILABLE.into();
+                }
+                let cfg = ModelNamespaceConfig {
+                    nsid,
+                    blocks,
+                    lba_size,
+                    backing: Backing::Ram,
+                };
+                if validate_namespace(&cfg, core.nn).is_err() {
+                    return Status::INVALID_FIELD.into();
+                }
+                let ns = ModelNamespace::new(&cfg, core.cfg.seed);
+                ns.attached.store(false, Ordering::Release);
+                table.insert(nsid, Arc::new(ns));
+                Outcome::ok(nsid)
+            })
         }
         1 => {
             let nsid = sqe.nsid();
-            let removed: Vec<(u32, bool)> = {
-                let mut table = core.ns_write();
+            let removed: Vec<(u32, bool)> = core.ns_write(|table| {
                 if nsid == u32::MAX {
-                    std::mem::take(&mut *table)
+                    std::mem::take(table)
                         .into_iter()
                         .map(|(id, ns)| (id, ns.is_attached()))
                         .collect()
                 } else {
-                    match table.remove(&nsid) {
-                        Some(ns) => vec![(nsid, ns.is_attached())],
-                        None => return Status::INVALID_NAMESPACE.into(),
-                    }
+                    table
+                        .remove(&nsid)
+                        .map(|ns| (nsid, ns.is_attached()))
+                        .into_iter()
+                        .collect()
                 }
-            };
+            });
+            if removed.is_empty() && nsid != u32::MAX {
+                return Status::INVALID_NAMESPACE.into();
+            }
             for (id, attached) in removed {
                 if attached {
                     core.ns_changed(c, id);

@@ -9,12 +9,13 @@ use super::events::Events;
 use super::iommu::ModelIommu;
 use super::namespaces::{ModelNamespace, NamespaceTable};
 use super::queues::{Cq, Sq};
+use super::sharded::ShardedRw;
 use super::sqe::{Outcome, Sqe};
-use super::stats::Counters;
+use super::stats::{Counters, Event};
 use super::{admin, io};
 use std::collections::BTreeMap;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard};
 
 /// The smallest virtual-time step of an idle `relax()`.
 const IDLE_STEP_MIN: u64 = 1_000;
@@ -54,7 +55,7 @@ pub(crate) struct Core {
     idle_step: AtomicU64,
     pub iommu: Arc<ModelIommu>,
     pub ctrl: Mutex<CtrlState>,
-    namespaces: RwLock<NamespaceTable>,
+    namespaces: ShardedRw<NamespaceTable>,
     /// I/O submission queues by qid (slot 0 unused: the admin SQ lives in `ctrl`).
     pub sqs: Box<[Mutex<Option<Sq>>]>,
     /// Completion queues by qid (slot 0 = admin).
@@ -92,10 +93,10 @@ impl Core {
                 page: 4096,
                 ..CtrlState::default()
             }),
-            namespaces: RwLock::new(table),
+            namespaces: ShardedRw::new(table),
             sqs: (0..queues).map(|_| Mutex::new(None)).collect(),
             cqs: (0..queues).map(|_| Mutex::new(None)).collect(),
-            counters: Counters::new(),
+            counters: Counters::new(queues),
             fatal: AtomicBool::new(false),
             shadow: AtomicU64::new(0),
             eventidx: AtomicU64::new(0),
@@ -108,10 +109,16 @@ impl Core {
         lock(&self.ctrl)
     }
     pub fn ns_read(&self) -> RwLockReadGuard<'_, NamespaceTable> {
-        self.namespaces.read().unwrap_or_else(|e| e.into_inner())
+        self.namespaces.read()
     }
-    pub fn ns_write(&self) -> RwLockWriteGuard<'_, NamespaceTable> {
-        self.namespaces.write().unwrap_or_else(|e| e.into_inner())
+    /// Changes the namespace table (all shards).
+    pub fn ns_write<R>(&self, f: impl FnOnce(&mut NamespaceTable) -> R) -> R {
+        self.namespaces.write(f)
+    }
+    /// Runs `f` on the attached namespace `nsid` without cloning its `Arc` (the I/O path).
+    pub fn with_active_ns<R>(&self, nsid: u32, f: impl FnOnce(&ModelNamespace) -> R) -> Option<R> {
+        let table = self.ns_read();
+        table.get(&nsid).filter(|n| n.is_attached()).map(|n| f(n))
     }
     /// The attached namespace `nsid`.
     pub fn active_ns(&self, nsid: u32) -> Option<Arc<ModelNamespace>> {
@@ -174,16 +181,16 @@ impl Core {
         self.reset_idle();
         let qid = index / 2;
         if index.is_multiple_of(2) {
-            Counters::bump(&self.counters.sq_doorbells);
+            self.counters.queue(qid, Event::SqDoorbell);
             if qid == 0 {
                 self.ring_admin_sq(value);
             } else {
                 self.ring_io_sq(qid, value);
             }
         } else {
-            Counters::bump(&self.counters.cq_doorbells);
+            self.counters.queue(qid, Event::CqDoorbell);
             if !self.set_cq_head(qid, value) {
-                Counters::bump(&self.counters.invalid_doorbells);
+                self.counters.invalid_doorbell();
             }
         }
     }
@@ -206,7 +213,7 @@ impl Core {
         let mut c = self.lock_ctrl();
         let c = &mut *c;
         let Some(sq) = c.admin_sq.as_mut().filter(|sq| sq.tail_ok(tail)) else {
-            Counters::bump(&self.counters.invalid_doorbells);
+            self.counters.invalid_doorbell();
             return;
         };
         sq.tail = tail;
@@ -231,7 +238,7 @@ impl Core {
 
     fn ring_io_sq(&self, qid: usize, tail: u32) {
         let Some(slot) = self.sqs.get(qid) else {
-            Counters::bump(&self.counters.invalid_doorbells);
+            self.counters.invalid_doorbell();
             return;
         };
         let mut g = lock(slot);
@@ -245,7 +252,7 @@ impl Core {
                     self.sq_eventidx(sq);
                 }
             }
-            _ => Counters::bump(&self.counters.invalid_doorbells),
+            _ => self.counters.invalid_doorbell(),
         }
     }
 
@@ -325,7 +332,7 @@ impl Core {
 
     fn read_shadow(&self, index: usize) -> Option<u32> {
         let (s, _) = self.shadow_on()?;
-        Counters::bump(&self.counters.shadow_reads);
+        self.counters.queue(index / 2, Event::ShadowRead);
         dma_engine::read_u32(&self.iommu, s.wrapping_add(4 * index as u64)).ok()
     }
 
@@ -333,7 +340,8 @@ impl Core {
     fn take_shadow_tail(&self, sq: &mut Sq) -> bool {
         match self.read_shadow(2 * usize::from(sq.qid)) {
             Some(tail) if tail != sq.tail && sq.tail_ok(tail) => {
-                Counters::bump(&self.counters.shadow_updates);
+                self.counters
+                    .queue(usize::from(sq.qid), Event::ShadowUpdate);
                 sq.tail = tail;
                 self.run_io_sq(sq);
                 true
@@ -357,7 +365,7 @@ impl Core {
                 if let Some(cq) = g.as_mut() {
                     if head != cq.head && cq.head_ok(head) {
                         cq.head = head;
-                        Counters::bump(&self.counters.shadow_updates);
+                        self.counters.queue(cqid, Event::ShadowUpdate);
                     }
                     self.write_eventidx(2 * cqid + 1, (cq.head + cq.size - 1) % cq.size);
                 }
@@ -417,12 +425,9 @@ impl Core {
             return;
         }
         let reorder = self.cfg.reorder_completions;
-        let admin = cqid == 0;
         let counters = &self.counters;
         let post = |cq: &mut Cq, now: u64| {
-            cq.post_due(&self.iommu, now, reorder, |op| {
-                counters.completed(admin, op)
-            })
+            cq.post_due(&self.iommu, now, reorder, |op| counters.completed(cqid, op))
         };
         let result = match post(cq, self.now()) {
             Ok(0) => match cq.next_due() {

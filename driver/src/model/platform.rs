@@ -59,8 +59,7 @@ impl ModelPlatform {
         let core = self.core();
         validate_namespace(&ns, core.nn)?;
         let mut c = core.lock_ctrl();
-        {
-            let mut table = core.ns_write();
+        core.ns_write(|table| {
             if table.get(&ns.nsid).is_some_and(|n| n.is_attached()) {
                 return Err(ModelError::AlreadyAttached { nsid: ns.nsid });
             }
@@ -70,7 +69,8 @@ impl ModelPlatform {
                 });
             }
             table.insert(ns.nsid, Arc::new(ModelNamespace::new(&ns, core.cfg.seed)));
-        }
+            Ok(())
+        })?;
         core.ns_changed(&mut c, ns.nsid);
         Ok(())
     }
