@@ -16,6 +16,7 @@ use super::{admin, io};
 use std::collections::BTreeMap;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard};
+use std::time::Instant;
 
 /// The smallest virtual-time step of an idle `relax()`.
 const IDLE_STEP_MIN: u64 = 1_000;
@@ -69,6 +70,22 @@ pub(crate) struct Core {
     pub eventidx: AtomicU64,
     /// Memory page size for I/O queues (copied from `ctrl` at enable).
     pub io_page: AtomicU64,
+}
+
+/// Adds the host time between its creation and its drop to a queue's busy counter.
+pub(crate) struct BusyTimer<'a> {
+    start: Option<Instant>,
+    counters: &'a Counters,
+    qid: usize,
+}
+
+impl Drop for BusyTimer<'_> {
+    fn drop(&mut self) {
+        if let Some(start) = self.start {
+            let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.counters.add_busy(self.qid, ns);
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -128,6 +145,15 @@ impl Core {
             .cloned()
     }
 
+    /// Measures host time spent in the model on queue `qid` until dropped (if configured).
+    fn busy(&self, qid: usize) -> BusyTimer<'_> {
+        BusyTimer {
+            start: self.cfg.measure_busy_time.then(Instant::now),
+            counters: &self.counters,
+            qid,
+        }
+    }
+
     // ----- virtual time -----
 
     pub fn now(&self) -> u64 {
@@ -135,7 +161,9 @@ impl Core {
     }
     /// Moves the clock forward to `t` (never backwards).
     pub fn advance_to(&self, t: u64) {
-        self.clock.fetch_max(t, Ordering::AcqRel);
+        if t > self.now() {
+            self.clock.fetch_max(t, Ordering::AcqRel);
+        }
     }
     fn reset_idle(&self) {
         if self.idle_step.load(Ordering::Relaxed) != IDLE_STEP_MIN {
@@ -145,6 +173,7 @@ impl Core {
 
     /// Advances virtual time to the next model event after now, or by an idle step.
     pub fn relax(&self) {
+        let _busy = self.busy(0);
         let now = self.now();
         let mut next: Option<u64> = None;
         let mut consider = |t: Option<u64>| {
@@ -180,6 +209,7 @@ impl Core {
     pub fn doorbell(&self, index: usize, value: u32) {
         self.reset_idle();
         let qid = index / 2;
+        let _busy = self.busy(qid);
         if index.is_multiple_of(2) {
             self.counters.queue(qid, Event::SqDoorbell);
             if qid == 0 {
@@ -415,6 +445,7 @@ impl Core {
     /// Posts CQ `cqid`'s due completions; if none is due, jumps to its next one.
     pub fn before_poll(&self, cqid: u16) {
         let cqid = usize::from(cqid);
+        let _busy = self.busy(cqid);
         self.poll_shadow(cqid);
         let Some(slot) = self.cqs.get(cqid) else {
             return;

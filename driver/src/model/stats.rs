@@ -21,6 +21,9 @@ pub struct ModelStats {
     pub admin_completed: BTreeMap<u8, u64>,
     /// I/O commands completed (CQE posted), by opcode.
     pub io_completed: BTreeMap<u8, u64>,
+    /// Host (wall-clock) nanoseconds spent inside the model's doorbell, `before_poll` and
+    /// `relax` handling; 0 unless [`crate::model::ModelConfig::measure_busy_time`] is set.
+    pub busy_ns: u64,
     /// Virtual time in nanoseconds.
     pub now_ns: u64,
 }
@@ -46,6 +49,7 @@ struct QueueCounters {
     cq_doorbells: AtomicU64,
     shadow_reads: AtomicU64,
     shadow_updates: AtomicU64,
+    busy_ns: AtomicU64,
     io: [AtomicU64; PER_QUEUE_OPCODES],
 }
 
@@ -93,6 +97,13 @@ impl Counters {
         }
     }
 
+    /// Adds host time spent in the model for queue `qid` (0 for the admin queue and `relax`).
+    pub fn add_busy(&self, qid: usize, ns: u64) {
+        if let Some(q) = self.queues.get(qid).or_else(|| self.queues.first()) {
+            q.busy_ns.fetch_add(ns, Ordering::Relaxed);
+        }
+    }
+
     pub fn invalid_doorbell(&self) {
         bump(&self.invalid_doorbells);
     }
@@ -137,6 +148,7 @@ impl Counters {
             invalid_doorbell_writes: load(&self.invalid_doorbells),
             shadow_doorbell_reads: sum(|q| &q.shadow_reads),
             shadow_doorbell_updates: sum(|q| &q.shadow_updates),
+            busy_ns: sum(|q| &q.busy_ns),
             admin_completed: self
                 .admin
                 .iter()

@@ -313,3 +313,19 @@ fn shadow_doorbells_fill_a_queue_without_mmio() {
     assert_eq!(b.p.stats().sq_doorbell_writes - base, 1);
     assert_eq!(b.p.stats().io(0x02), 200);
 }
+
+#[test]
+fn busy_time_is_measured_only_on_request() {
+    for measure in [false, true] {
+        let mut b = Bench::new(ModelConfig {
+            measure_busy_time: measure,
+            ..config()
+        });
+        let mut q = b.qpair(1, 16);
+        let buf = b.p.dma().alloc(512).unwrap();
+        for cid in 0..20 {
+            q.run(&b.p, read_cmd(cid, 0, &buf));
+        }
+        assert_eq!(b.p.stats().busy_ns > 0, measure);
+    }
+}
