@@ -233,10 +233,26 @@ impl Core {
         match g.as_mut() {
             Some(cq) if cq.head_ok(head) => {
                 cq.head = head;
+                if qid != 0 && self.shadow_on().is_some() {
+                    // Trust the shadow head only while the host keeps it equal to what it rings.
+                    cq.shadow_ok = self.read_shadow(2 * qid + 1) == Some(head);
+                    self.cq_eventidx(qid, cq);
+                }
                 true
             }
             _ => false,
         }
+    }
+
+    /// EventIdx of an I/O CQ: one behind the head (the model reads the shadow head whenever it
+    /// polls, so it needs no MMIO), or the head itself if the host's shadow can't be trusted.
+    fn cq_eventidx(&self, qid: usize, cq: &Cq) {
+        let v = if cq.shadow_ok {
+            (cq.head + cq.size - 1) % cq.size
+        } else {
+            cq.head
+        };
+        self.write_eventidx(2 * qid + 1, v);
     }
 
     fn ring_admin_sq(&self, tail: u32) {
@@ -277,8 +293,9 @@ impl Core {
                 sq.tail = tail;
                 self.run_io_sq(sq);
                 if self.shadow_on().is_some() {
-                    // Rung: the model now polls this queue's shadow tail in `before_poll`.
-                    sq.awake = true;
+                    // Rung: the model now polls this queue's shadow tail in `before_poll`, if
+                    // the host keeps the shadow equal to what it rings.
+                    sq.awake = self.read_shadow(2 * qid) == Some(tail);
                     self.sq_eventidx(sq);
                 }
             }
@@ -389,15 +406,15 @@ impl Core {
         if cqid == 0 || self.shadow_on().is_none() {
             return;
         }
-        if let Some(head) = self.read_shadow(2 * cqid + 1) {
-            if let Some(slot) = self.cqs.get(cqid) {
-                let mut g = lock(slot);
-                if let Some(cq) = g.as_mut() {
+        if let Some(slot) = self.cqs.get(cqid) {
+            let mut g = lock(slot);
+            if let Some(cq) = g.as_mut().filter(|cq| cq.shadow_ok) {
+                if let Some(head) = self.read_shadow(2 * cqid + 1) {
                     if head != cq.head && cq.head_ok(head) {
                         cq.head = head;
                         self.counters.queue(cqid, Event::ShadowUpdate);
                     }
-                    self.write_eventidx(2 * cqid + 1, (cq.head + cq.size - 1) % cq.size);
+                    self.cq_eventidx(cqid, cq);
                 }
             }
         }

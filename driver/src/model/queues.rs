@@ -96,6 +96,8 @@ pub(crate) struct Cq {
     scratch: Vec<Pending>,
     /// The submission queues that complete here.
     pub sqs: Vec<u16>,
+    /// With shadow doorbells: the host keeps the shadow head current (see `Core::set_cq_head`).
+    pub shadow_ok: bool,
 }
 
 impl Cq {
@@ -111,6 +113,7 @@ impl Cq {
             rng: splitmix(seed ^ u64::from(qid).wrapping_mul(0x1000_0001)),
             scratch: Vec::new(),
             sqs: Vec::new(),
+            shadow_ok: true,
         }
     }
 

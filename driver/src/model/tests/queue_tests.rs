@@ -329,3 +329,28 @@ fn busy_time_is_measured_only_on_request() {
         assert_eq!(b.p.stats().busy_ns > 0, measure);
     }
 }
+
+#[test]
+fn a_host_that_ignores_the_shadow_buffer_still_works() {
+    // Doorbell Buffer Config sent, but the host only ever rings MMIO doorbells.
+    let mut b = Bench::new(config());
+    let shadow = b.p.dma().alloc(4096).unwrap();
+    let eventidx = b.p.dma().alloc(4096).unwrap();
+    assert_eq!(
+        b.admin(0x7C, 0, shadow.iova(), eventidx.iova(), [0; 6])
+            .status,
+        0
+    );
+    let mut q = b.qpair(1, 8);
+    let buf = b.p.dma().alloc(512).unwrap();
+    for cid in 0..40 {
+        let c = q.run(&b.p, read_cmd(cid, 0, &buf));
+        assert_eq!((c.cid, c.status), (cid, 0));
+    }
+    assert_eq!(
+        b.p.stats().io(0x02),
+        40,
+        "no stale shadow value replayed old entries"
+    );
+    assert_eq!(b.p.stats().invalid_doorbell_writes, 0);
+}
