@@ -7,11 +7,13 @@ use std::ptr::NonNull;
 use std::sync::RwLockReadGuard;
 use vfnvme_dma::{DmaError, Iommu, IovaAllocator, IovaRange};
 
-/// Where the model's IOVA space starts: far above user virtual addresses' usual range start, so
-/// that an IOVA is never accidentally equal to the buffer's process address.
+/// Where the model's IOVA space starts (1 TiB). Together with [`MODEL_IOVA_END`] it lies between
+/// where x86-64 Linux puts program text (low addresses) and where it puts the heap of PIE
+/// programs (0x55..) and mmaps (0x7f..), so an IOVA is never accidentally a process address of
+/// the same buffer, and a process address passed as an IOVA is not mapped.
 pub const MODEL_IOVA_START: u64 = 1 << 40;
-/// The last usable IOVA of the model.
-pub const MODEL_IOVA_END: u64 = (1 << 47) - 1;
+/// The last usable IOVA of the model (64 TiB - 1).
+pub const MODEL_IOVA_END: u64 = (1 << 46) - 1;
 
 /// One mapping: `len` bytes at process address `vaddr`.
 #[derive(Debug, Clone, Copy)]
