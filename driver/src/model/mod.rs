@@ -43,6 +43,7 @@ mod platform;
 mod prp;
 mod queues;
 mod registers;
+mod shadow;
 mod sharded;
 mod sqe;
 mod stats;
