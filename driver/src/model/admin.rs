@@ -1,15 +1,15 @@
 //! Admin commands: queue management, features, log pages, AER, namespace attachment, doorbell
 //! buffer config (Identify is in `identify`).
 
-use super::config::{validate_namespace, Backing, ModelNamespaceConfig, MAX_NAMESPACES};
+use super::admin_namespaces::{ns_attachment, ns_management};
+use super::admin_queues::{
+    create_cq, create_sq, delete_cq, delete_sq, granted, io_queues_exist, queue_mapped,
+};
 use super::core::{Core, CtrlState};
-use super::iommu::lookup;
-use super::namespaces::ModelNamespace;
-use super::queues::{Cq, Sq};
-use super::sqe::{Outcome, Sqe, Status, CQE_BYTES, SQE_BYTES};
+use super::sqe::{Outcome, Sqe, Status};
 use super::{identify, prp};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, MutexGuard};
+use std::sync::MutexGuard;
 
 /// Admin opcodes handled here.
 pub(crate) mod op {
@@ -69,136 +69,6 @@ pub(crate) fn execute(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Option<Outco
         _ => Status::INVALID_OPCODE.into(),
     };
     Some(o)
-}
-
-/// The (SQ, CQ) counts the host may create, 0-based.
-fn granted(core: &Core, c: &CtrlState) -> (u16, u16) {
-    let max = core.cfg.max_io_queue_pairs - 1;
-    c.queues_granted.unwrap_or((max, max))
-}
-
-fn queue_mapped(core: &Core, base: u64, bytes: u64) -> bool {
-    lookup(&core.iommu.read(), base, bytes).is_some()
-}
-
-/// Checks the common fields of Create I/O SQ/CQ; returns (qid, entries).
-fn check_create(
-    core: &Core,
-    c: &CtrlState,
-    sqe: &Sqe,
-    limit: u16,
-    entry: u64,
-) -> Result<(u16, u32), Status> {
-    let qid = (sqe.cdw(10) & 0xFFFF) as u16;
-    let entries = (sqe.cdw(10) >> 16) + 1;
-    if qid == 0 || qid > limit + 1 {
-        return Err(Status::INVALID_QID);
-    }
-    if entries < 2 || entries > core.cfg.max_queue_entries {
-        return Err(Status::INVALID_QUEUE_SIZE);
-    }
-    if sqe.cdw(11) & 1 == 0 {
-        return Err(Status::INVALID_FIELD); // CAP.CQR: queues must be physically contiguous
-    }
-    let base = sqe.prp1();
-    if base == 0 || !base.is_multiple_of(c.page) {
-        return Err(Status::INVALID_PRP_OFFSET);
-    }
-    if !queue_mapped(core, base, u64::from(entries) * entry) {
-        return Err(Status::INVALID_FIELD);
-    }
-    Ok((qid, entries))
-}
-
-fn create_cq(core: &Core, c: &CtrlState, sqe: &Sqe) -> Outcome {
-    let (_, ncq) = granted(core, c);
-    let (qid, entries) = match check_create(core, c, sqe, ncq, CQE_BYTES) {
-        Ok(v) => v,
-        Err(s) => return s.into(),
-    };
-    let ien = sqe.cdw(11) & 2 != 0;
-    if ien && sqe.cdw(11) >> 16 != 0 {
-        return Status::INVALID_INTERRUPT_VECTOR.into();
-    }
-    let Some(slot) = core.cqs.get(usize::from(qid)) else {
-        return Status::INVALID_QID.into();
-    };
-    let mut g = lock(slot);
-    if g.is_some() {
-        return Status::INVALID_QID.into();
-    }
-    // The model reads the shadow CQ head whenever it polls: no CQ head MMIO needed.
-    core.write_eventidx(2 * usize::from(qid) + 1, entries - 1);
-    *g = Some(Cq::new(qid, sqe.prp1(), entries, core.cfg.seed));
-    Outcome::ok(0)
-}
-
-fn create_sq(core: &Core, c: &CtrlState, sqe: &Sqe) -> Outcome {
-    let (nsq, _) = granted(core, c);
-    let (qid, entries) = match check_create(core, c, sqe, nsq, SQE_BYTES as u64) {
-        Ok(v) => v,
-        Err(s) => return s.into(),
-    };
-    let cqid = (sqe.cdw(11) >> 16) as u16;
-    let Some(slot) = core.sqs.get(usize::from(qid)) else {
-        return Status::INVALID_QID.into();
-    };
-    let mut g = lock(slot);
-    if g.is_some() {
-        return Status::INVALID_QID.into();
-    }
-    if cqid == 0 {
-        return Status::CQ_INVALID.into();
-    }
-    let Some(cq_slot) = core.cqs.get(usize::from(cqid)) else {
-        return Status::CQ_INVALID.into();
-    };
-    let mut cq = lock(cq_slot);
-    let Some(cq) = cq.as_mut() else {
-        return Status::CQ_INVALID.into();
-    };
-    cq.sqs.push(qid);
-    let sq = Sq::new(qid, cqid, sqe.prp1(), entries);
-    core.sq_eventidx(&sq);
-    *g = Some(sq);
-    Outcome::ok(0)
-}
-
-fn delete_sq(core: &Core, sqe: &Sqe) -> Outcome {
-    let qid = (sqe.cdw(10) & 0xFFFF) as usize;
-    let Some(slot) = core.sqs.get(qid).filter(|_| qid != 0) else {
-        return Status::INVALID_QID.into();
-    };
-    let mut g = lock(slot);
-    let Some(sq) = g.take() else {
-        return Status::INVALID_QID.into();
-    };
-    if let Some(cq) = core.cqs.get(usize::from(sq.cqid)) {
-        if let Some(cq) = lock(cq).as_mut() {
-            cq.sqs.retain(|&q| q != sq.qid);
-        }
-    }
-    Outcome::ok(0)
-}
-
-fn delete_cq(core: &Core, sqe: &Sqe) -> Outcome {
-    let qid = (sqe.cdw(10) & 0xFFFF) as usize;
-    let Some(slot) = core.cqs.get(qid).filter(|_| qid != 0) else {
-        return Status::INVALID_QID.into();
-    };
-    let mut g = lock(slot);
-    match g.as_ref() {
-        None => Status::INVALID_QID.into(),
-        Some(cq) if !cq.sqs.is_empty() => Status::INVALID_QUEUE_DELETION.into(),
-        Some(_) => {
-            *g = None;
-            Outcome::ok(0)
-        }
-    }
-}
-
-fn io_queues_exist(core: &Core) -> bool {
-    core.sqs.iter().any(|s| lock(s).is_some()) || core.cqs.iter().skip(1).any(|q| lock(q).is_some())
 }
 
 fn set_features(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
@@ -297,40 +167,6 @@ fn get_log_page(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
     }
 }
 
-fn ns_attachment(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
-    let sel = sqe.cdw(10) & 0xF;
-    if sel > 1 {
-        return Status::INVALID_FIELD.into();
-    }
-    let mut list = [0u8; 4096];
-    if let Err(s) = prp::read_in(&core.iommu, sqe.prp1(), sqe.prp2(), c.page, &mut list) {
-        return s.into();
-    }
-    let count = usize::from(u16::from_le_bytes([list[0], list[1]])).min(2047);
-    let ours = list[2..2 + 2 * count]
-        .chunks_exact(2)
-        .any(|id| u16::from_le_bytes([id[0], id[1]]) == core.cfg.cntlid);
-    if !ours {
-        return Status::CONTROLLER_LIST_INVALID.into();
-    }
-    let nsid = sqe.nsid();
-    let Some(ns) = core.ns_read().get(&nsid).cloned() else {
-        return Status::INVALID_NAMESPACE.into();
-    };
-    let attach = sel == 0;
-    if ns.is_attached() == attach {
-        return if attach {
-            Status::NS_ALREADY_ATTACHED
-        } else {
-            Status::NS_NOT_ATTACHED
-        }
-        .into();
-    }
-    ns.attached.store(attach, Ordering::Release);
-    core.ns_changed(c, nsid);
-    Outcome::ok(0)
-}
-
 fn doorbell_buffer_config(core: &Core, sqe: &Sqe) -> Outcome {
     let (shadow, eventidx) = (sqe.prp1(), sqe.prp2());
     let ok = |a: u64| a != 0 && a.is_multiple_of(4096) && queue_mapped(core, a, 4096);
@@ -352,73 +188,4 @@ fn doorbell_buffer_config(core: &Core, sqe: &Sqe) -> Outcome {
         }
     }
     Outcome::ok(0)
-}
-
-/// Namespace Management: create (a detached, RAM-backed namespace at the lowest free nsid) or
-/// delete (one nsid, or all with the broadcast nsid).
-fn ns_management(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
-    match sqe.cdw(10) & 0xF {
-        0 => {
-            let mut data = [0u8; 4096];
-            if let Err(s) = prp::read_in(&core.iommu, sqe.prp1(), sqe.prp2(), c.page, &mut data) {
-                return s.into();
-            }
-            let mut nsze = [0u8; 8];
-            nsze.copy_from_slice(&data[..8]);
-            let blocks = u64::from_le_bytes(nsze);
-            let lba_size = match data[26] & 0xF {
-                0 => 512,
-                1 => 4096,
-                _ => return Status::INVALID_FORMAT.into(),
-            };
-            core.ns_write(|table| {
-                let Some(nsid) = (1..=core.nn).find(|n| !table.contains_key(n)) else {
-                    return Status::NSID_UNAVAILABLE.into();
-                };
-                if table.len() >= MAX_NAMESPACES {
-                    return Status::NSID_UNAVAILABLE.into();
-                }
-                let cfg = ModelNamespaceConfig {
-                    nsid,
-                    blocks,
-                    lba_size,
-                    backing: Backing::Ram,
-                };
-                if validate_namespace(&cfg, core.nn).is_err() {
-                    return Status::INVALID_FIELD.into();
-                }
-                let ns = ModelNamespace::new(&cfg, core.cfg.seed);
-                ns.attached.store(false, Ordering::Release);
-                table.insert(nsid, Arc::new(ns));
-                Outcome::ok(nsid)
-            })
-        }
-        1 => {
-            let nsid = sqe.nsid();
-            let removed: Vec<(u32, bool)> = core.ns_write(|table| {
-                if nsid == u32::MAX {
-                    std::mem::take(table)
-                        .into_iter()
-                        .map(|(id, ns)| (id, ns.is_attached()))
-                        .collect()
-                } else {
-                    table
-                        .remove(&nsid)
-                        .map(|ns| (nsid, ns.is_attached()))
-                        .into_iter()
-                        .collect()
-                }
-            });
-            if removed.is_empty() && nsid != u32::MAX {
-                return Status::INVALID_NAMESPACE.into();
-            }
-            for (id, attached) in removed {
-                if attached {
-                    core.ns_changed(c, id);
-                }
-            }
-            Outcome::ok(0)
-        }
-        _ => Status::INVALID_FIELD.into(),
-    }
 }

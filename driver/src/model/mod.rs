@@ -31,6 +31,8 @@
 //! - Get Log Page transfers are limited to 1 MiB (and MDTS).
 
 mod admin;
+mod admin_namespaces;
+mod admin_queues;
 mod config;
 mod core;
 mod dma_engine;
