@@ -116,6 +116,11 @@ fn completions_wait_for_free_cq_slots() {
         assert!(q.reap(&b.p).is_none(), "held: the CQ is full");
         b.p.relax();
     }
+    // The host frees one slot: exactly one more completion is posted.
+    b.p.regs().write32(0x1000 + 8 + 4, 1);
+    got.extend(q.reap(&b.p).map(|c| c.cid));
+    assert!(q.reap(&b.p).is_none(), "only one slot was free");
+    assert_eq!(got, [0, 1, 2, 3]);
     q.ack_head(&b.p);
     while let Some(c) = q.reap(&b.p) {
         got.push(c.cid);
