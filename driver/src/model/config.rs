@@ -59,6 +59,9 @@ pub struct ModelConfig {
     pub aerl: u8,
     /// The controller ID (CNTLID).
     pub cntlid: u16,
+    /// Behave like an NVMe 1.0 controller for namespace discovery: Identify CNS 02h (Active
+    /// Namespace ID list) and CNS 03h (descriptors) are rejected with Invalid Field.
+    pub legacy_identify: bool,
     /// Serial number (at most 20 ASCII characters).
     pub serial: String,
     /// Model number (at most 40 ASCII characters).
@@ -90,6 +93,7 @@ impl Default for ModelConfig {
             shutdown_delay_ns: 100_000,
             aerl: 3,
             cntlid: 1,
+            legacy_identify: false,
             serial: "MODEL0001".into(),
             model: "vfnvme model".into(),
             firmware: "1.0".into(),

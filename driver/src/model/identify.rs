@@ -112,6 +112,9 @@ pub(crate) fn descriptors(ns: &ModelNamespace) -> Vec<u8> {
 pub(crate) fn execute(core: &Core, sqe: &Sqe, page: u64) -> Outcome {
     let cns = sqe.cdw(10) & 0xFF;
     let nsid = sqe.nsid();
+    if core.cfg.legacy_identify && matches!(cns, 0x02 | 0x03) {
+        return Status::INVALID_FIELD.into();
+    }
     let data = match cns {
         0x00 => {
             if nsid == 0 || (nsid > core.nn && nsid != u32::MAX) {

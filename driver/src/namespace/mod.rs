@@ -9,6 +9,7 @@ mod epoch_loom;
 pub mod events;
 mod node;
 pub mod registry;
+pub mod scan;
 #[cfg(all(test, loom))]
 mod registry_loom_tests;
 #[cfg(all(test, not(loom)))]
@@ -16,6 +17,7 @@ mod registry_tests;
 
 pub use events::{EventBus, NamespaceEvent};
 pub use registry::{NamespaceRegistry, RegistryError};
+pub use scan::{ScanMode, ScanReport};
 
 /// What identifies a namespace across rescans. If any of it changes, the namespace is treated as
 /// removed and a new one added (a format or identity change is not a resize).
