@@ -141,7 +141,12 @@ impl AdminQueue {
     /// The pipelined submitter: fills every free slot from `work`, rings the SQ doorbell once
     /// per round, reaps completions, and repeats until `work` has nothing more and nothing is
     /// outstanding. The parallelism is the queue depth (minus slots held by AERs).
-    pub fn pipeline<P: Platform>(&mut self, platform: &P, work: &mut dyn AdminWork, timeout_ns: u64) {
+    pub fn pipeline<P: Platform>(
+        &mut self,
+        platform: &P,
+        work: &mut dyn AdminWork,
+        timeout_ns: u64,
+    ) {
         let regs = platform.regs();
         let mut outstanding = 0usize;
         let mut last_progress = platform.now_ns();

@@ -99,9 +99,11 @@ pub(super) fn process<P: Platform>(ctrl: &Controller<P>) -> Result<AdminEventRep
             Err(status) => {
                 report.failed_aers += 1;
                 log::warn!("Asynchronous Event Request failed ({status}); not re-armed");
-                let _ = ctrl.aer_target.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
-                    Some(t.saturating_sub(1))
-                });
+                let _ = ctrl
+                    .aer_target
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                        Some(t.saturating_sub(1))
+                    });
             }
         }
     }

@@ -200,7 +200,13 @@ impl<P: Platform> Controller<P> {
     /// Probes only `nsids` and updates the registry for them (added, removed, resized).
     pub fn rescan_namespaces(&self, nsids: &[u32]) -> ScanReport {
         let pages = self.scanner.lock().unwrap_or_else(|e| e.into_inner());
-        scan::partial_scan(&self.shared, &pages, nsids, &self.registry, ScanMode::Pipelined)
+        scan::partial_scan(
+            &self.shared,
+            &pages,
+            nsids,
+            &self.registry,
+            ScanMode::Pipelined,
+        )
     }
 
     /// Removes namespaces from the driver's view in one batch (one grace period for all):

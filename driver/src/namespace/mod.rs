@@ -9,11 +9,11 @@ mod epoch_loom;
 pub mod events;
 mod node;
 pub mod registry;
-pub mod scan;
 #[cfg(all(test, loom))]
 mod registry_loom_tests;
 #[cfg(all(test, not(loom)))]
 mod registry_tests;
+pub mod scan;
 
 pub use events::{EventBus, NamespaceEvent};
 pub use registry::{NamespaceRegistry, RegistryError};
