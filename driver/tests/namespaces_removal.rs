@@ -92,10 +92,9 @@ fn removal_under_concurrent_lookups_and_io() {
                         // Two lookup styles: the epoch-guarded borrow and the counted handle.
                         let result = if t % 2 == 0 {
                             let guard = pin_guard();
-                            match ctrl.registry().lookup(nsid, &guard) {
-                                Some(ns) => Some(qp.flush(ns, tag)),
-                                None => None,
-                            }
+                            ctrl.registry()
+                                .lookup(nsid, &guard)
+                                .map(|ns| qp.flush(ns, tag))
                         } else {
                             ctrl.namespace(nsid)
                                 .map(|ns| qp.write_zeroes(&ns, n % 1000, 8, tag))
