@@ -49,6 +49,17 @@ pub struct IoQueue {
 enum Data {
     None,
     Buffer(DmaBuffer),
+    /// Borrowed memory the caller keeps mapped (the C ABI).
+    Raw(u64),
+}
+
+/// The direction of a raw-buffer I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Device to memory.
+    Read,
+    /// Memory to device.
+    Write,
 }
 
 impl IoQueue {
@@ -186,6 +197,42 @@ impl IoQueue {
         self.submit_split(ns, opcode, lba, blocks, per_cmd, 0, Data::Buffer(buf), tag)
     }
 
+    /// Queues a read or write of `blocks` blocks at `lba` on memory the caller owns at device
+    /// address `iova` (`len` bytes, dword aligned). The completion carries no buffer.
+    ///
+    /// # Safety
+    /// `iova..iova+len` must be mapped for the device and the memory behind it must stay
+    /// allocated and untouched by the caller until the request completes (or the queue pair is
+    /// deleted), since the device reads or writes it at any time in between.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn submit_raw(
+        &mut self,
+        ns: &Namespace,
+        dir: Direction,
+        lba: u64,
+        blocks: u32,
+        iova: u64,
+        len: usize,
+        tag: u64,
+    ) -> Result<(), SubmitError> {
+        Self::check_ns(ns, lba, blocks as u64).map_err(|k| SubmitError::new(k, None))?;
+        let needed = (blocks as u64) << ns.lba_shift();
+        if (len as u64) < needed {
+            return Err(SubmitError::new(
+                SubmitErrorKind::BufferTooSmall { needed, len },
+                None,
+            ));
+        }
+        let opcode = match dir {
+            Direction::Read => io_opcode::READ,
+            Direction::Write => io_opcode::WRITE,
+        };
+        let per_cmd =
+            ((self.max_transfer >> ns.lba_shift()) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND);
+        self.submit_split(ns, opcode, lba, blocks, per_cmd, 0, Data::Raw(iova), tag)
+    }
+
     /// Queues a flush of namespace `ns`.
     #[inline]
     pub fn flush(&mut self, ns: &Namespace, tag: u64) -> Result<(), SubmitError> {
@@ -301,9 +348,10 @@ impl IoQueue {
         data: Data,
         tag: u64,
     ) -> Result<(), SubmitError> {
-        let buf = match data {
-            Data::None => None,
-            Data::Buffer(b) => Some(b),
+        let (buf, raw) = match data {
+            Data::None => (None, None),
+            Data::Buffer(b) => (Some(b), None),
+            Data::Raw(iova) => (None, Some(iova)),
         };
         let needed = blocks.div_ceil(per_cmd) as usize;
         if needed > self.trackers.capacity() {
@@ -323,7 +371,7 @@ impl IoQueue {
             ));
         }
         let start_tail = self.rings.sq_tail();
-        let base_iova = buf.as_ref().map(|b| b.iova());
+        let base_iova = buf.as_ref().map(|b| b.iova()).or(raw);
         let shift = ns.lba_shift();
         let mut head = u16::MAX;
         let mut done: u32 = 0;
