@@ -131,7 +131,9 @@ impl<P: Platform> Controller<P> {
             .unwrap_or_else(|e| e.into_inner())
             .slots();
         let pages = ScanPages::new(shared.platform.dma(), slots)?;
-        let aer_target = (usize::from(info.identify.aerl) + 1).min(slots.saturating_sub(1));
+        // AERL + 1 AERs, but never more than a quarter of the admin slots (at least one), so
+        // that small admin queues keep their pipelining capacity.
+        let aer_target = (usize::from(info.identify.aerl) + 1).min((slots / 4).max(1));
         let ctrl = Controller {
             shared: Arc::new(shared),
             info,
