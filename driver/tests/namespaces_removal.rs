@@ -19,7 +19,7 @@ const THREADS: usize = 3;
 /// Whether `nsid` is one the test removes (by detaching it in the device, or by a driver-side
 /// removal).
 fn doomed(nsid: u32) -> bool {
-    nsid % 2 == 0
+    nsid.is_multiple_of(2)
 }
 
 #[derive(Default, Debug)]
@@ -116,7 +116,7 @@ fn removal_under_concurrent_lookups_and_io() {
                                 other => panic!("unexpected submit error {other:?}"),
                             },
                         }
-                        if n % 16 == 0 {
+                        if n.is_multiple_of(16) {
                             qp.poll(usize::MAX, |c| on_completion(c, &mut tally));
                             progress.fetch_add(1, Ordering::Release);
                         }
