@@ -111,9 +111,13 @@ fn pipelined_scan_keeps_the_admin_queue_full() {
 
     ctrl.remove_namespaces(&all);
     let t0 = platform.now_ns();
+    let doorbells = platform.stats().sq_doorbell_writes;
     let piped = ctrl.rescan_with(ScanMode::Pipelined).unwrap();
     let piped_ns = platform.now_ns() - t0;
     assert_eq!(piped.added.len(), 512);
+    // One doorbell per round: 1 list page + the probe rounds, not one per command.
+    let piped_doorbells = platform.stats().sq_doorbell_writes - doorbells;
+    assert!(piped_doorbells <= 8, "{piped_doorbells} doorbells");
 
     ctrl.remove_namespaces(&all);
     let t1 = platform.now_ns();
@@ -133,4 +137,26 @@ fn pipelined_scan_keeps_the_admin_queue_full() {
         "serial scan took {serial_ns} ns"
     );
     assert!(platform.stats().admin(admin_opcode::IDENTIFY) > 3 * 1024);
+}
+
+#[test]
+fn non_nvm_command_set_gets_its_csi_specific_identify() {
+    let nsids = [1, 2, 3];
+    let platform = ModelPlatform::new(ModelConfig {
+        namespace_csi: vec![(2, 2)],
+        ..model(&nsids, 8)
+    })
+    .unwrap();
+    let ctrl = Controller::new(Arc::clone(&platform), ControllerOptions::default()).unwrap();
+    check_found(&ctrl, &nsids);
+    assert_eq!(ctrl.namespace(2).unwrap().identity().csi, 2);
+    assert_eq!(ctrl.namespace(1).unwrap().identity().csi, 0);
+    // Identify Controller + active list + 3 × (namespace, descriptors) + 1 × CNS 05h.
+    assert_eq!(
+        platform.stats().admin(admin_opcode::IDENTIFY),
+        1 + 1 + 6 + 1
+    );
+    let report = ctrl.rescan().unwrap();
+    assert_eq!(report.admin_commands, 1 + 6 + 1);
+    assert!(report.failed.is_empty() && report.added.is_empty());
 }
