@@ -13,6 +13,7 @@
 //! Measured until (1) every namespace is unlinked ("unlinked"), (2) every in-flight I/O has
 //! completed on the queue pair ("drained"; the driver never blocks on it: the qpair owner
 //! polls) and (3) every namespace is `Removed`, i.e. its grace period has passed ("quiescent").
+//! "last wait" is the wait for the grace period after the drain (flat in N when batched).
 //! Virtual time is the model's clock (device latency); wall time is this machine's, and
 //! includes the epoch grace period (wall-clock work only, no device time).
 //!
@@ -53,6 +54,7 @@ struct Row {
     in_flight: usize,
     unlinked_wall_us: f64,
     quiescent_wall_us: f64,
+    grace_wall_us: f64,
     drained_virtual_us: f64,
     unlinked_virtual_us: f64,
 }
@@ -139,7 +141,9 @@ fn run(count: u32, mode: Mode) -> Row {
     let completed = drain(&platform, &mut qp);
     assert_eq!(completed, in_flight, "lost completions");
     let drained_virtual = platform.now_ns() - v0;
+    let g0 = Instant::now();
     wait_quiescent(&handles);
+    let grace_wall = g0.elapsed();
     let quiescent_wall = w0.elapsed();
     Row {
         mode: mode.name(),
@@ -147,6 +151,7 @@ fn run(count: u32, mode: Mode) -> Row {
         in_flight,
         unlinked_wall_us: unlinked_wall.as_secs_f64() * 1e6,
         quiescent_wall_us: quiescent_wall.as_secs_f64() * 1e6,
+        grace_wall_us: grace_wall.as_secs_f64() * 1e6,
         drained_virtual_us: drained_virtual as f64 / 1e3,
         unlinked_virtual_us: unlinked_virtual as f64 / 1e3,
     }
@@ -165,12 +170,13 @@ fn main() {
         IO_LATENCY_NS / 1000
     );
     println!(
-        "{:<13} {:>5} {:>9} {:>16} {:>18} {:>17} {:>17}",
+        "{:<13} {:>5} {:>9} {:>16} {:>18} {:>14} {:>17} {:>17}",
         "mode",
         "N",
         "in flight",
         "unlinked wall µs",
         "quiescent wall µs",
+        "last wait µs",
         "unlinked virt µs",
         "drained virt µs"
     );
@@ -179,12 +185,13 @@ fn main() {
         for n in [8u32, 64, 1024] {
             let r = run(n, mode);
             println!(
-                "{:<13} {:>5} {:>9} {:>16.1} {:>18.1} {:>17.1} {:>17.1}",
+                "{:<13} {:>5} {:>9} {:>16.1} {:>18.1} {:>14.1} {:>17.1} {:>17.1}",
                 r.mode,
                 r.namespaces,
                 r.in_flight,
                 r.unlinked_wall_us,
                 r.quiescent_wall_us,
+                r.grace_wall_us,
                 r.unlinked_virtual_us,
                 r.drained_virtual_us
             );
@@ -196,8 +203,8 @@ fn main() {
             .iter()
             .map(|r| {
                 format!(
-                    "{{\"mode\":\"{}\",\"namespaces\":{},\"in_flight\":{},\"unlinked_wall_us\":{:.1},\"quiescent_wall_us\":{:.1},\"unlinked_virtual_us\":{:.1},\"drained_virtual_us\":{:.1}}}",
-                    r.mode, r.namespaces, r.in_flight, r.unlinked_wall_us, r.quiescent_wall_us, r.unlinked_virtual_us, r.drained_virtual_us
+                    "{{\"mode\":\"{}\",\"namespaces\":{},\"in_flight\":{},\"unlinked_wall_us\":{:.1},\"quiescent_wall_us\":{:.1},\"grace_wall_us\":{:.1},\"unlinked_virtual_us\":{:.1},\"drained_virtual_us\":{:.1}}}",
+                    r.mode, r.namespaces, r.in_flight, r.unlinked_wall_us, r.quiescent_wall_us, r.grace_wall_us, r.unlinked_virtual_us, r.drained_virtual_us
                 )
             })
             .collect();
