@@ -63,10 +63,14 @@ fn bring_up_reports_controller_and_namespaces() {
     let s = platform.stats();
     assert_eq!(
         s.admin(0x06),
-        3,
-        "identify controller, active list, namespace 1"
+        4,
+        "identify controller, active list, namespace 1 and its descriptors"
     );
-    assert_eq!(s.admin(0x09), 1, "number of queues");
+    assert_eq!(
+        s.admin(0x09),
+        2,
+        "number of queues, asynchronous event configuration"
+    );
 }
 
 fn write_read_back(lba_size: u32) {

@@ -1,23 +1,84 @@
-//! The admin queue: synchronous and pipelined admin commands (control path; callers lock it).
+//! The admin queue: a pipelined submitter (keep the queue full, one doorbell per batch), the
+//! synchronous/batched helpers built on it, and the Asynchronous Event Requests that stay
+//! outstanding on it (control path; callers lock it).
 
 use crate::error::Error;
 use crate::platform::Platform;
 use crate::queue::ring::Rings;
-use crate::spec::{Command, Completion};
+use crate::spec::{Command, Completion, Status};
 use vfnvme_dma::{DmaError, DmaPool};
 
 /// Owner marker: the command identifier is free.
 const IDLE: usize = usize::MAX;
 /// Owner marker: the command timed out; its late completion is dropped.
 const ABANDONED: usize = usize::MAX - 1;
+/// Owner marker: an Asynchronous Event Request waits in this slot.
+const AER: usize = usize::MAX - 2;
+/// Owner marker: a command of the running pipeline.
+const BUSY: usize = usize::MAX - 3;
+
+/// A source of admin commands for [`AdminQueue::pipeline`].
+///
+/// A *slot* is the command identifier the command goes out with; at most one command uses a
+/// slot at a time, so a caller can give every slot its own DMA page.
+pub trait AdminWork {
+    /// The next command to send in `slot`, or `None` when there is nothing to send right now
+    /// (more may follow once outstanding commands complete).
+    fn next(&mut self, slot: u16) -> Option<Command>;
+    /// The command sent in `slot` finished; the slot is reused only after this returns.
+    fn done(&mut self, slot: u16, result: Result<Completion, Error>);
+    /// Nothing completed for the timeout: outstanding commands were reported timed out and the
+    /// pipeline stops. Work not yet sent should be failed here.
+    fn timed_out(&mut self, _waited_ms: u64) {}
+}
+
+/// The result of one Asynchronous Event Request: DW0 of its completion, or its error status.
+pub type AerResult = Result<u32, Status>;
 
 /// The admin submission/completion rings and their command identifiers.
 #[derive(Debug)]
 pub struct AdminQueue {
     rings: Rings,
     free: Vec<u16>,
-    /// Per command identifier: the index of the command in the running batch, or a marker.
+    /// Per command identifier: a marker, or (for `run`) unused.
     owner: Vec<usize>,
+    /// Opcode sent in each slot (for error reports).
+    opcodes: Vec<u8>,
+    /// AER completions not yet handed out by [`poll_events`](Self::poll_events).
+    events: Vec<AerResult>,
+    /// AERs outstanding on the controller.
+    aers: usize,
+}
+
+/// Adapts a slice of commands to [`AdminWork`] for [`AdminQueue::run`].
+struct SliceWork<'a, F> {
+    cmds: &'a [Command],
+    next: usize,
+    index_of_slot: Vec<usize>,
+    done: F,
+}
+
+impl<F: FnMut(usize, Result<Completion, Error>)> AdminWork for SliceWork<'_, F> {
+    fn next(&mut self, slot: u16) -> Option<Command> {
+        let c = *self.cmds.get(self.next)?;
+        if let Some(i) = self.index_of_slot.get_mut(slot as usize) {
+            *i = self.next;
+        }
+        self.next += 1;
+        Some(c)
+    }
+    fn done(&mut self, slot: u16, result: Result<Completion, Error>) {
+        if let Some(&i) = self.index_of_slot.get(slot as usize) {
+            (self.done)(i, result);
+        }
+    }
+    fn timed_out(&mut self, waited_ms: u64) {
+        for i in self.next..self.cmds.len() {
+            let opcode = self.cmds.get(i).map_or(0, |c| c.opcode());
+            (self.done)(i, Err(Error::AdminTimeout { opcode, waited_ms }));
+        }
+        self.next = self.cmds.len();
+    }
 }
 
 impl AdminQueue {
@@ -30,6 +91,9 @@ impl AdminQueue {
             rings,
             free: (0..slots as u16).rev().collect(),
             owner: vec![IDLE; slots],
+            opcodes: vec![0; slots],
+            events: Vec::new(),
+            aers: 0,
         })
     }
 
@@ -45,6 +109,14 @@ impl AdminQueue {
     pub fn depth(&self) -> u32 {
         self.rings.depth()
     }
+    /// Command identifiers (slots): `depth - 1`.
+    pub fn slots(&self) -> usize {
+        self.owner.len()
+    }
+    /// Asynchronous Event Requests outstanding.
+    pub fn aers_outstanding(&self) -> usize {
+        self.aers
+    }
 
     /// Runs `cmds`, keeping as many in flight as the queue allows, and calls `done(i, result)`
     /// once per command (in completion order). A command with an error status gives
@@ -55,90 +127,155 @@ impl AdminQueue {
         platform: &P,
         cmds: &[Command],
         timeout_ns: u64,
-        mut done: impl FnMut(usize, Result<Completion, Error>),
+        done: impl FnMut(usize, Result<Completion, Error>),
+    ) {
+        let mut work = SliceWork {
+            cmds,
+            next: 0,
+            index_of_slot: vec![0; self.slots()],
+            done,
+        };
+        self.pipeline(platform, &mut work, timeout_ns);
+    }
+
+    /// The pipelined submitter: fills every free slot from `work`, rings the SQ doorbell once
+    /// per round, reaps completions, and repeats until `work` has nothing more and nothing is
+    /// outstanding. The parallelism is the queue depth (minus slots held by AERs).
+    pub fn pipeline<P: Platform>(
+        &mut self,
+        platform: &P,
+        work: &mut dyn AdminWork,
+        timeout_ns: u64,
     ) {
         let regs = platform.regs();
-        let mut next = 0usize;
         let mut outstanding = 0usize;
         let mut last_progress = platform.now_ns();
         loop {
-            while next < cmds.len() {
-                let Some(cid) = self.free.pop() else { break };
-                let Some(src) = cmds.get(next) else { break };
-                let mut c = *src;
+            while let Some(&cid) = self.free.last() {
+                let Some(mut c) = work.next(cid) else { break };
+                self.free.pop();
                 c.set_cid(cid);
-                if let Some(o) = self.owner.get_mut(cid as usize) {
-                    *o = next;
-                }
+                self.mark(cid, BUSY, c.opcode());
                 self.rings.push(&c);
-                next += 1;
                 outstanding += 1;
             }
             if self.rings.sq_pending() {
                 self.rings.ring_sq(regs);
             }
-            if outstanding == 0 && next >= cmds.len() {
+            if outstanding == 0 {
                 return;
             }
             platform.before_poll(0);
-            let mut progressed = false;
-            while let Some(cqe) = self.rings.peek_cq() {
-                self.rings.advance_cq();
-                let cid = cqe.cid;
-                let Some(o) = self.owner.get_mut(cid as usize) else {
-                    log::error!("admin completion for unknown command id {cid} ignored");
-                    continue;
-                };
-                match *o {
-                    IDLE => log::error!("admin completion for idle command id {cid} ignored"),
-                    ABANDONED => {
-                        *o = IDLE;
-                        self.free.push(cid);
-                    }
-                    i => {
-                        *o = IDLE;
-                        self.free.push(cid);
-                        outstanding -= 1;
-                        progressed = true;
-                        let status = cqe.status();
-                        let opcode = cmds.get(i).map_or(0, |c| c.opcode());
-                        let result = if status.is_success() {
-                            Ok(cqe)
-                        } else {
-                            Err(Error::AdminFailed { opcode, status })
-                        };
-                        done(i, result);
-                    }
-                }
-            }
-            self.rings.ring_cq(regs);
+            let finished = self.reap(platform, |cid, result| work.done(cid, result));
+            outstanding = outstanding.saturating_sub(finished);
             let now = platform.now_ns();
-            if progressed {
+            if finished > 0 {
                 last_progress = now;
                 continue;
             }
             let waited = now.saturating_sub(last_progress);
             if waited > timeout_ns {
                 let waited_ms = waited / 1_000_000;
-                for o in self.owner.iter_mut() {
-                    if *o < ABANDONED {
-                        let opcode = cmds.get(*o).map_or(0, |c| c.opcode());
-                        done(*o, Err(Error::AdminTimeout { opcode, waited_ms }));
+                for (cid, o) in self.owner.iter_mut().enumerate() {
+                    if *o == BUSY {
+                        let opcode = self.opcodes.get(cid).copied().unwrap_or(0);
+                        work.done(cid as u16, Err(Error::AdminTimeout { opcode, waited_ms }));
                         *o = ABANDONED;
                     }
                 }
-                for (i, c) in cmds.iter().enumerate().skip(next) {
-                    done(
-                        i,
-                        Err(Error::AdminTimeout {
-                            opcode: c.opcode(),
-                            waited_ms,
-                        }),
-                    );
-                }
+                work.timed_out(waited_ms);
                 return;
             }
             platform.relax();
         }
+    }
+
+    fn mark(&mut self, cid: u16, owner: usize, opcode: u8) {
+        if let Some(o) = self.owner.get_mut(cid as usize) {
+            *o = owner;
+        }
+        if let Some(op) = self.opcodes.get_mut(cid as usize) {
+            *op = opcode;
+        }
+    }
+
+    /// Drains the admin CQ: pipeline completions go to `done`, AER completions to the event
+    /// list. Returns how many pipeline commands finished.
+    fn reap<P: Platform>(
+        &mut self,
+        platform: &P,
+        mut done: impl FnMut(u16, Result<Completion, Error>),
+    ) -> usize {
+        let mut finished = 0;
+        let mut any = false;
+        while let Some(cqe) = self.rings.peek_cq() {
+            self.rings.advance_cq();
+            any = true;
+            let cid = cqe.cid;
+            let Some(o) = self.owner.get_mut(cid as usize) else {
+                log::error!("admin completion for unknown command id {cid} ignored");
+                continue;
+            };
+            let status = cqe.status();
+            match *o {
+                IDLE => {
+                    log::error!("admin completion for idle command id {cid} ignored");
+                    continue;
+                }
+                ABANDONED => {}
+                AER => {
+                    self.aers = self.aers.saturating_sub(1);
+                    self.events.push(if status.is_success() {
+                        Ok(cqe.dw0)
+                    } else {
+                        Err(status)
+                    });
+                }
+                _ => {
+                    let opcode = self.opcodes.get(cid as usize).copied().unwrap_or(0);
+                    let result = if status.is_success() {
+                        Ok(cqe)
+                    } else {
+                        Err(Error::AdminFailed { opcode, status })
+                    };
+                    done(cid, result);
+                    finished += 1;
+                }
+            }
+            if let Some(o) = self.owner.get_mut(cid as usize) {
+                *o = IDLE;
+            }
+            self.free.push(cid);
+        }
+        if any {
+            self.rings.ring_cq(platform.regs());
+        }
+        finished
+    }
+
+    /// Sends Asynchronous Event Requests until `want` are outstanding (bounded by free slots,
+    /// always leaving one slot for other commands). One doorbell for all of them.
+    pub fn arm_aers<P: Platform>(&mut self, platform: &P, want: usize) {
+        while self.aers < want && self.free.len() > 1 {
+            let Some(cid) = self.free.pop() else { break };
+            let mut c = Command::async_event_request();
+            c.set_cid(cid);
+            self.mark(cid, AER, c.opcode());
+            self.rings.push(&c);
+            self.aers += 1;
+        }
+        if self.rings.sq_pending() {
+            self.rings.ring_sq(platform.regs());
+        }
+    }
+
+    /// Reaps the admin CQ without running commands and hands out every AER completion seen
+    /// since the last call (including those reaped while other commands ran).
+    pub fn poll_events<P: Platform>(&mut self, platform: &P) -> Vec<AerResult> {
+        platform.before_poll(0);
+        self.reap(platform, |cid, _| {
+            log::error!("admin completion for command id {cid} outside a pipeline ignored")
+        });
+        std::mem::take(&mut self.events)
     }
 }

@@ -2,28 +2,30 @@
 
 mod admin;
 mod bringup;
-mod discovery;
+mod events;
 mod shared;
 
-pub use admin::AdminQueue;
-pub use discovery::discover_namespaces;
+pub use admin::{AdminQueue, AdminWork, AerResult};
+pub use events::AdminEventReport;
 pub(crate) use shared::Shared;
 
 use crate::error::Error;
-use crate::namespace::Namespace;
+use crate::namespace::scan::{self, ScanMode, ScanPages, ScanReport};
+use crate::namespace::{Namespace, NamespaceEvent, NamespaceRegistry};
 use crate::platform::Platform;
 use crate::queue::{QpairOptions, QueuePair};
 use crate::spec::identify::IdentifyController;
 use crate::spec::registers::{Cap, Version};
 use crate::spec::{Command, Completion};
-use std::collections::BTreeMap;
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use vfnvme_dma::DmaPool;
 
 /// How to bring the controller up.
 #[derive(Debug, Clone)]
 pub struct ControllerOptions {
-    /// Admin queue depth (2..=4096).
+    /// Admin queue depth (2..=4096, capped at CAP.MQES + 1). Namespace scans keep this many
+    /// Identify commands in flight, so deeper scans faster.
     pub admin_depth: u16,
     /// Use shadow doorbells (Doorbell Buffer Config) when the controller supports them.
     pub shadow_doorbells: bool,
@@ -36,7 +38,7 @@ pub struct ControllerOptions {
 impl Default for ControllerOptions {
     fn default() -> Self {
         ControllerOptions {
-            admin_depth: 32,
+            admin_depth: 256,
             shadow_doorbells: true,
             io_queues: 64,
             admin_timeout_ms: 30_000,
@@ -92,11 +94,20 @@ impl ControllerInfo {
 
 /// An NVMe controller that is up: admin queue, identify data, namespaces, I/O queue pairs.
 ///
-/// Dropping it deletes the I/O queues still alive and shuts the controller down (CC.SHN).
+/// Namespaces live in a lock-free [`NamespaceRegistry`]; change events (Asynchronous Event
+/// Requests) are handled by [`process_admin_completions`](Self::process_admin_completions),
+/// which a polled application calls periodically.
+///
+/// Dropping it removes every namespace (one batch), deletes the I/O queues still alive and
+/// shuts the controller down (CC.SHN).
 pub struct Controller<P: Platform> {
     shared: Arc<Shared<P>>,
     info: ControllerInfo,
-    namespaces: Mutex<BTreeMap<u32, Arc<Namespace>>>,
+    registry: Arc<NamespaceRegistry>,
+    /// Serialises scans (admin path only) and holds their DMA pages.
+    scanner: Mutex<ScanPages>,
+    /// AERs to keep outstanding (AERL + 1, bounded by the admin queue).
+    aer_target: std::sync::atomic::AtomicUsize,
 }
 
 impl<P: Platform> std::fmt::Debug for Controller<P> {
@@ -110,17 +121,28 @@ impl<P: Platform> std::fmt::Debug for Controller<P> {
 
 impl<P: Platform> Controller<P> {
     /// Brings the controller up: disable, admin queue, enable, Identify Controller, Number of
-    /// Queues, (optional) Doorbell Buffer Config, namespace discovery.
+    /// Queues, (optional) Doorbell Buffer Config, the pipelined namespace scan, and finally
+    /// Asynchronous Event Requests for namespace change notices.
     pub fn new(platform: Arc<P>, options: ControllerOptions) -> Result<Self, Error> {
         let (shared, info) = bringup::bring_up(platform, &options)?;
-        let shared = Arc::new(shared);
+        let slots = shared
+            .admin
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .slots();
+        let pages = ScanPages::new(shared.platform.dma(), slots)?;
+        // AERL + 1 AERs, but never more than a quarter of the admin slots (at least one), so
+        // that small admin queues keep their pipelining capacity.
+        let aer_target = (usize::from(info.identify.aerl) + 1).min((slots / 4).max(1));
         let ctrl = Controller {
-            shared,
+            shared: Arc::new(shared),
             info,
-            namespaces: Mutex::new(BTreeMap::new()),
+            registry: Arc::new(NamespaceRegistry::new()),
+            scanner: Mutex::new(pages),
+            aer_target: std::sync::atomic::AtomicUsize::new(aer_target),
         };
-        let found = discover_namespaces(&ctrl)?;
-        *ctrl.namespaces.lock().unwrap_or_else(|e| e.into_inner()) = found;
+        ctrl.rescan()?;
+        events::enable_namespace_notices(&ctrl);
         Ok(ctrl)
     }
 
@@ -139,28 +161,72 @@ impl<P: Platform> Controller<P> {
         self.shared.platform.dma()
     }
 
-    /// The active namespace `nsid`.
+    /// The active namespace `nsid` (a counted handle; lock-free).
     pub fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {
-        self.namespaces
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&nsid)
-            .cloned()
+        self.registry.get(nsid)
     }
 
-    /// All active namespaces, by nsid.
+    /// All active namespaces, by nsid (a lock-free snapshot).
     pub fn namespaces(&self) -> Vec<Arc<Namespace>> {
-        self.namespaces
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect()
+        self.registry.snapshot()
     }
 
-    /// Replaces the namespace table (used by rescans).
-    pub fn set_namespaces(&self, table: BTreeMap<u32, Arc<Namespace>>) {
-        *self.namespaces.lock().unwrap_or_else(|e| e.into_inner()) = table;
+    /// Runs `f` on namespace `nsid` without taking a reference count or a lock: the I/O path's
+    /// lookup. `None` if it is not registered.
+    #[inline]
+    pub fn with_namespace<R>(&self, nsid: u32, f: impl FnOnce(&Namespace) -> R) -> Option<R> {
+        self.registry.with(nsid, f)
+    }
+
+    /// The namespace registry (batched lookups, snapshots, events).
+    pub fn registry(&self) -> &Arc<NamespaceRegistry> {
+        &self.registry
+    }
+
+    /// A receiver of every namespace event (added, removed, changed) from now on.
+    pub fn subscribe_namespace_events(&self) -> Receiver<NamespaceEvent> {
+        self.registry.events().subscribe()
+    }
+
+    /// Scans every namespace (pipelined) and updates the registry to match.
+    pub fn rescan(&self) -> Result<ScanReport, Error> {
+        self.rescan_with(ScanMode::Pipelined)
+    }
+
+    /// Scans every namespace with `mode` and updates the registry to match.
+    pub fn rescan_with(&self, mode: ScanMode) -> Result<ScanReport, Error> {
+        let pages = self.scanner.lock().unwrap_or_else(|e| e.into_inner());
+        scan::full_scan(&self.shared, &pages, self.info.nn(), &self.registry, mode)
+    }
+
+    /// Probes only `nsids` and updates the registry for them (added, removed, resized).
+    pub fn rescan_namespaces(&self, nsids: &[u32]) -> ScanReport {
+        let pages = self.scanner.lock().unwrap_or_else(|e| e.into_inner());
+        scan::partial_scan(
+            &self.shared,
+            &pages,
+            nsids,
+            &self.registry,
+            ScanMode::Pipelined,
+        )
+    }
+
+    /// Removes namespaces from the driver's view in one batch (one grace period for all):
+    /// they are marked `Removing` at once, so new I/O to them fails with
+    /// [`SubmitErrorKind::NamespaceNotActive`](crate::SubmitErrorKind::NamespaceNotActive),
+    /// and `Removed` when no reader can still see them. In-flight I/O completes on its queue
+    /// pair as usual. Returns the namespaces removed.
+    pub fn remove_namespaces(&self, nsids: &[u32]) -> Vec<Arc<Namespace>> {
+        self.registry.remove_batch(nsids)
+    }
+
+    /// Reaps admin completions: Asynchronous Event Request completions are handled (re-armed;
+    /// on Namespace Attribute Changed the Changed Namespace List log is read and only the
+    /// listed namespaces are rescanned, or all of them if the list overflowed). The driver is
+    /// polled, so applications call this periodically (e.g. every few milliseconds, from any
+    /// thread); namespace events then reach the registry's subscribers.
+    pub fn process_admin_completions(&self) -> Result<AdminEventReport, Error> {
+        events::process(self)
     }
 
     /// Creates an I/O queue pair of `options.depth` entries.
@@ -186,6 +252,7 @@ impl<P: Platform> Controller<P> {
 
 impl<P: Platform> Drop for Controller<P> {
     fn drop(&mut self) {
+        self.registry.clear();
         self.shared.shutdown();
     }
 }

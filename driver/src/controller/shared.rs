@@ -1,6 +1,6 @@
 //! State shared by the controller and its queue pairs.
 
-use super::admin::AdminQueue;
+use super::admin::{AdminQueue, AdminWork};
 use crate::error::Error;
 use crate::platform::{Platform, RegisterIo};
 use crate::queue::ring::ShadowBuffers;
@@ -44,6 +44,12 @@ impl<P: Platform> Shared<P> {
     ) {
         let mut admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
         admin.run(&*self.platform, cmds, self.admin_timeout_ns, done);
+    }
+
+    /// Runs `work` through the admin queue's pipelined submitter.
+    pub fn admin_pipeline(&self, work: &mut dyn AdminWork) {
+        let mut admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
+        admin.pipeline(&*self.platform, work, self.admin_timeout_ns);
     }
 
     /// Takes a free I/O queue id.

@@ -62,6 +62,13 @@ pub struct ModelConfig {
     pub aerl: u8,
     /// The controller ID (CNTLID).
     pub cntlid: u16,
+    /// Behave like an NVMe 1.0 controller for namespace discovery: Identify CNS 02h (Active
+    /// Namespace ID list) and CNS 03h (descriptors) are rejected with Invalid Field.
+    pub legacy_identify: bool,
+    /// (nsid, CSI) pairs: namespaces whose descriptor list reports this Command Set Identifier
+    /// instead of NVM (0). Identify CNS 05h with that CSI answers for them (a zeroed page); the
+    /// NVM Identify Namespace and I/O work as for any namespace.
+    pub namespace_csi: Vec<(u32, u8)>,
     /// Serial number (at most 20 ASCII characters).
     pub serial: String,
     /// Model number (at most 40 ASCII characters).
@@ -94,6 +101,8 @@ impl Default for ModelConfig {
             measure_busy_time: false,
             aerl: 3,
             cntlid: 1,
+            legacy_identify: false,
+            namespace_csi: Vec::new(),
             serial: "MODEL0001".into(),
             model: "vfnvme model".into(),
             firmware: "1.0".into(),

@@ -100,8 +100,17 @@ fn common_formats() -> Vec<u8> {
     b
 }
 
+/// The Command Set Identifier of namespace `nsid` (0 = NVM unless configured).
+fn csi_of(core: &Core, nsid: u32) -> u8 {
+    core.cfg
+        .namespace_csi
+        .iter()
+        .find(|(n, _)| *n == nsid)
+        .map_or(0, |&(_, csi)| csi)
+}
+
 /// Namespace Identification Descriptor list (CNS 03h).
-pub(crate) fn descriptors(ns: &ModelNamespace) -> Vec<u8> {
+pub(crate) fn descriptors(ns: &ModelNamespace, csi: u8) -> Vec<u8> {
     let mut b = vec![0u8; PAGE];
     let mut at = 0;
     let mut add = |b: &mut Vec<u8>, nidt: u8, id: &[u8]| {
@@ -113,7 +122,7 @@ pub(crate) fn descriptors(ns: &ModelNamespace) -> Vec<u8> {
     add(&mut b, 1, &ns.eui64());
     add(&mut b, 2, &ns.nguid());
     add(&mut b, 3, &ns.uuid());
-    add(&mut b, 4, &[0]); // CSI: NVM
+    add(&mut b, 4, &[csi]); // CSI
     b
 }
 
@@ -121,6 +130,9 @@ pub(crate) fn descriptors(ns: &ModelNamespace) -> Vec<u8> {
 pub(crate) fn execute(core: &Core, sqe: &Sqe, page: u64) -> Outcome {
     let cns = sqe.cdw(10) & 0xFF;
     let nsid = sqe.nsid();
+    if core.cfg.legacy_identify && matches!(cns, 0x02 | 0x03) {
+        return Status::INVALID_FIELD.into();
+    }
     let data = match cns {
         0x00 => {
             if nsid == 0 || (nsid > core.nn && nsid != u32::MAX) {
@@ -158,9 +170,17 @@ pub(crate) fn execute(core: &Core, sqe: &Sqe, page: u64) -> Outcome {
             b
         }
         0x03 => match core.active_ns(nsid) {
-            Some(ns) => descriptors(&ns),
+            Some(ns) => descriptors(&ns, csi_of(core, nsid)),
             None => return Status::INVALID_NAMESPACE.into(),
         },
+        0x05 => {
+            let csi = (sqe.cdw(11) >> 24) as u8;
+            match core.active_ns(nsid) {
+                Some(_) if csi == csi_of(core, nsid) => vec![0u8; PAGE],
+                Some(_) => return Status::INVALID_FIELD.into(),
+                None => return Status::INVALID_NAMESPACE.into(),
+            }
+        }
         _ => return Status::INVALID_FIELD.into(),
     };
     match super::prp::write_out(&core.iommu, sqe.prp1(), sqe.prp2(), page, &data) {

@@ -13,9 +13,11 @@ pub mod registry;
 mod registry_loom_tests;
 #[cfg(all(test, not(loom)))]
 mod registry_tests;
+pub mod scan;
 
 pub use events::{EventBus, NamespaceEvent};
 pub use registry::{NamespaceRegistry, RegistryError};
+pub use scan::{ScanMode, ScanReport};
 
 /// What identifies a namespace across rescans. If any of it changes, the namespace is treated as
 /// removed and a new one added (a format or identity change is not a resize).
