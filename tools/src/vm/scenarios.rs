@@ -193,8 +193,12 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "multins",
-        description: "one controller on vfio-pci, 4 raw namespaces of different sizes and LBA sizes",
-        subsystem: None,
+        description: "one controller on vfio-pci, 4 raw namespaces of different sizes and LBA sizes, in an nvme-subsys (so Namespace Attachment works)",
+        // QEMU implements Namespace Attachment only for namespaces that belong to a subsystem.
+        subsystem: Some(Subsystem {
+            nqn: "vfnvme-multins",
+            namespaces: NONE,
+        }),
         controllers: &[one(
             "VFNVME-MULTINS",
             Binding::Vfio,
