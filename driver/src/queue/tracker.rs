@@ -25,11 +25,33 @@ pub struct Tracker {
     pub prp_list: DmaBuffer,
 }
 
+/// What a completion did to its request (see [`Trackers::complete`]).
+#[derive(Debug)]
+pub enum Completed {
+    /// The command identifier names no busy tracker: the completion was ignored.
+    Unknown,
+    /// Other commands of the request are still outstanding.
+    Pending,
+    /// The request finished: its trackers are free again.
+    Done {
+        /// The user's tag.
+        tag: u64,
+        /// Success, or the first error among the request's commands.
+        status: Status,
+        /// The user's buffer.
+        buffer: Option<DmaBuffer>,
+    },
+}
+
 /// The trackers of a queue pair and the LIFO stack of free ones.
+///
+/// Both are fixed-size slices allocated once: the I/O path neither grows nor shrinks them.
 #[derive(Debug)]
 pub struct Trackers {
-    slots: Vec<Tracker>,
-    free: Vec<u16>,
+    slots: Box<[Tracker]>,
+    /// `free[..free_len]` are the free tracker indices; the last one is popped first.
+    free: Box<[u16]>,
+    free_len: usize,
 }
 
 impl Trackers {
@@ -48,8 +70,12 @@ impl Trackers {
             });
         }
         // Pop order: 0, 1, 2, ...
-        let free = (0..count as u16).rev().collect();
-        Ok(Trackers { slots, free })
+        let free: Box<[u16]> = (0..count as u16).rev().collect();
+        Ok(Trackers {
+            slots: slots.into_boxed_slice(),
+            free_len: free.len(),
+            free,
+        })
     }
     /// Total trackers.
     #[inline(always)]
@@ -59,16 +85,22 @@ impl Trackers {
     /// Free trackers.
     #[inline(always)]
     pub fn free_count(&self) -> usize {
-        self.free.len()
+        self.free_len
     }
     /// Takes a free tracker (no allocation: the stack was preallocated).
     #[inline(always)]
     pub fn alloc(&mut self) -> Option<u16> {
-        let idx = self.free.pop()?;
-        if let Some(t) = self.slots.get_mut(idx as usize) {
-            t.busy = true;
-        }
-        Some(idx)
+        self.alloc_mut().map(|(idx, _)| idx)
+    }
+    /// Takes a free tracker and returns it with its index, marked busy.
+    #[inline(always)]
+    pub fn alloc_mut(&mut self) -> Option<(u16, &mut Tracker)> {
+        let top = self.free_len.checked_sub(1)?;
+        let idx = *self.free.get(top)?;
+        let t = self.slots.get_mut(idx as usize)?;
+        self.free_len = top;
+        t.busy = true;
+        Some((idx, t))
     }
     /// Returns a tracker to the stack. Ignores a tracker that is not busy.
     #[inline(always)]
@@ -76,10 +108,56 @@ impl Trackers {
         if let Some(t) = self.slots.get_mut(idx as usize) {
             if t.busy {
                 t.busy = false;
-                // Never exceeds the preallocated capacity: each index is pushed once per alloc.
-                self.free.push(idx);
+                self.push_free(idx);
             }
         }
+    }
+    /// Pushes a tracker that just stopped being busy. Each index is pushed once per alloc, so
+    /// the stack never overflows; the check only keeps that true by construction.
+    #[inline(always)]
+    fn push_free(&mut self, idx: u16) {
+        if let Some(slot) = self.free.get_mut(self.free_len) {
+            *slot = idx;
+            self.free_len += 1;
+        }
+    }
+    /// Records the completion of command `cid` with `status`: frees a non-head command's
+    /// tracker, counts the command against its request, and when it was the request's last
+    /// outstanding command frees the head too and hands back the request's result.
+    #[inline(always)]
+    pub fn complete(&mut self, cid: u16, status: Status) -> Completed {
+        let Some(t) = self.slots.get_mut(cid as usize) else {
+            return Completed::Unknown;
+        };
+        if !t.busy {
+            return Completed::Unknown;
+        }
+        let head = t.parent;
+        let h = if head == cid {
+            t
+        } else {
+            t.busy = false;
+            self.push_free(cid);
+            match self.slots.get_mut(head as usize) {
+                Some(h) => h,
+                None => return Completed::Pending,
+            }
+        };
+        if !status.is_success() && h.status.is_success() {
+            h.status = status;
+        }
+        h.remaining = h.remaining.saturating_sub(1);
+        if h.remaining != 0 || !h.busy {
+            return Completed::Pending;
+        }
+        h.busy = false;
+        let done = Completed::Done {
+            tag: h.tag,
+            status: h.status,
+            buffer: h.buffer.take(),
+        };
+        self.push_free(head);
+        done
     }
     /// The tracker `idx`, if it exists.
     #[inline(always)]
