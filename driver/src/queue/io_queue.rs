@@ -494,11 +494,14 @@ impl IoQueue {
         self.commit(regs);
         let mut delivered = 0;
         while delivered < max {
-            let Some(cqe) = self.rings.peek_cq() else {
+            let Some((cid, status_phase)) = self.rings.peek_cq_cid_status() else {
                 break;
             };
             self.rings.advance_cq();
-            match self.trackers.complete(cqe.cid, cqe.status()) {
+            match self
+                .trackers
+                .complete(cid, Status::from_field(status_phase >> 1))
+            {
                 Completed::Done {
                     tag,
                     status,
@@ -513,7 +516,7 @@ impl IoQueue {
                 }
                 Completed::Pending => {}
                 Completed::Unknown => {
-                    log::error!("completion for unknown command id {} ignored", cqe.cid);
+                    log::error!("completion for unknown command id {cid} ignored");
                 }
             }
         }
