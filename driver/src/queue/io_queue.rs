@@ -498,10 +498,7 @@ impl IoQueue {
                 break;
             };
             self.rings.advance_cq();
-            match self
-                .trackers
-                .complete(cid, Status::from_field(status_phase >> 1))
-            {
+            match self.trackers.complete(cid, status_phase >> 1) {
                 Completed::Done {
                     tag,
                     status,

@@ -121,11 +121,12 @@ impl Trackers {
             self.free_len += 1;
         }
     }
-    /// Records the completion of command `cid` with `status`: frees a non-head command's
-    /// tracker, counts the command against its request, and when it was the request's last
-    /// outstanding command frees the head too and hands back the request's result.
+    /// Records the completion of command `cid` with the CQE's 15-bit status `field` (without
+    /// the phase bit): frees a non-head command's tracker, counts the command against its
+    /// request, and when it was the request's last outstanding command frees the head too and
+    /// hands back the request's result.
     #[inline(always)]
-    pub fn complete(&mut self, cid: u16, status: Status) -> Completed {
+    pub fn complete(&mut self, cid: u16, field: u16) -> Completed {
         let Some(t) = self.slots.get_mut(cid as usize) else {
             return Completed::Unknown;
         };
@@ -139,15 +140,16 @@ impl Trackers {
             t.busy = false;
             self.push_free(cid);
             match self.slots.get_mut(head as usize) {
-                Some(h) => h,
-                None => return Completed::Pending,
+                Some(h) if h.busy => h,
+                _ => return Completed::Pending,
             }
         };
-        if !status.is_success() && h.status.is_success() {
-            h.status = status;
+        // SCT (bits 10:8) and SC (bits 7:0) both zero: success, nothing to decode.
+        if field & 0x7ff != 0 && h.status.is_success() {
+            h.status = Status::from_field(field);
         }
         h.remaining = h.remaining.saturating_sub(1);
-        if h.remaining != 0 || !h.busy {
+        if h.remaining != 0 {
             return Completed::Pending;
         }
         h.busy = false;
