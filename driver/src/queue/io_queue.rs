@@ -489,9 +489,22 @@ impl IoQueue {
         &mut self,
         regs: &R,
         max: usize,
-        mut f: F,
+        f: F,
     ) -> usize {
         self.commit(regs);
+        self.reap(regs, max, f)
+    }
+
+    /// Processes up to `max` request completions without committing first (for callers that
+    /// have just committed), calling `f` for each; writes the CQ head doorbell once. Returns
+    /// the number of completions.
+    #[inline]
+    pub fn reap<R: RegisterIo, F: FnMut(IoCompletion)>(
+        &mut self,
+        regs: &R,
+        max: usize,
+        mut f: F,
+    ) -> usize {
         let mut delivered = 0;
         while delivered < max {
             let Some((cid, status_phase)) = self.rings.peek_cq_cid_status() else {
