@@ -23,7 +23,12 @@ pub struct Tracker {
     pub buffer: Option<DmaBuffer>,
     /// This command's PRP list page (also the Dataset Management range page).
     pub prp_list: DmaBuffer,
+    /// While free: the next free tracker ([`NO_TRACKER`] at the end of the list).
+    next_free: u16,
 }
+
+/// The end of the free list (never a tracker index: a queue has at most 65535 trackers).
+const NO_TRACKER: u16 = u16::MAX;
 
 /// What a completion did to its request (see [`Trackers::complete`]).
 #[derive(Debug)]
@@ -43,20 +48,22 @@ pub enum Completed {
     },
 }
 
-/// The trackers of a queue pair and the LIFO stack of free ones.
+/// The trackers of a queue pair and the LIFO list of free ones.
 ///
-/// Both are fixed-size slices allocated once: the I/O path neither grows nor shrinks them.
+/// The free list is threaded through the trackers themselves (`next_free`), so taking and
+/// returning a tracker touches only that tracker: no separate stack, no allocation.
 #[derive(Debug)]
 pub struct Trackers {
     slots: Box<[Tracker]>,
-    /// `free[..free_len]` are the free tracker indices; the last one is popped first.
-    free: Box<[u16]>,
-    free_len: usize,
+    /// The first free tracker, or [`NO_TRACKER`].
+    free_head: u16,
+    free_count: usize,
 }
 
 impl Trackers {
-    /// `count` trackers, each with a 4 KiB PRP list page.
+    /// `count` (at most 65535) trackers, each with a 4 KiB PRP list page.
     pub fn new(pool: &DmaPool, count: usize) -> Result<Self, DmaError> {
+        let count = count.min(NO_TRACKER as usize);
         let mut slots = Vec::with_capacity(count);
         for i in 0..count {
             slots.push(Tracker {
@@ -67,14 +74,18 @@ impl Trackers {
                 tag: 0,
                 buffer: None,
                 prp_list: pool.alloc(crate::queue::prp::PAGE_SIZE)?,
+                next_free: if i + 1 < count {
+                    (i + 1) as u16
+                } else {
+                    NO_TRACKER
+                },
             });
         }
         // Pop order: 0, 1, 2, ...
-        let free: Box<[u16]> = (0..count as u16).rev().collect();
         Ok(Trackers {
+            free_head: if count > 0 { 0 } else { NO_TRACKER },
+            free_count: count,
             slots: slots.into_boxed_slice(),
-            free_len: free.len(),
-            free,
         })
     }
     /// Total trackers.
@@ -85,9 +96,9 @@ impl Trackers {
     /// Free trackers.
     #[inline(always)]
     pub fn free_count(&self) -> usize {
-        self.free_len
+        self.free_count
     }
-    /// Takes a free tracker (no allocation: the stack was preallocated).
+    /// Takes a free tracker (no allocation: the trackers were preallocated).
     #[inline(always)]
     pub fn alloc(&mut self) -> Option<u16> {
         self.alloc_mut().map(|(idx, _)| idx)
@@ -95,30 +106,24 @@ impl Trackers {
     /// Takes a free tracker and returns it with its index, marked busy.
     #[inline(always)]
     pub fn alloc_mut(&mut self) -> Option<(u16, &mut Tracker)> {
-        let top = self.free_len.checked_sub(1)?;
-        let idx = *self.free.get(top)?;
+        let idx = self.free_head;
+        // An empty list (`NO_TRACKER`) fails this lookup too.
         let t = self.slots.get_mut(idx as usize)?;
-        self.free_len = top;
+        self.free_head = t.next_free;
+        self.free_count = self.free_count.saturating_sub(1);
         t.busy = true;
         Some((idx, t))
     }
-    /// Returns a tracker to the stack. Ignores a tracker that is not busy.
+    /// Returns a tracker to the free list. Ignores a tracker that is not busy.
     #[inline(always)]
     pub fn release(&mut self, idx: u16) {
         if let Some(t) = self.slots.get_mut(idx as usize) {
             if t.busy {
                 t.busy = false;
-                self.push_free(idx);
+                t.next_free = self.free_head;
+                self.free_head = idx;
+                self.free_count += 1;
             }
-        }
-    }
-    /// Pushes a tracker that just stopped being busy. Each index is pushed once per alloc, so
-    /// the stack never overflows; the check only keeps that true by construction.
-    #[inline(always)]
-    fn push_free(&mut self, idx: u16) {
-        if let Some(slot) = self.free.get_mut(self.free_len) {
-            *slot = idx;
-            self.free_len += 1;
         }
     }
     /// Records the completion of command `cid` with the CQE's 15-bit status `field` (without
@@ -138,7 +143,9 @@ impl Trackers {
             t
         } else {
             t.busy = false;
-            self.push_free(cid);
+            t.next_free = self.free_head;
+            self.free_head = cid;
+            self.free_count += 1;
             match self.slots.get_mut(head as usize) {
                 Some(h) if h.busy => h,
                 _ => return Completed::Pending,
@@ -153,13 +160,14 @@ impl Trackers {
             return Completed::Pending;
         }
         h.busy = false;
-        let done = Completed::Done {
+        h.next_free = self.free_head;
+        self.free_head = head;
+        self.free_count += 1;
+        Completed::Done {
             tag: h.tag,
             status: h.status,
             buffer: h.buffer.take(),
-        };
-        self.push_free(head);
-        done
+        }
     }
     /// The tracker `idx`, if it exists.
     #[inline(always)]
