@@ -184,11 +184,12 @@ fn setup(qd: usize) -> Setup {
 fn measured_loop(s: &mut Setup, ios: u64) -> u64 {
     let blocks = s.ns.blocks();
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    // A 64-bit LCG (Knuth's MMIX constants: full period) and multiply-high onto 0..blocks,
+    // which uses the generator's good high bits: random LBAs for three instructions.
     let mut next_lba = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        // Uniform in 0..blocks by multiply-high instead of a 64-bit division.
+        rng = rng
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
         ((rng as u128 * blocks as u128) >> 64) as u64
     };
     let mut done = 0u64;
