@@ -215,14 +215,11 @@ impl Rings {
     /// command-specific dwords.
     #[inline(always)]
     pub fn peek_cq_cid_status(&self) -> Option<(u16, u16)> {
-        let slot = if self.cq_head < self.depth {
-            self.cq_head
-        } else {
-            0
-        };
-        // SAFETY: `slot < depth` (checked above) and the ring is `depth * 16` bytes, 4 KiB
-        // aligned; the controller writes it concurrently, hence the volatile reads.
-        let p = unsafe { self.cq.as_ptr().add(slot as usize * CQE_SIZE) as *const Completion };
+        // SAFETY: `cq_head < depth` (it starts at 0 and only `advance_cq` moves it, wrapping
+        // at `depth`) and the ring is `depth * 16` bytes, 4 KiB aligned; the controller writes
+        // it concurrently, hence the volatile reads.
+        let p =
+            unsafe { self.cq.as_ptr().add(self.cq_head as usize * CQE_SIZE) as *const Completion };
         // SAFETY: as above; `p` points at a whole, aligned entry.
         let status = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*p).status_phase)) };
         if (status & 1 != 0) != self.phase {
