@@ -201,4 +201,52 @@ mod tests {
         t.release(7); // out of range: ignored
         assert_eq!(t.free_count(), 0);
     }
+
+    /// Sets up a request of `cids.len()` commands headed by `cids[0]`.
+    fn request(t: &mut Trackers, cids: &[u16], tag: u64) {
+        let head = cids[0];
+        for &c in cids {
+            t.get_mut(c).unwrap().parent = head;
+        }
+        let h = t.get_mut(head).unwrap();
+        h.remaining = cids.len() as u16;
+        h.status = Status::SUCCESS;
+        h.tag = tag;
+    }
+
+    #[test]
+    fn complete_counts_commands_keeps_first_error_and_frees_everything() {
+        let pool = test_pool();
+        let mut t = Trackers::new(&pool, 4).unwrap();
+        let cids: Vec<u16> = (0..3).map(|_| t.alloc().unwrap()).collect();
+        request(&mut t, &cids, 42);
+        assert_eq!(t.free_count(), 1);
+        // A child fails first (SCT 0, SC 0x80), then another error: the first one is kept.
+        assert!(matches!(t.complete(cids[2], 0x80), Completed::Pending));
+        assert_eq!(t.free_count(), 2, "the child's tracker is free at once");
+        assert!(matches!(t.complete(cids[2], 0x81), Completed::Unknown));
+        assert!(matches!(t.complete(cids[0], 0x02), Completed::Pending));
+        match t.complete(cids[1], 0) {
+            Completed::Done {
+                tag,
+                status,
+                buffer,
+            } => {
+                assert_eq!(tag, 42);
+                assert_eq!(status, Status::from_field(0x80));
+                assert!(buffer.is_none());
+            }
+            other => panic!("expected the request to finish, got {other:?}"),
+        }
+        assert_eq!(t.free_count(), 4);
+        assert!(matches!(t.complete(cids[0], 0), Completed::Unknown));
+        assert!(matches!(t.complete(9, 0), Completed::Unknown));
+        // Success bits other than SCT/SC (e.g. DNR alone) do not count as an error.
+        let c = t.alloc().unwrap();
+        request(&mut t, &[c], 7);
+        match t.complete(c, 1 << 14) {
+            Completed::Done { status, .. } => assert!(status.is_success()),
+            other => panic!("expected the request to finish, got {other:?}"),
+        }
+    }
 }
