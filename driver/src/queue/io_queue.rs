@@ -3,7 +3,7 @@
 
 use super::prp;
 use super::ring::{Rings, ShadowBuffers};
-use super::tracker::Trackers;
+use super::tracker::{Completed, Trackers};
 use crate::error::{SubmitError, SubmitErrorKind};
 use crate::namespace::{Namespace, NamespaceState};
 use crate::platform::RegisterIo;
@@ -192,9 +192,53 @@ impl IoQueue {
                 Some(buf),
             ));
         }
+        if needed <= self.max_transfer as u64 && blocks <= MAX_BLOCKS_PER_COMMAND {
+            return self.submit_one(ns.nsid(), opcode, lba, blocks, needed as usize, buf, tag);
+        }
         let per_cmd =
             ((self.max_transfer >> ns.lba_shift()) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND);
         self.submit_split(ns, opcode, lba, blocks, per_cmd, 0, Data::Buffer(buf), tag)
+    }
+
+    /// The common case of [`IoQueue::submit_data`]: a validated request that fits one command.
+    /// One tracker, PRPs built in place, the SQE written straight into the ring.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn submit_one(
+        &mut self,
+        nsid: u32,
+        opcode: u8,
+        lba: u64,
+        blocks: u32,
+        bytes: usize,
+        buf: DmaBuffer,
+        tag: u64,
+    ) -> Result<(), SubmitError> {
+        let Some((idx, t)) = self.trackers.alloc_mut() else {
+            return Err(SubmitError::new(
+                SubmitErrorKind::QueueFull { free: 0, needed: 1 },
+                Some(buf),
+            ));
+        };
+        let list_iova = t.prp_list.iova();
+        let (prp1, prp2) = match prp::build(buf.iova(), bytes, t.prp_list.as_mut_slice(), list_iova)
+        {
+            Ok(p) => p,
+            Err(e) => {
+                self.trackers.release(idx);
+                return Err(SubmitError::new(e.into(), Some(buf)));
+            }
+        };
+        t.parent = idx;
+        t.remaining = 1;
+        t.status = Status::SUCCESS;
+        t.tag = tag;
+        t.buffer = Some(buf);
+        let mut cmd = Command::rw_n(opcode, nsid, lba, blocks);
+        cmd.set_cid(idx);
+        cmd.set_prps(prp1, prp2);
+        self.rings.push(&cmd);
+        Ok(())
     }
 
     /// Queues a read or write of `blocks` blocks at `lba` on memory the caller owns at device
@@ -445,43 +489,45 @@ impl IoQueue {
         &mut self,
         regs: &R,
         max: usize,
-        mut f: F,
+        f: F,
     ) -> usize {
         self.commit(regs);
+        self.reap(regs, max, f)
+    }
+
+    /// Processes up to `max` request completions without committing first (for callers that
+    /// have just committed), calling `f` for each; writes the CQ head doorbell once. Returns
+    /// the number of completions.
+    #[inline]
+    pub fn reap<R: RegisterIo, F: FnMut(IoCompletion)>(
+        &mut self,
+        regs: &R,
+        max: usize,
+        mut f: F,
+    ) -> usize {
         let mut delivered = 0;
         while delivered < max {
-            let Some(cqe) = self.rings.peek_cq() else {
+            let Some((cid, status_phase)) = self.rings.peek_cq_cid_status() else {
                 break;
             };
             self.rings.advance_cq();
-            let cid = cqe.cid;
-            let head = match self.trackers.get(cid) {
-                Some(t) if t.busy => t.parent,
-                _ => {
-                    log::error!("completion for unknown command id {cid} ignored");
-                    continue;
+            match self.trackers.complete(cid, status_phase >> 1) {
+                Completed::Done {
+                    tag,
+                    status,
+                    buffer,
+                } => {
+                    f(IoCompletion {
+                        tag,
+                        status,
+                        buffer,
+                    });
+                    delivered += 1;
                 }
-            };
-            if head != cid {
-                self.trackers.release(cid);
-            }
-            let Some(h) = self.trackers.get_mut(head) else {
-                continue;
-            };
-            let status = cqe.status();
-            if !status.is_success() && h.status.is_success() {
-                h.status = status;
-            }
-            h.remaining = h.remaining.saturating_sub(1);
-            if h.remaining == 0 {
-                let c = IoCompletion {
-                    tag: h.tag,
-                    status: h.status,
-                    buffer: h.buffer.take(),
-                };
-                self.trackers.release(head);
-                f(c);
-                delivered += 1;
+                Completed::Pending => {}
+                Completed::Unknown => {
+                    log::error!("completion for unknown command id {cid} ignored");
+                }
             }
         }
         self.rings.ring_cq(regs);

@@ -232,7 +232,7 @@ impl<P: Platform> QueuePair<P> {
     pub fn poll<F: FnMut(IoCompletion)>(&mut self, max: usize, f: F) -> usize {
         self.io.commit(self.platform.regs());
         self.platform.before_poll(self.qid);
-        self.io.poll(self.platform.regs(), max, f)
+        self.io.reap(self.platform.regs(), max, f)
     }
 
     /// Polls until the single outstanding request completes (bounded by the sync timeout).

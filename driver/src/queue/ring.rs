@@ -128,7 +128,11 @@ impl Rings {
     }
     /// Rolls the SQ tail back to `tail` (to un-queue entries not yet made visible).
     pub fn rewind_sq(&mut self, tail: u32) {
-        self.sq_tail = tail;
+        self.sq_tail = if self.depth == 0 {
+            0
+        } else {
+            tail % self.depth
+        };
     }
     /// Whether shadow doorbells are in use.
     pub fn uses_shadow(&self) -> bool {
@@ -137,20 +141,28 @@ impl Rings {
 
     /// Copies `cmd` into the next SQ slot. The caller guarantees a free slot (outstanding
     /// commands < depth).
+    ///
+    /// The entry is written as eight 8-byte volatile stores straight from the command's
+    /// fields (no modulo, no intermediate 64-byte copy); the release fence in
+    /// [`Rings::ring_sq`] orders them before the doorbell.
     #[inline(always)]
     pub fn push(&mut self, cmd: &Command) {
-        let slot = self.sq_tail as usize % self.depth as usize;
-        // SAFETY: `slot < depth` and the ring is `depth * 64` bytes, 4 KiB aligned; the
-        // controller does not read this slot until the tail doorbell passes it.
+        let tail = self.sq_tail;
+        // `sq_tail < depth` always holds (`push` wraps it, `rewind_sq` reduces it); the
+        // fallback to slot 0 only keeps the pointer arithmetic in bounds by construction.
+        let slot = if tail < self.depth { tail } else { 0 };
+        let next = slot + 1;
+        self.sq_tail = if next == self.depth { 0 } else { next };
+        let q = cmd.to_qwords();
+        // SAFETY: `slot < depth` (checked above) and the ring is `depth * 64` bytes, 4 KiB
+        // aligned, so the eight 8-byte stores are in bounds and aligned; the controller does
+        // not read this slot until the tail doorbell passes it.
         unsafe {
-            let p = self.sq.as_ptr().add(slot * SQE_SIZE) as *mut Command;
-            std::ptr::write_volatile(p, *cmd);
+            let p = self.sq.as_ptr().add(slot as usize * SQE_SIZE) as *mut u64;
+            for (i, v) in q.iter().enumerate() {
+                std::ptr::write_volatile(p.add(i), *v);
+            }
         }
-        self.sq_tail = if self.sq_tail + 1 == self.depth {
-            0
-        } else {
-            self.sq_tail + 1
-        };
     }
 
     /// Whether SQ entries were queued since the last doorbell.
@@ -196,6 +208,28 @@ impl Rings {
                 self.cq.as_ptr().add(self.cq_head as usize * CQE_SIZE) as *const Completion
             )
         })
+    }
+
+    /// The command identifier and raw status field (phase in bit 0) of the completion at the
+    /// CQ head, if the controller has posted it: what the I/O path needs, without reading the
+    /// command-specific dwords.
+    #[inline(always)]
+    pub fn peek_cq_cid_status(&self) -> Option<(u16, u16)> {
+        // SAFETY: `cq_head < depth` (it starts at 0 and only `advance_cq` moves it, wrapping
+        // at `depth`) and the ring is `depth * 16` bytes, 4 KiB aligned; the controller writes
+        // it concurrently, hence the volatile reads.
+        let p =
+            unsafe { self.cq.as_ptr().add(self.cq_head as usize * CQE_SIZE) as *const Completion };
+        // SAFETY: as above; `p` points at a whole, aligned entry.
+        let status = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*p).status_phase)) };
+        if (status & 1 != 0) != self.phase {
+            return None;
+        }
+        // The command identifier must be read after the phase bit.
+        fence(Ordering::Acquire);
+        // SAFETY: as above.
+        let cid = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*p).cid)) };
+        Some((cid, status))
     }
 
     /// Consumes the completion at the CQ head.
@@ -308,9 +342,15 @@ pub(crate) mod tests {
             for i in 0..4u16 {
                 let slot = (round * 4 + i) as u32 % 4;
                 assert!(r.peek_cq().is_none(), "nothing posted yet");
+                assert!(r.peek_cq_cid_status().is_none());
                 r.inject_cqe(slot, cqe(round * 4 + i, phase));
                 let c = r.peek_cq().expect("posted");
                 assert_eq!(c.cid, round * 4 + i);
+                assert_eq!(
+                    r.peek_cq_cid_status(),
+                    Some((c.cid, c.status_phase)),
+                    "the I/O path's narrow read agrees with the full entry"
+                );
                 r.advance_cq();
             }
             phase = !phase;

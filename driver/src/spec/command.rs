@@ -172,6 +172,24 @@ impl Command {
         self.prp1 = iova;
         self
     }
+    /// The entry as eight quadwords in memory order (what the SQ ring holds, written natively
+    /// on the little-endian platforms vfnvme supports).
+    #[inline(always)]
+    pub const fn to_qwords(&self) -> [u64; 8] {
+        const fn pair(lo: u32, hi: u32) -> u64 {
+            lo as u64 | (hi as u64) << 32
+        }
+        [
+            pair(self.cdw0, self.nsid),
+            pair(self.cdw2, self.cdw3),
+            self.mptr,
+            self.prp1,
+            self.prp2,
+            pair(self.cdw10, self.cdw11),
+            pair(self.cdw12, self.cdw13),
+            pair(self.cdw14, self.cdw15),
+        ]
+    }
     /// The 64 bytes as the controller reads them.
     pub fn to_bytes(&self) -> [u8; 64] {
         let mut b = [0u8; 64];
@@ -389,6 +407,20 @@ mod tests {
         assert_eq!(std::mem::offset_of!(Command, prp2), 32);
         assert_eq!(std::mem::offset_of!(Command, cdw10), 40);
         assert_eq!(std::mem::offset_of!(Command, cdw15), 60);
+    }
+
+    #[test]
+    fn qwords_match_bytes() {
+        let mut c = Command::read(3, 0x1_2345_6789, 8).with_fua();
+        c.set_cid(0xbeef);
+        c.set_prps(0x1111_2222_3333_4000, 0x5555_6666_7777_8000);
+        c.mptr = 0x0102_0304_0506_0708;
+        (c.cdw2, c.cdw3, c.cdw13, c.cdw14, c.cdw15) = (0xa, 0xb, 0xc, 0xd, 0xe);
+        let mut b = [0u8; 64];
+        for (i, q) in c.to_qwords().iter().enumerate() {
+            b[i * 8..i * 8 + 8].copy_from_slice(&q.to_le_bytes());
+        }
+        assert_eq!(b, c.to_bytes());
     }
 
     #[test]
