@@ -3,10 +3,23 @@
 //! Layers, bottom up:
 //! - [`platform`]: how the driver reaches registers, DMA memory and the clock (VFIO or the model);
 //! - [`spec`]: NVMe base specification types;
-//! - queue pairs, controller bring-up and admin, namespaces and the I/O API above them;
+//! - [`queue`]: rings, trackers, PRPs, doorbells and the [`QueuePair`] I/O API;
+//! - [`controller`]: bring-up, admin commands, queue pair creation, shutdown;
+//! - [`namespace`]: namespaces and their state;
 //! - [`model`]: an in-memory NVMe controller for tests and benchmarks.
 
+#![warn(missing_docs)]
+
+pub mod controller;
+pub mod error;
+pub mod model;
 pub mod namespace;
 pub mod platform;
+pub mod queue;
+pub mod spec;
 
+pub use controller::{Controller, ControllerInfo, ControllerOptions};
+pub use error::{Error, SubmitError, SubmitErrorKind};
+pub use namespace::Namespace;
+pub use queue::{IoCompletion, QpairOptions, QueuePair};
 pub use vfnvme_dma as dma;

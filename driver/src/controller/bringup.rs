@@ -1,0 +1,187 @@
+//! Bring-up as an explicit step sequence; every wait is bounded by CAP.TO.
+
+use super::admin::AdminQueue;
+use super::shared::{QueueIds, Shared};
+use super::{ControllerInfo, ControllerOptions};
+use crate::error::Error;
+use crate::platform::{Platform, RegisterIo};
+use crate::queue::prp;
+use crate::queue::ring::ShadowBuffers;
+use crate::spec::features::NumberOfQueues;
+use crate::spec::identify::IdentifyController;
+use crate::spec::registers::{aqa, Cap, Cc, Csts, Version, ACQ, AQA, ASQ, CAP, CC, CSTS, VS};
+use crate::spec::Command;
+use std::sync::{Arc, Mutex};
+
+/// Waits until `done(csts)` holds, at most CAP.TO. Returns the last CSTS and the time waited
+/// (ms) as the error.
+fn wait_csts<P: Platform>(
+    platform: &P,
+    cap: Cap,
+    done: impl Fn(Csts) -> bool,
+    fatal_is_error: bool,
+) -> Result<(), (Csts, u64, bool)> {
+    let start = platform.now_ns();
+    loop {
+        let csts = Csts(platform.regs().read32(CSTS));
+        if done(csts) {
+            return Ok(());
+        }
+        let waited = platform.now_ns().saturating_sub(start);
+        if csts.is_all_ones() || (fatal_is_error && csts.cfs()) || waited > cap.timeout_ns() {
+            return Err((csts, waited / 1_000_000, false));
+        }
+        platform.relax();
+    }
+}
+
+fn csts_error(csts: Csts, waited_ms: u64, ready: bool) -> Error {
+    if csts.is_all_ones() {
+        Error::DeviceGone { csts: csts.0 }
+    } else if ready && csts.cfs() {
+        Error::ControllerFatal { csts: csts.0 }
+    } else if ready {
+        Error::NotReady {
+            waited_ms,
+            csts: csts.0,
+        }
+    } else {
+        Error::DisableTimeout {
+            waited_ms,
+            csts: csts.0,
+        }
+    }
+}
+
+/// Step 1: CC.EN = 0 and wait for CSTS.RDY = 0.
+fn disable<P: Platform>(platform: &P, cap: Cap) -> Result<(), Error> {
+    let regs = platform.regs();
+    let cc = Cc(regs.read32(CC));
+    if cc.en() {
+        regs.write32(CC, cc.with_en(false).0);
+    }
+    wait_csts(platform, cap, |c| !c.rdy() && !c.is_all_ones(), false)
+        .map_err(|(c, ms, _)| csts_error(c, ms, false))
+}
+
+/// Step 2: program AQA/ASQ/ACQ.
+fn program_admin_queue<P: Platform>(platform: &P, admin: &AdminQueue) {
+    let regs = platform.regs();
+    let depth = admin.depth() as u16;
+    regs.write32(AQA, aqa(depth, depth));
+    regs.write64(ASQ, admin.sq_iova());
+    regs.write64(ACQ, admin.cq_iova());
+}
+
+/// Step 3: enable with 64-byte SQEs, 16-byte CQEs, 4 KiB pages, NVM command set; wait RDY.
+fn enable<P: Platform>(platform: &P, cap: Cap) -> Result<(), Error> {
+    let cc = Cc(0)
+        .with_css(0)
+        .with_mps(0)
+        .with_iosqes(6)
+        .with_iocqes(4)
+        .with_en(true);
+    platform.regs().write32(CC, cc.0);
+    wait_csts(platform, cap, |c| c.rdy() && !c.is_all_ones(), true)
+        .map_err(|(c, ms, _)| csts_error(c, ms, true))
+}
+
+/// Step 4: Identify Controller.
+fn identify_controller<P: Platform>(shared: &Shared<P>) -> Result<IdentifyController, Error> {
+    let buf = shared.platform.dma().alloc(4096)?;
+    shared.admin_sync(Command::identify_controller(buf.iova()))?;
+    Ok(IdentifyController::parse(buf.as_slice())?)
+}
+
+/// Step 5: Set Features, Number of Queues; returns the queue pairs granted (≤ requested).
+fn number_of_queues<P: Platform>(shared: &Shared<P>, requested: u16) -> Result<u16, Error> {
+    let requested = requested.clamp(1, u16::MAX - 1);
+    let c = shared.admin_sync(Command::set_number_of_queues(requested, requested))?;
+    let n = NumberOfQueues::from_dw0(c.dw0);
+    Ok(n.pairs().min(requested as u32) as u16)
+}
+
+/// Step 6 (optional): Doorbell Buffer Config. Failure is not fatal: MMIO doorbells are used.
+fn doorbell_buffer_config<P: Platform>(shared: &Shared<P>) -> Option<Arc<ShadowBuffers>> {
+    let pool = shared.platform.dma();
+    let bufs = ShadowBuffers {
+        doorbells: pool.alloc(prp::PAGE_SIZE).ok()?,
+        event_idx: pool.alloc(prp::PAGE_SIZE).ok()?,
+    };
+    let cmd = Command::doorbell_buffer_config(bufs.doorbells.iova(), bufs.event_idx.iova());
+    match shared.admin_sync(cmd) {
+        Ok(_) => Some(Arc::new(bufs)),
+        Err(e) => {
+            log::warn!("Doorbell Buffer Config failed ({e}); using MMIO doorbells");
+            None
+        }
+    }
+}
+
+/// Runs the bring-up steps up to (not including) namespace discovery.
+pub(crate) fn bring_up<P: Platform>(
+    platform: Arc<P>,
+    options: &ControllerOptions,
+) -> Result<(Shared<P>, ControllerInfo), Error> {
+    let regs = platform.regs();
+    let cap = Cap(regs.read64(CAP));
+    if cap.0 == u64::MAX {
+        return Err(Error::DeviceGone {
+            csts: regs.read32(CSTS),
+        });
+    }
+    let version = Version(regs.read32(VS));
+    if cap.css() & 1 == 0 {
+        return Err(Error::Unsupported {
+            what: "the NVM command set (CAP.CSS bit 0)",
+        });
+    }
+    if cap.mpsmin() != 0 {
+        return Err(Error::Unsupported {
+            what: "4 KiB memory pages (CAP.MPSMIN > 0)",
+        });
+    }
+    disable(&*platform, cap)?;
+    let admin_depth = (options.admin_depth as u32)
+        .min(cap.max_queue_entries())
+        .max(2) as u16;
+    let admin = AdminQueue::new(platform.dma(), admin_depth, cap.dstrd())?;
+    program_admin_queue(&*platform, &admin);
+    enable(&*platform, cap)?;
+    let mut shared = Shared {
+        platform: platform.clone(),
+        cap,
+        admin: Mutex::new(admin),
+        admin_timeout_ns: options.admin_timeout_ms.saturating_mul(1_000_000),
+        queues: Mutex::new(QueueIds {
+            in_use: Vec::new(),
+            shut_down: false,
+        }),
+        shadow: None,
+    };
+    let identify = identify_controller(&shared)?;
+    let pairs = number_of_queues(&shared, options.io_queues)?;
+    shared
+        .queues
+        .get_mut()
+        .unwrap_or_else(|e| e.into_inner())
+        .in_use = vec![false; pairs as usize];
+    if options.shadow_doorbells && identify.supports_doorbell_buffer_config() {
+        shared.shadow = doorbell_buffer_config(&shared);
+    }
+    let max_transfer = identify
+        .max_transfer_bytes(cap.mpsmin())
+        .map_or(prp::MAX_TRANSFER, |m| {
+            m.min(prp::MAX_TRANSFER as u64) as usize
+        });
+    let info = ControllerInfo {
+        identify,
+        cap,
+        version,
+        max_transfer_bytes: max_transfer,
+        io_queue_pairs: pairs,
+        max_queue_depth: cap.max_queue_entries(),
+        shadow_doorbells: shared.shadow.is_some(),
+    };
+    Ok((shared, info))
+}

@@ -1,0 +1,204 @@
+//! The crate's errors. Every message says what to do about it.
+
+use crate::namespace::NamespaceState;
+use crate::spec::identify::ParseError;
+use crate::spec::Status;
+use thiserror::Error;
+use vfnvme_dma::{DmaBuffer, DmaError};
+
+/// An error of the driver's control path (bring-up, admin commands, queue creation, sync I/O).
+#[derive(Debug, Error)]
+pub enum Error {
+    /// DMA memory could not be allocated or mapped.
+    #[error(transparent)]
+    Dma(#[from] DmaError),
+    /// CSTS reads as all ones: the device is gone or not reachable.
+    #[error("the controller's registers read as all ones (CSTS {csts:#x}): the device was removed or is not powered; check `lspci` and the device binding")]
+    DeviceGone {
+        /// The CSTS value read.
+        csts: u32,
+    },
+    /// The controller did not clear CSTS.RDY after CC.EN=0.
+    #[error("the controller did not disable within {waited_ms} ms (CAP.TO), CSTS {csts:#x}: reset the device (`vfnvme setup` does a function-level reset) and retry")]
+    DisableTimeout {
+        /// Time waited.
+        waited_ms: u64,
+        /// The last CSTS value.
+        csts: u32,
+    },
+    /// The controller did not set CSTS.RDY after CC.EN=1.
+    #[error("the controller did not become ready within {waited_ms} ms (CAP.TO), CSTS {csts:#x}: reset the device and retry; if it persists the controller is faulty")]
+    NotReady {
+        /// Time waited.
+        waited_ms: u64,
+        /// The last CSTS value.
+        csts: u32,
+    },
+    /// CSTS.CFS is set.
+    #[error("the controller reports a fatal status (CSTS.CFS set, CSTS {csts:#x}): reset the device; check the device's logs if it persists")]
+    ControllerFatal {
+        /// The CSTS value.
+        csts: u32,
+    },
+    /// The controller does not support the NVM command set or 4 KiB pages.
+    #[error("the controller does not support {what}: vfnvme needs the NVM command set and 4 KiB memory pages")]
+    Unsupported {
+        /// What is missing.
+        what: &'static str,
+    },
+    /// An admin command did not complete in time.
+    #[error("admin command {opcode:#04x} did not complete within {waited_ms} ms: the controller is hung; reset it")]
+    AdminTimeout {
+        /// The opcode.
+        opcode: u8,
+        /// Time waited.
+        waited_ms: u64,
+    },
+    /// An admin command completed with an error status.
+    #[error("admin command {opcode:#04x} failed: {status}")]
+    AdminFailed {
+        /// The opcode.
+        opcode: u8,
+        /// The completion status.
+        status: Status,
+    },
+    /// Identify data could not be parsed.
+    #[error(transparent)]
+    Parse(#[from] ParseError),
+    /// A queue depth above what the controller supports.
+    #[error("queue depth {requested} is larger than the controller's maximum {max} (CAP.MQES+1): ask for at most {max}")]
+    QueueDepthTooLarge {
+        /// The depth asked for.
+        requested: u32,
+        /// CAP.MQES + 1.
+        max: u32,
+    },
+    /// A queue depth below 2.
+    #[error("queue depth {requested} is too small: a queue needs at least 2 entries")]
+    QueueDepthTooSmall {
+        /// The depth asked for.
+        requested: u32,
+    },
+    /// Every I/O queue the controller granted is in use.
+    #[error("all {granted} I/O queue pairs the controller granted are in use: drop a QueuePair first, or ask for more with ControllerOptions::io_queues")]
+    NoFreeQueue {
+        /// Queue pairs granted.
+        granted: u16,
+    },
+    /// The controller was shut down (the `Controller` was dropped).
+    #[error(
+        "the controller was shut down: keep the Controller alive while its queue pairs are used"
+    )]
+    ShutDown,
+    /// No active namespace with this nsid.
+    #[error("namespace {nsid} is not active on this controller: list namespaces with Controller::namespaces()")]
+    NoSuchNamespace {
+        /// The nsid.
+        nsid: u32,
+    },
+    /// A synchronous I/O did not complete in time.
+    #[error("I/O did not complete within {waited_ms} ms: the controller is hung or overloaded; the command stays outstanding on the queue pair")]
+    IoTimeout {
+        /// Time waited.
+        waited_ms: u64,
+    },
+    /// A synchronous I/O completed with an error status.
+    #[error("I/O failed: {status}")]
+    IoFailed {
+        /// The completion status.
+        status: Status,
+    },
+    /// A synchronous helper was called while asynchronous I/O is outstanding.
+    #[error("the queue pair has {outstanding} outstanding commands: poll them to completion before using a *_sync helper")]
+    QueueBusy {
+        /// Commands in flight.
+        outstanding: usize,
+    },
+    /// An I/O could not be submitted.
+    #[error(transparent)]
+    Submit(#[from] SubmitErrorKind),
+}
+
+/// Why an I/O was not submitted.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SubmitErrorKind {
+    /// Zero blocks.
+    #[error("an I/O of 0 blocks: transfer at least one block")]
+    ZeroBlocks,
+    /// The LBA range runs past the end of the namespace.
+    #[error("LBAs {lba}..{end} are past the end of namespace {nsid} ({blocks} blocks): stay below LBA {blocks}")]
+    LbaOutOfRange {
+        /// The namespace.
+        nsid: u32,
+        /// First LBA.
+        lba: u64,
+        /// One past the last LBA (saturating).
+        end: u64,
+        /// The namespace size.
+        blocks: u64,
+    },
+    /// The buffer is smaller than the transfer.
+    #[error("the buffer holds {len} bytes but the transfer needs {needed}: allocate a larger DmaBuffer or transfer fewer blocks")]
+    BufferTooSmall {
+        /// Bytes needed.
+        needed: u64,
+        /// Buffer length.
+        len: usize,
+    },
+    /// Not enough free slots in the queue.
+    #[error("the queue pair has {free} free slots but this I/O needs {needed}: poll for completions, then resubmit")]
+    QueueFull {
+        /// Free command slots.
+        free: usize,
+        /// Commands this I/O needs.
+        needed: usize,
+    },
+    /// The I/O needs more commands than the queue can ever hold.
+    #[error("this I/O needs {needed} commands but the queue holds at most {capacity}: split it into smaller I/Os or use a deeper queue")]
+    TooLarge {
+        /// Commands this I/O needs.
+        needed: usize,
+        /// Commands the queue can hold.
+        capacity: usize,
+    },
+    /// The namespace is being removed or is gone.
+    #[error("namespace {nsid} is {state:?}, not active: stop I/O to it")]
+    NamespaceNotActive {
+        /// The namespace.
+        nsid: u32,
+        /// Its state.
+        state: NamespaceState,
+    },
+    /// Too many (or zero) Dataset Management ranges.
+    #[error("{count} deallocate ranges given: pass between 1 and 256")]
+    BadRangeCount {
+        /// Ranges given.
+        count: usize,
+    },
+    /// A PRP could not be built.
+    #[error(transparent)]
+    Prp(#[from] crate::queue::prp::PrpError),
+}
+
+/// A submission error that hands the I/O's buffer back.
+#[derive(Debug, Error)]
+#[error("{kind}")]
+pub struct SubmitError {
+    /// What went wrong.
+    pub kind: SubmitErrorKind,
+    /// The buffer given to the submit call, if any.
+    pub buffer: Option<DmaBuffer>,
+}
+
+impl SubmitError {
+    /// An error with the buffer handed back.
+    pub fn new(kind: SubmitErrorKind, buffer: Option<DmaBuffer>) -> Self {
+        SubmitError { kind, buffer }
+    }
+}
+
+impl From<SubmitError> for Error {
+    fn from(e: SubmitError) -> Self {
+        Error::Submit(e.kind)
+    }
+}

@@ -1,0 +1,341 @@
+//! Admin commands: queue management, features, log pages, AER, namespace attachment, doorbell
+//! buffer config (Identify is in `identify`).
+
+use super::core::{Core, CtrlState};
+use super::dma_engine;
+use super::iommu::lookup;
+use super::queues::{Cq, Sq};
+use super::sqe::{Outcome, Sqe, Status, CQE_BYTES, SQE_BYTES};
+use super::{identify, prp};
+use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
+
+/// Admin opcodes handled here.
+pub(crate) mod op {
+    pub const DELETE_SQ: u8 = 0x00;
+    pub const CREATE_SQ: u8 = 0x01;
+    pub const GET_LOG_PAGE: u8 = 0x02;
+    pub const DELETE_CQ: u8 = 0x04;
+    pub const CREATE_CQ: u8 = 0x05;
+    pub const IDENTIFY: u8 = 0x06;
+    pub const ABORT: u8 = 0x08;
+    pub const SET_FEATURES: u8 = 0x09;
+    pub const GET_FEATURES: u8 = 0x0A;
+    pub const AER: u8 = 0x0C;
+    pub const NS_ATTACHMENT: u8 = 0x15;
+    pub const DOORBELL_BUFFER_CONFIG: u8 = 0x7C;
+}
+
+const FID_NUMBER_OF_QUEUES: u8 = 0x07;
+const FID_VOLATILE_WRITE_CACHE: u8 = 0x06;
+const FEATURE_NOT_SAVEABLE: Status = Status(0x0D | 1 << 8 | 1 << 14);
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Executes one admin command; `None` means held (an AER waiting for an event).
+pub(crate) fn execute(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Option<Outcome> {
+    if sqe.psdt() != 0 || sqe.fuse() != 0 {
+        return Some(Status::INVALID_FIELD.into());
+    }
+    let o = match sqe.opcode() {
+        op::DELETE_SQ => delete_sq(core, sqe),
+        op::CREATE_SQ => create_sq(core, c, sqe),
+        op::GET_LOG_PAGE => get_log_page(core, c, sqe),
+        op::DELETE_CQ => delete_cq(core, sqe),
+        op::CREATE_CQ => create_cq(core, c, sqe),
+        op::IDENTIFY => identify::execute(core, sqe, c.page),
+        op::ABORT => Outcome::ok(1), // bit 0: command not aborted
+        op::SET_FEATURES => set_features(core, c, sqe),
+        op::GET_FEATURES => get_features(core, c, sqe),
+        op::AER => {
+            if c.events.aers.len() > usize::from(core.cfg.aerl) {
+                Status::AER_LIMIT_EXCEEDED.into()
+            } else {
+                return c.events.aer_arrived(sqe.cid()).map(Outcome::ok);
+            }
+        }
+        op::NS_ATTACHMENT => ns_attachment(core, c, sqe),
+        op::DOORBELL_BUFFER_CONFIG if core.cfg.shadow_doorbells => {
+            doorbell_buffer_config(core, sqe)
+        }
+        _ => Status::INVALID_OPCODE.into(),
+    };
+    Some(o)
+}
+
+/// The (SQ, CQ) counts the host may create, 0-based.
+fn granted(core: &Core, c: &CtrlState) -> (u16, u16) {
+    let max = core.cfg.max_io_queue_pairs - 1;
+    c.queues_granted.unwrap_or((max, max))
+}
+
+fn queue_mapped(core: &Core, base: u64, bytes: u64) -> bool {
+    lookup(&core.iommu.read(), base, bytes).is_some()
+}
+
+/// Checks the common fields of Create I/O SQ/CQ; returns (qid, entries).
+fn check_create(
+    core: &Core,
+    c: &CtrlState,
+    sqe: &Sqe,
+    limit: u16,
+    entry: u64,
+) -> Result<(u16, u32), Status> {
+    let qid = (sqe.cdw(10) & 0xFFFF) as u16;
+    let entries = (sqe.cdw(10) >> 16) + 1;
+    if qid == 0 || qid > limit + 1 {
+        return Err(Status::INVALID_QID);
+    }
+    if entries < 2 || entries > core.cfg.max_queue_entries {
+        return Err(Status::INVALID_QUEUE_SIZE);
+    }
+    if sqe.cdw(11) & 1 == 0 {
+        return Err(Status::INVALID_FIELD); // CAP.CQR: queues must be physically contiguous
+    }
+    let base = sqe.prp1();
+    if base == 0 || base % c.page != 0 {
+        return Err(Status::INVALID_PRP_OFFSET);
+    }
+    if !queue_mapped(core, base, u64::from(entries) * entry) {
+        return Err(Status::INVALID_FIELD);
+    }
+    Ok((qid, entries))
+}
+
+fn create_cq(core: &Core, c: &CtrlState, sqe: &Sqe) -> Outcome {
+    let (_, ncq) = granted(core, c);
+    let (qid, entries) = match check_create(core, c, sqe, ncq, CQE_BYTES) {
+        Ok(v) => v,
+        Err(s) => return s.into(),
+    };
+    let ien = sqe.cdw(11) & 2 != 0;
+    if ien && sqe.cdw(11) >> 16 != 0 {
+        return Status::INVALID_INTERRUPT_VECTOR.into();
+    }
+    let Some(slot) = core.cqs.get(usize::from(qid)) else {
+        return Status::INVALID_QID.into();
+    };
+    let mut g = lock(slot);
+    if g.is_some() {
+        return Status::INVALID_QID.into();
+    }
+    *g = Some(Cq::new(qid, sqe.prp1(), entries, core.cfg.seed));
+    Outcome::ok(0)
+}
+
+fn create_sq(core: &Core, c: &CtrlState, sqe: &Sqe) -> Outcome {
+    let (nsq, _) = granted(core, c);
+    let (qid, entries) = match check_create(core, c, sqe, nsq, SQE_BYTES as u64) {
+        Ok(v) => v,
+        Err(s) => return s.into(),
+    };
+    let cqid = (sqe.cdw(11) >> 16) as u16;
+    let Some(slot) = core.sqs.get(usize::from(qid)) else {
+        return Status::INVALID_QID.into();
+    };
+    let mut g = lock(slot);
+    if g.is_some() {
+        return Status::INVALID_QID.into();
+    }
+    if cqid == 0 {
+        return Status::CQ_INVALID.into();
+    }
+    let Some(cq_slot) = core.cqs.get(usize::from(cqid)) else {
+        return Status::CQ_INVALID.into();
+    };
+    let mut cq = lock(cq_slot);
+    let Some(cq) = cq.as_mut() else {
+        return Status::CQ_INVALID.into();
+    };
+    cq.sqs.push(qid);
+    *g = Some(Sq::new(qid, cqid, sqe.prp1(), entries));
+    Outcome::ok(0)
+}
+
+fn delete_sq(core: &Core, sqe: &Sqe) -> Outcome {
+    let qid = (sqe.cdw(10) & 0xFFFF) as usize;
+    let Some(slot) = core.sqs.get(qid).filter(|_| qid != 0) else {
+        return Status::INVALID_QID.into();
+    };
+    let mut g = lock(slot);
+    let Some(sq) = g.take() else {
+        return Status::INVALID_QID.into();
+    };
+    if let Some(cq) = core.cqs.get(usize::from(sq.cqid)) {
+        if let Some(cq) = lock(cq).as_mut() {
+            cq.sqs.retain(|&q| q != sq.qid);
+        }
+    }
+    Outcome::ok(0)
+}
+
+fn delete_cq(core: &Core, sqe: &Sqe) -> Outcome {
+    let qid = (sqe.cdw(10) & 0xFFFF) as usize;
+    let Some(slot) = core.cqs.get(qid).filter(|_| qid != 0) else {
+        return Status::INVALID_QID.into();
+    };
+    let mut g = lock(slot);
+    match g.as_ref() {
+        None => Status::INVALID_QID.into(),
+        Some(cq) if !cq.sqs.is_empty() => Status::INVALID_QUEUE_DELETION.into(),
+        Some(_) => {
+            *g = None;
+            Outcome::ok(0)
+        }
+    }
+}
+
+fn io_queues_exist(core: &Core) -> bool {
+    core.sqs.iter().any(|s| lock(s).is_some()) || core.cqs.iter().skip(1).any(|q| lock(q).is_some())
+}
+
+fn set_features(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
+    let fid = (sqe.cdw(10) & 0xFF) as u8;
+    if sqe.cdw(10) >> 31 != 0 {
+        return FEATURE_NOT_SAVEABLE.into();
+    }
+    let value = sqe.cdw(11);
+    match fid {
+        FID_NUMBER_OF_QUEUES => {
+            let (nsqr, ncqr) = ((value & 0xFFFF) as u16, (value >> 16) as u16);
+            if nsqr == u16::MAX || ncqr == u16::MAX {
+                return Status::INVALID_FIELD.into();
+            }
+            if io_queues_exist(core) {
+                return Status::COMMAND_SEQUENCE_ERROR.into();
+            }
+            let max = core.cfg.max_io_queue_pairs - 1;
+            let g = *c
+                .queues_granted
+                .get_or_insert((nsqr.min(max), ncqr.min(max)));
+            Outcome::ok(u32::from(g.0) | u32::from(g.1) << 16)
+        }
+        FID_VOLATILE_WRITE_CACHE => Status::INVALID_FIELD.into(),
+        0x01..=0x05 | 0x08..=0x0B => {
+            c.features.insert(fid, value);
+            Outcome::ok(0)
+        }
+        _ => Status::INVALID_FIELD.into(),
+    }
+}
+
+fn get_features(core: &Core, c: &CtrlState, sqe: &Sqe) -> Outcome {
+    let fid = (sqe.cdw(10) & 0xFF) as u8;
+    match fid {
+        FID_NUMBER_OF_QUEUES => {
+            let g = granted(core, c);
+            Outcome::ok(u32::from(g.0) | u32::from(g.1) << 16)
+        }
+        0x01..=0x05 | 0x08..=0x0B => Outcome::ok(c.features.get(&fid).copied().unwrap_or(0)),
+        _ => Status::INVALID_FIELD.into(),
+    }
+}
+
+/// The largest transfer in bytes (MDTS), if limited.
+pub(crate) fn max_transfer(core: &Core) -> Option<u64> {
+    (core.cfg.mdts != 0).then(|| 4096u64 << core.cfg.mdts)
+}
+
+fn smart_log(core: &Core) -> Vec<u8> {
+    let mut b = vec![0u8; 512];
+    b[1..3].copy_from_slice(&313u16.to_le_bytes()); // composite temperature, K
+    b[3] = 100; // available spare
+    b[4] = 10; // spare threshold
+    let snap = core.counters.snapshot(core.now());
+    b[64..72].copy_from_slice(&snap.io(0x02).to_le_bytes()); // host read commands
+    b[80..88].copy_from_slice(&snap.io(0x01).to_le_bytes()); // host write commands
+    let hours = core.now() / 3_600_000_000_000;
+    b[128..136].copy_from_slice(&hours.to_le_bytes());
+    b
+}
+
+fn get_log_page(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
+    let lid = (sqe.cdw(10) & 0xFF) as u8;
+    let rae = sqe.cdw(10) & (1 << 15) != 0;
+    let numd = u64::from(sqe.cdw(10) >> 16) | u64::from(sqe.cdw(11) & 0xFFFF) << 16;
+    let len = (numd + 1) * 4;
+    let offset = u64::from(sqe.cdw(12)) | u64::from(sqe.cdw(13)) << 32;
+    if offset % 4 != 0 || max_transfer(core).is_some_and(|m| len > m) {
+        return Status::INVALID_FIELD.into();
+    }
+    let page = match lid {
+        0x01 => vec![0u8; 64],
+        0x02 => smart_log(core),
+        0x04 => {
+            if offset >= 4096 {
+                return Status::INVALID_FIELD.into();
+            }
+            c.events.take_changed_list(rae)
+        }
+        _ => return Status::INVALID_LOG_PAGE.into(),
+    };
+    if offset >= page.len() as u64 {
+        return Status::INVALID_FIELD.into();
+    }
+    let mut data = vec![0u8; len as usize];
+    let avail = &page[offset as usize..];
+    let n = avail.len().min(data.len());
+    data[..n].copy_from_slice(&avail[..n]);
+    match prp::write_out(&core.iommu, sqe.prp1(), sqe.prp2(), c.page, &data) {
+        Ok(()) => Outcome::ok(0),
+        Err(s) => s.into(),
+    }
+}
+
+fn ns_attachment(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
+    let sel = sqe.cdw(10) & 0xF;
+    if sel > 1 {
+        return Status::INVALID_FIELD.into();
+    }
+    let mut list = [0u8; 4096];
+    if let Err(s) = prp::read_in(&core.iommu, sqe.prp1(), sqe.prp2(), c.page, &mut list) {
+        return s.into();
+    }
+    let count = usize::from(u16::from_le_bytes([list[0], list[1]])).min(2047);
+    let ours = list[2..2 + 2 * count]
+        .chunks_exact(2)
+        .any(|id| u16::from_le_bytes([id[0], id[1]]) == core.cfg.cntlid);
+    if !ours {
+        return Status::CONTROLLER_LIST_INVALID.into();
+    }
+    let nsid = sqe.nsid();
+    let Some(ns) = core.ns_read().get(&nsid).cloned() else {
+        return Status::INVALID_NAMESPACE.into();
+    };
+    let attach = sel == 0;
+    if ns.is_attached() == attach {
+        return if attach {
+            Status::NS_ALREADY_ATTACHED
+        } else {
+            Status::NS_NOT_ATTACHED
+        }
+        .into();
+    }
+    ns.attached.store(attach, Ordering::Release);
+    core.ns_changed(c, nsid);
+    Outcome::ok(0)
+}
+
+fn doorbell_buffer_config(core: &Core, sqe: &Sqe) -> Outcome {
+    let (shadow, eventidx) = (sqe.prp1(), sqe.prp2());
+    let ok = |a: u64| a != 0 && a % 4096 == 0 && queue_mapped(core, a, 4096);
+    if !ok(shadow) || !ok(eventidx) {
+        return Status::INVALID_FIELD.into();
+    }
+    core.eventidx.store(eventidx, Ordering::Release);
+    core.shadow.store(shadow, Ordering::Release);
+    // Start the EventIdx values at the queues' current positions.
+    for (i, s) in core.sqs.iter().enumerate().skip(1) {
+        if let Some(sq) = lock(s).as_ref() {
+            let _ = dma_engine::write_u32(&core.iommu, eventidx + 8 * i as u64, sq.tail);
+        }
+    }
+    for (i, q) in core.cqs.iter().enumerate().skip(1) {
+        if let Some(cq) = lock(q).as_ref() {
+            let _ = dma_engine::write_u32(&core.iommu, eventidx + 8 * i as u64 + 4, cq.head);
+        }
+    }
+    Outcome::ok(0)
+}

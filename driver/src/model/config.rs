@@ -1,0 +1,242 @@
+//! The model's configuration and its validation.
+
+use thiserror::Error;
+
+/// Where a namespace's data lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backing {
+    /// Sparse RAM: 4 KiB pages allocated on first write, so a huge namespace costs nothing
+    /// until written. Reads of unwritten or deallocated blocks return zeroes.
+    Ram,
+    /// Writes are discarded; reads complete without touching the host buffer at all (no copy,
+    /// no PRP walk), so they measure the driver's overhead only.
+    Null,
+}
+
+/// One namespace of the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelNamespaceConfig {
+    /// The namespace ID (1..=nn).
+    pub nsid: u32,
+    /// The size in logical blocks.
+    pub blocks: u64,
+    /// The logical block size: 512 or 4096.
+    pub lba_size: u32,
+    /// Where the data lives.
+    pub backing: Backing,
+}
+
+/// Everything the model can be configured with.
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    /// The namespaces attached at start.
+    pub namespaces: Vec<ModelNamespaceConfig>,
+    /// Highest namespace ID (NN); 0 = the largest configured nsid (at least 1).
+    pub nn: u32,
+    /// Maximum data transfer size as a power of two of 4 KiB pages; 0 = unlimited.
+    pub mdts: u8,
+    /// The number of I/O queue pairs the controller grants at most.
+    pub max_io_queue_pairs: u16,
+    /// The largest queue size in entries (CAP.MQES + 1), 2..=65536.
+    pub max_queue_entries: u32,
+    /// Virtual time from I/O submission to completion.
+    pub io_latency_ns: u64,
+    /// Virtual time from admin submission to completion.
+    pub admin_latency_ns: u64,
+    /// Seed of every random choice (completion order, identifiers).
+    pub seed: u64,
+    /// Post due completions in a seeded random order instead of submission order.
+    pub reorder_completions: bool,
+    /// Offer Doorbell Buffer Config (OACS bit 8): shadow doorbells and EventIdx for I/O queues.
+    pub shadow_doorbells: bool,
+    /// CSTS.RDY never becomes 1 (to test the driver's enable timeout).
+    pub never_ready: bool,
+    /// Virtual time from CC.EN=1 to CSTS.RDY=1.
+    pub ready_delay_ns: u64,
+    /// Virtual time from CC.SHN to CSTS.SHST = complete.
+    pub shutdown_delay_ns: u64,
+    /// Asynchronous Event Request Limit, 0-based (AERL).
+    pub aerl: u8,
+    /// The controller ID (CNTLID).
+    pub cntlid: u16,
+    /// Serial number (at most 20 ASCII characters).
+    pub serial: String,
+    /// Model number (at most 40 ASCII characters).
+    pub model: String,
+    /// Firmware revision (at most 8 ASCII characters).
+    pub firmware: String,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig {
+            namespaces: vec![ModelNamespaceConfig {
+                nsid: 1,
+                blocks: 1 << 21,
+                lba_size: 512,
+                backing: Backing::Ram,
+            }],
+            nn: 0,
+            mdts: 5,
+            max_io_queue_pairs: 8,
+            max_queue_entries: 1024,
+            io_latency_ns: 10_000,
+            admin_latency_ns: 20_000,
+            seed: 1,
+            reorder_completions: false,
+            shadow_doorbells: true,
+            never_ready: false,
+            ready_delay_ns: 1_000_000,
+            shutdown_delay_ns: 100_000,
+            aerl: 3,
+            cntlid: 1,
+            serial: "MODEL0001".into(),
+            model: "vfnvme model".into(),
+            firmware: "1.0".into(),
+        }
+    }
+}
+
+/// The most namespaces a model can hold.
+pub const MAX_NAMESPACES: usize = 4096;
+
+/// A configuration or runtime request the model refuses.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ModelError {
+    /// The LBA size is not supported.
+    #[error("namespace {nsid}: LBA size {lba_size} is not supported: use 512 or 4096")]
+    BadLbaSize {
+        /// The namespace.
+        nsid: u32,
+        /// The size given.
+        lba_size: u32,
+    },
+    /// A namespace ID is 0, broadcast, or above NN.
+    #[error("namespace ID {nsid} is invalid: use 1..={nn} (raise ModelConfig::nn for more)")]
+    BadNsid {
+        /// The nsid given.
+        nsid: u32,
+        /// The highest allowed.
+        nn: u32,
+    },
+    /// Two namespaces share an ID.
+    #[error("namespace ID {nsid} is configured twice: give each namespace its own ID")]
+    DuplicateNsid {
+        /// The nsid given twice.
+        nsid: u32,
+    },
+    /// A namespace has no blocks.
+    #[error("namespace {nsid} has 0 blocks: give it at least 1")]
+    EmptyNamespace {
+        /// The namespace.
+        nsid: u32,
+    },
+    /// Too many namespaces.
+    #[error(
+        "{count} namespaces configured, at most {MAX_NAMESPACES} are supported: configure fewer"
+    )]
+    TooManyNamespaces {
+        /// How many were asked for.
+        count: usize,
+    },
+    /// A queue limit is out of range.
+    #[error("{what} = {value} is out of range: {hint}")]
+    BadLimit {
+        /// Which field.
+        what: &'static str,
+        /// The value given.
+        value: u64,
+        /// The allowed range.
+        hint: &'static str,
+    },
+    /// A runtime change names a namespace the model doesn't have.
+    #[error("namespace {nsid} does not exist in the model: attach it first")]
+    NoSuchNamespace {
+        /// The namespace.
+        nsid: u32,
+    },
+    /// Attaching a namespace that is already attached.
+    #[error("namespace {nsid} is already attached: detach it first")]
+    AlreadyAttached {
+        /// The namespace.
+        nsid: u32,
+    },
+}
+
+impl ModelConfig {
+    /// The effective NN.
+    pub(crate) fn effective_nn(&self) -> u32 {
+        if self.nn != 0 {
+            self.nn
+        } else {
+            self.namespaces
+                .iter()
+                .map(|n| n.nsid)
+                .max()
+                .unwrap_or(1)
+                .max(1)
+        }
+    }
+
+    /// Checks everything [`crate::model::ModelPlatform::new`] relies on.
+    pub(crate) fn validate(&self) -> Result<(), ModelError> {
+        if self.namespaces.len() > MAX_NAMESPACES {
+            return Err(ModelError::TooManyNamespaces {
+                count: self.namespaces.len(),
+            });
+        }
+        if self.max_io_queue_pairs == 0 || self.max_io_queue_pairs == u16::MAX {
+            return Err(ModelError::BadLimit {
+                what: "max_io_queue_pairs",
+                value: self.max_io_queue_pairs.into(),
+                hint: "use 1..=65534",
+            });
+        }
+        if !(2..=65536).contains(&self.max_queue_entries) {
+            return Err(ModelError::BadLimit {
+                what: "max_queue_entries",
+                value: self.max_queue_entries.into(),
+                hint: "use 2..=65536",
+            });
+        }
+        if self.mdts > 20 {
+            return Err(ModelError::BadLimit {
+                what: "mdts",
+                value: self.mdts.into(),
+                hint: "use 0 (unlimited) ..= 20",
+            });
+        }
+        let nn = self.effective_nn();
+        if nn == u32::MAX {
+            return Err(ModelError::BadNsid {
+                nsid: nn,
+                nn: u32::MAX - 1,
+            });
+        }
+        let mut seen = std::collections::HashSet::new();
+        for ns in &self.namespaces {
+            validate_namespace(ns, nn)?;
+            if !seen.insert(ns.nsid) {
+                return Err(ModelError::DuplicateNsid { nsid: ns.nsid });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks one namespace's configuration against NN.
+pub(crate) fn validate_namespace(ns: &ModelNamespaceConfig, nn: u32) -> Result<(), ModelError> {
+    if ns.nsid == 0 || ns.nsid > nn {
+        return Err(ModelError::BadNsid { nsid: ns.nsid, nn });
+    }
+    if ns.lba_size != 512 && ns.lba_size != 4096 {
+        return Err(ModelError::BadLbaSize {
+            nsid: ns.nsid,
+            lba_size: ns.lba_size,
+        });
+    }
+    if ns.blocks == 0 {
+        return Err(ModelError::EmptyNamespace { nsid: ns.nsid });
+    }
+    Ok(())
+}

@@ -1,0 +1,151 @@
+//! Identify (06h) data structures, laid out by the base specification's byte offsets.
+
+use super::core::Core;
+use super::namespaces::ModelNamespace;
+use super::sqe::{Outcome, Sqe, Status};
+
+const PAGE: usize = 4096;
+/// IEEE/PCI vendor ID of the model (Red Hat's, as QEMU uses).
+const VID: u16 = 0x1b36;
+
+fn put16(b: &mut [u8], off: usize, v: u16) {
+    b[off..off + 2].copy_from_slice(&v.to_le_bytes());
+}
+fn put32(b: &mut [u8], off: usize, v: u32) {
+    b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+}
+fn put64(b: &mut [u8], off: usize, v: u64) {
+    b[off..off + 8].copy_from_slice(&v.to_le_bytes());
+}
+/// ASCII, space padded, truncated to the field.
+fn put_str(b: &mut [u8], off: usize, len: usize, s: &str) {
+    let field = &mut b[off..off + len];
+    field.fill(b' ');
+    for (d, c) in field
+        .iter_mut()
+        .zip(s.bytes().filter(|c| c.is_ascii() && !c.is_ascii_control()))
+    {
+        *d = c;
+    }
+}
+
+/// Identify Controller (CNS 01h).
+pub(crate) fn controller(core: &Core) -> Vec<u8> {
+    let cfg = &core.cfg;
+    let mut b = vec![0u8; PAGE];
+    put16(&mut b, 0, VID); // VID
+    put16(&mut b, 2, VID); // SSVID
+    put_str(&mut b, 4, 20, &cfg.serial);
+    put_str(&mut b, 24, 40, &cfg.model);
+    put_str(&mut b, 64, 8, &cfg.firmware);
+    b[72] = 6; // RAB
+    b[76] = 0; // CMIC: one port, one controller
+    b[77] = cfg.mdts;
+    put16(&mut b, 78, cfg.cntlid);
+    put32(&mut b, 80, 0x0002_0000); // VER 2.0
+    put32(&mut b, 92, 1 << 8); // OAES: Namespace Attribute Notices
+    b[111] = 1; // CNTRLTYPE: I/O controller
+    let oacs: u16 = 1 << 3 | if cfg.shadow_doorbells { 1 << 8 } else { 0 };
+    put16(&mut b, 256, oacs);
+    b[258] = 3; // ACL (0-based)
+    b[259] = cfg.aerl; // AERL (0-based)
+    b[260] = 0x03; // FRMW: one slot, slot 1 read-only
+    b[261] = 1 << 2; // LPA: extended data for Get Log Page
+    b[262] = 0; // ELPE: one error log entry
+    b[263] = 0; // NPSS: one power state
+    put16(&mut b, 266, 343); // WCTEMP (K)
+    put16(&mut b, 268, 373); // CCTEMP (K)
+    b[512] = 0x66; // SQES
+    b[513] = 0x44; // CQES
+    put32(&mut b, 516, core.nn); // NN
+    put16(&mut b, 520, 1 << 2 | 1 << 3); // ONCS: DSM, Write Zeroes
+    b[525] = 0; // VWC: no volatile write cache
+    put_str(
+        &mut b,
+        768,
+        256,
+        &format!("nqn.2024-01.io.vfnvme:model:{}", cfg.serial),
+    );
+    // SUBNQN is NUL padded, not space padded.
+    for c in b[768..1024].iter_mut().rev().take_while(|c| **c == b' ') {
+        *c = 0;
+    }
+    put16(&mut b, 2048, 2500); // PSD0 MP: 25 W
+    b
+}
+
+/// Identify Namespace (CNS 00h) for an active namespace.
+pub(crate) fn namespace(ns: &ModelNamespace) -> Vec<u8> {
+    let mut b = vec![0u8; PAGE];
+    let blocks = ns.blocks();
+    put64(&mut b, 0, blocks); // NSZE
+    put64(&mut b, 8, blocks); // NCAP
+    put64(&mut b, 16, blocks); // NUSE
+    b[25] = 1; // NLBAF: two formats (0-based)
+    b[26] = u8::from(ns.lba_shift == 12); // FLBAS: format in use
+    b[33] = 1 << 3 | 1; // DLFEAT: Write Zeroes may deallocate; deallocated reads zero
+    b[104..120].copy_from_slice(&ns.nguid());
+    b[120..128].copy_from_slice(&ns.eui64());
+    put32(&mut b, 128, 9 << 16); // LBAF0: 512 bytes, no metadata
+    put32(&mut b, 132, 12 << 16); // LBAF1: 4096 bytes
+    b
+}
+
+/// Namespace Identification Descriptor list (CNS 03h).
+pub(crate) fn descriptors(ns: &ModelNamespace) -> Vec<u8> {
+    let mut b = vec![0u8; PAGE];
+    let mut at = 0;
+    let mut add = |b: &mut Vec<u8>, nidt: u8, id: &[u8]| {
+        b[at] = nidt;
+        b[at + 1] = id.len() as u8;
+        b[at + 4..at + 4 + id.len()].copy_from_slice(id);
+        at += 4 + id.len();
+    };
+    add(&mut b, 1, &ns.eui64());
+    add(&mut b, 2, &ns.nguid());
+    add(&mut b, 3, &ns.uuid());
+    add(&mut b, 4, &[0]); // CSI: NVM
+    b
+}
+
+/// Executes Identify.
+pub(crate) fn execute(core: &Core, sqe: &Sqe, page: u64) -> Outcome {
+    let cns = sqe.cdw(10) & 0xFF;
+    let nsid = sqe.nsid();
+    let data = match cns {
+        0x00 => {
+            if nsid == 0 || (nsid > core.nn && nsid != u32::MAX) {
+                return Status::INVALID_NAMESPACE.into();
+            }
+            match core.active_ns(nsid) {
+                Some(ns) => namespace(&ns),
+                None => vec![0u8; PAGE],
+            }
+        }
+        0x01 => controller(core),
+        0x02 => {
+            if nsid >= 0xFFFF_FFFE {
+                return Status::INVALID_NAMESPACE.into();
+            }
+            let mut b = vec![0u8; PAGE];
+            let table = core.ns_read();
+            let active = table
+                .range(nsid.saturating_add(1)..)
+                .filter(|(_, ns)| ns.is_attached())
+                .map(|(&id, _)| id);
+            for (slot, id) in b.chunks_exact_mut(4).zip(active) {
+                slot.copy_from_slice(&id.to_le_bytes());
+            }
+            b
+        }
+        0x03 => match core.active_ns(nsid) {
+            Some(ns) => descriptors(&ns),
+            None => return Status::INVALID_NAMESPACE.into(),
+        },
+        _ => return Status::INVALID_FIELD.into(),
+    };
+    match super::prp::write_out(&core.iommu, sqe.prp1(), sqe.prp2(), page, &data) {
+        Ok(()) => Outcome::ok(0),
+        Err(s) => s.into(),
+    }
+}

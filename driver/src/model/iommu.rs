@@ -1,0 +1,120 @@
+//! The model's IOMMU: records IOVA → process address mappings so that the model's DMA engine can
+//! translate every device address, and refuse the ones nobody mapped.
+
+use std::collections::BTreeMap;
+use std::ptr::NonNull;
+use std::sync::{RwLock, RwLockReadGuard};
+use vfnvme_dma::{DmaError, Iommu, IovaAllocator, IovaRange};
+
+/// Where the model's IOVA space starts: far above user virtual addresses' usual range start, so
+/// that an IOVA is never accidentally equal to the buffer's process address.
+pub const MODEL_IOVA_START: u64 = 1 << 40;
+/// The last usable IOVA of the model.
+pub const MODEL_IOVA_END: u64 = (1 << 47) - 1;
+
+/// One mapping: `len` bytes at process address `vaddr`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mapping {
+    pub vaddr: usize,
+    pub len: u64,
+}
+
+/// An IOMMU that only records mappings (keyed by IOVA).
+#[derive(Debug)]
+pub struct ModelIommu {
+    alloc: IovaAllocator,
+    maps: RwLock<BTreeMap<u64, Mapping>>,
+}
+
+impl Default for ModelIommu {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ModelIommu {
+    /// An empty IOMMU over the model's IOVA range.
+    pub fn new() -> Self {
+        ModelIommu {
+            alloc: IovaAllocator::new(vec![IovaRange {
+                start: MODEL_IOVA_START,
+                end: MODEL_IOVA_END,
+            }]),
+            maps: RwLock::new(BTreeMap::new()),
+        }
+    }
+
+    /// The number of live mappings.
+    pub fn mapping_count(&self) -> usize {
+        self.read().len()
+    }
+
+    /// The mapping table, locked for reading: while the guard lives no mapping can be removed.
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, BTreeMap<u64, Mapping>> {
+        self.maps.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Finds the process address of `iova..iova+len` if one mapping covers all of it.
+pub(crate) fn lookup(maps: &BTreeMap<u64, Mapping>, iova: u64, len: u64) -> Option<usize> {
+    let (&start, m) = maps.range(..=iova).next_back()?;
+    let off = iova - start;
+    let end = off.checked_add(len)?;
+    (end <= m.len).then(|| m.vaddr + off as usize)
+}
+
+fn io_error(what: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_string())
+}
+
+impl Iommu for ModelIommu {
+    fn reserve_iova(&self, len: u64, align: u64) -> Result<u64, DmaError> {
+        self.alloc.reserve(len, align)
+    }
+
+    unsafe fn map(&self, vaddr: NonNull<u8>, len: u64, iova: u64) -> Result<(), DmaError> {
+        let mut maps = self.maps.write().unwrap_or_else(|e| e.into_inner());
+        let end = iova.checked_add(len);
+        let overlaps = end.is_none()
+            || len == 0
+            || maps
+                .range(..end.unwrap_or(u64::MAX))
+                .next_back()
+                .is_some_and(|(&s, m)| s + m.len > iova);
+        if overlaps {
+            return Err(DmaError::MapFailed {
+                iova,
+                len,
+                source: io_error("empty or overlapping mapping"),
+                hint: ": reserve IOVA space with reserve_iova before mapping",
+            });
+        }
+        maps.insert(
+            iova,
+            Mapping {
+                vaddr: vaddr.as_ptr() as usize,
+                len,
+            },
+        );
+        Ok(())
+    }
+
+    fn unmap(&self, iova: u64, len: u64) -> Result<(), DmaError> {
+        let mut maps = self.maps.write().unwrap_or_else(|e| e.into_inner());
+        match maps.get(&iova) {
+            Some(m) if m.len == len => {
+                maps.remove(&iova);
+                Ok(())
+            }
+            _ => Err(DmaError::UnmapFailed {
+                iova,
+                len,
+                source: io_error("no such mapping"),
+            }),
+        }
+    }
+
+    fn iova_ranges(&self) -> Vec<IovaRange> {
+        self.alloc.ranges().to_vec()
+    }
+}

@@ -1,0 +1,54 @@
+//! An in-memory NVMe controller for tests and benchmarks.
+//!
+//! The model plays the *device*: it decodes raw submission queue entries from DMA memory by the
+//! NVMe base specification's byte offsets (independently of the driver's `spec` module, so that
+//! encoding bugs in the driver show up), moves data through a recording IOMMU, and posts
+//! completions on a virtual clock. It never sleeps and is deterministic for a given seed and
+//! sequence of driver actions.
+//!
+//! ```no_run
+//! use vfnvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
+//! let platform = ModelPlatform::new(ModelConfig {
+//!     namespaces: vec![ModelNamespaceConfig { nsid: 1, blocks: 1 << 20, lba_size: 512, backing: Backing::Ram }],
+//!     ..ModelConfig::default()
+//! }).unwrap();
+//! ```
+//!
+//! Behaviour notes:
+//! - Commands execute (data moves) when the SQ doorbell is written; their completions become due
+//!   at submit time + latency and are posted by `Platform::before_poll` (never more than the CQ
+//!   has free slots). Commands in flight complete in parallel.
+//! - Shadow doorbells (Doorbell Buffer Config) apply to I/O queues only; the admin queue always
+//!   uses MMIO doorbells. The model reads shadow values in `before_poll` and writes EventIdx
+//!   values equal to the positions it has consumed.
+//! - A Namespace Attribute Changed event is reported once, then masked until log page 04h is
+//!   read without RAE; changes meanwhile accumulate in the Changed Namespace List. The
+//!   Asynchronous Event Configuration feature does not gate it.
+//! - OACS bit 3 is set for Namespace Attachment; Namespace Management (0Dh) is not implemented
+//!   (Invalid Command Opcode).
+
+mod admin;
+mod config;
+mod core;
+mod dma_engine;
+mod events;
+mod identify;
+mod io;
+mod iommu;
+mod namespaces;
+mod platform;
+mod prp;
+mod queues;
+mod registers;
+mod sqe;
+mod stats;
+mod storage;
+
+#[cfg(test)]
+mod tests;
+
+pub use config::{Backing, ModelConfig, ModelError, ModelNamespaceConfig, MAX_NAMESPACES};
+pub use iommu::{ModelIommu, MODEL_IOVA_END, MODEL_IOVA_START};
+pub use platform::ModelPlatform;
+pub use registers::ModelRegs;
+pub use stats::ModelStats;

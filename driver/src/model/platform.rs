@@ -1,0 +1,159 @@
+//! `ModelPlatform`: the driver's [`Platform`] over the in-memory controller, plus the test
+//! controls (statistics, runtime namespace changes).
+
+use super::config::{validate_namespace, ModelConfig, ModelError, ModelNamespaceConfig};
+use super::core::Core;
+use super::iommu::ModelIommu;
+use super::namespaces::ModelNamespace;
+use super::registers::ModelRegs;
+use super::stats::ModelStats;
+use crate::platform::Platform;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use vfnvme_dma::{DmaPool, PageSize};
+
+/// An in-memory NVMe controller behind the driver's platform interface.
+#[derive(Debug)]
+pub struct ModelPlatform {
+    regs: ModelRegs,
+    iommu: Arc<ModelIommu>,
+    pool: DmaPool,
+}
+
+impl ModelPlatform {
+    /// A model controller with `config`, disabled (CC.EN = 0) at virtual time 0.
+    pub fn new(config: ModelConfig) -> Result<Arc<Self>, ModelError> {
+        config.validate()?;
+        let iommu = Arc::new(ModelIommu::new());
+        let core = Arc::new(Core::new(config, iommu.clone()));
+        let pool = DmaPool::new(iommu.clone(), PageSize::Small4K);
+        Ok(Arc::new(ModelPlatform {
+            regs: ModelRegs { core },
+            iommu,
+            pool,
+        }))
+    }
+
+    fn core(&self) -> &Core {
+        &self.regs.core
+    }
+
+    /// The model's IOMMU (to inspect mappings).
+    pub fn iommu(&self) -> &Arc<ModelIommu> {
+        &self.iommu
+    }
+
+    /// A snapshot of the counters and the virtual time.
+    pub fn stats(&self) -> ModelStats {
+        self.core().counters.snapshot(self.core().now())
+    }
+
+    /// The virtual time in nanoseconds.
+    pub fn now_ns(&self) -> u64 {
+        self.core().now()
+    }
+
+    /// Adds a namespace (or replaces a detached one with the same nsid) and attaches it; raises
+    /// a Namespace Attribute Changed event.
+    pub fn attach_namespace(&self, ns: ModelNamespaceConfig) -> Result<(), ModelError> {
+        let core = self.core();
+        validate_namespace(&ns, core.nn)?;
+        let mut c = core.lock_ctrl();
+        {
+            let mut table = core.ns_write();
+            if table.get(&ns.nsid).is_some_and(|n| n.is_attached()) {
+                return Err(ModelError::AlreadyAttached { nsid: ns.nsid });
+            }
+            if table.len() >= super::config::MAX_NAMESPACES && !table.contains_key(&ns.nsid) {
+                return Err(ModelError::TooManyNamespaces {
+                    count: table.len() + 1,
+                });
+            }
+            table.insert(ns.nsid, Arc::new(ModelNamespace::new(&ns, core.cfg.seed)));
+        }
+        core.ns_changed(&mut c, ns.nsid);
+        Ok(())
+    }
+
+    /// Detaches namespace `nsid` (it stays allocated, so a Namespace Attachment command can
+    /// attach it again); raises a Namespace Attribute Changed event.
+    pub fn detach_namespace(&self, nsid: u32) -> Result<(), ModelError> {
+        self.change(nsid, |ns| {
+            ns.attached.store(false, Ordering::Release);
+            Ok(())
+        })
+    }
+
+    /// Changes the size of namespace `nsid` (shrinking drops the data beyond the new end);
+    /// raises a Namespace Attribute Changed event.
+    pub fn resize_namespace(&self, nsid: u32, blocks: u64) -> Result<(), ModelError> {
+        if blocks == 0 {
+            return Err(ModelError::EmptyNamespace { nsid });
+        }
+        self.change(nsid, |ns| {
+            ns.blocks.store(blocks, Ordering::Release);
+            if let Some(store) = ns.store.as_ref() {
+                store.truncate(blocks << ns.lba_shift);
+            }
+            Ok(())
+        })
+    }
+
+    /// Gives namespace `nsid` a new EUI64, NGUID and UUID; raises a Namespace Attribute
+    /// Changed event.
+    pub fn change_identity(&self, nsid: u32) -> Result<(), ModelError> {
+        self.change(nsid, |ns| {
+            ns.generation.fetch_add(1, Ordering::AcqRel);
+            Ok(())
+        })
+    }
+
+    /// Makes the next read of the Changed Namespace List log report overflow (0xFFFFFFFF).
+    pub fn set_changed_list_overflow(&self, overflow: bool) {
+        self.core().lock_ctrl().events.force_overflow = overflow;
+    }
+
+    fn change(
+        &self,
+        nsid: u32,
+        f: impl FnOnce(&ModelNamespace) -> Result<(), ModelError>,
+    ) -> Result<(), ModelError> {
+        let core = self.core();
+        let mut c = core.lock_ctrl();
+        let ns = core
+            .active_ns(nsid)
+            .ok_or(ModelError::NoSuchNamespace { nsid })?;
+        f(&ns)?;
+        core.ns_changed(&mut c, nsid);
+        Ok(())
+    }
+}
+
+impl Platform for ModelPlatform {
+    type Regs = ModelRegs;
+
+    fn regs(&self) -> &ModelRegs {
+        &self.regs
+    }
+
+    fn dma(&self) -> &DmaPool {
+        &self.pool
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.core().now()
+    }
+
+    fn relax(&self) {
+        self.core().relax();
+    }
+
+    #[inline]
+    fn before_poll(&self, cq_id: u16) {
+        self.core().before_poll(cq_id);
+    }
+
+    fn name(&self) -> String {
+        format!("model:{}", self.core().cfg.serial)
+    }
+}

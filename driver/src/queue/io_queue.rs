@@ -1,0 +1,448 @@
+//! The I/O queue engine: rings + trackers + PRPs + MDTS splitting, independent of the
+//! controller (doorbell registers are passed in), so it can be tested against a fake CQ.
+
+use super::prp;
+use super::ring::{Rings, ShadowBuffers};
+use super::tracker::Trackers;
+use crate::error::{SubmitError, SubmitErrorKind};
+use crate::namespace::{Namespace, NamespaceState};
+use crate::platform::RegisterIo;
+use crate::spec::command::{io_opcode, DsmRange};
+use crate::spec::{Command, Status};
+use std::sync::Arc;
+use vfnvme_dma::{DmaBuffer, DmaError, DmaPool};
+
+/// Most blocks one NVM command carries (NLB is 16 bits, 0's based).
+pub const MAX_BLOCKS_PER_COMMAND: u32 = 1 << 16;
+/// Most ranges in one Dataset Management command.
+pub const MAX_DSM_RANGES: usize = 256;
+
+/// The completion of one I/O request (all of its commands, if it was split).
+#[derive(Debug)]
+pub struct IoCompletion {
+    /// The tag given at submission.
+    pub tag: u64,
+    /// Success, or the first error among the request's commands.
+    pub status: Status,
+    /// The buffer given at submission (`None` for commands without data).
+    pub buffer: Option<DmaBuffer>,
+}
+
+impl IoCompletion {
+    /// Whether the request succeeded.
+    #[inline]
+    pub fn is_ok(&self) -> bool {
+        self.status.is_success()
+    }
+}
+
+/// Rings and trackers of one I/O queue pair.
+#[derive(Debug)]
+pub struct IoQueue {
+    rings: Rings,
+    trackers: Trackers,
+    /// Largest data transfer per command in bytes (a multiple of 4 KiB, ≤ 2 MiB).
+    max_transfer: usize,
+}
+
+/// What a request transfers.
+enum Data {
+    None,
+    Buffer(DmaBuffer),
+}
+
+impl IoQueue {
+    /// Rings of `depth` entries for queue `qid` and `depth - 1` trackers, so that outstanding
+    /// commands never exceed what the CQ can hold. `max_transfer` is capped to
+    /// [`prp::MAX_TRANSFER`] and rounded down to whole pages.
+    pub fn new(
+        pool: &DmaPool,
+        qid: u16,
+        depth: u32,
+        dstrd: u8,
+        shadow: Option<&Arc<ShadowBuffers>>,
+        max_transfer: usize,
+    ) -> Result<Self, DmaError> {
+        let rings = Rings::new(pool, qid, depth, dstrd, shadow)?;
+        let trackers = Trackers::new(pool, depth.saturating_sub(1) as usize)?;
+        let max_transfer = (max_transfer.min(prp::MAX_TRANSFER) / prp::PAGE_SIZE * prp::PAGE_SIZE)
+            .max(prp::PAGE_SIZE);
+        Ok(IoQueue {
+            rings,
+            trackers,
+            max_transfer,
+        })
+    }
+
+    /// Device address of the SQ ring.
+    pub fn sq_iova(&self) -> u64 {
+        self.rings.sq_iova()
+    }
+    /// Device address of the CQ ring.
+    pub fn cq_iova(&self) -> u64 {
+        self.rings.cq_iova()
+    }
+    /// Ring depth.
+    pub fn depth(&self) -> u32 {
+        self.rings.depth()
+    }
+    /// Commands in flight.
+    #[inline]
+    pub fn outstanding(&self) -> usize {
+        self.trackers.capacity() - self.trackers.free_count()
+    }
+    /// Free command slots.
+    #[inline]
+    pub fn free_slots(&self) -> usize {
+        self.trackers.free_count()
+    }
+    /// Most commands in flight at once (depth - 1).
+    pub fn capacity(&self) -> usize {
+        self.trackers.capacity()
+    }
+    /// Largest data transfer per command.
+    pub fn max_transfer(&self) -> usize {
+        self.max_transfer
+    }
+    /// Whether shadow doorbells are in use.
+    pub fn uses_shadow(&self) -> bool {
+        self.rings.uses_shadow()
+    }
+
+    #[inline(always)]
+    fn check_ns(ns: &Namespace, lba: u64, blocks: u64) -> Result<(), SubmitErrorKind> {
+        let state = ns.state();
+        if state != NamespaceState::Active {
+            return Err(SubmitErrorKind::NamespaceNotActive {
+                nsid: ns.nsid(),
+                state,
+            });
+        }
+        if blocks == 0 {
+            return Err(SubmitErrorKind::ZeroBlocks);
+        }
+        let size = ns.blocks();
+        match lba.checked_add(blocks) {
+            Some(end) if end <= size => Ok(()),
+            end => Err(SubmitErrorKind::LbaOutOfRange {
+                nsid: ns.nsid(),
+                lba,
+                end: end.unwrap_or(u64::MAX),
+                blocks: size,
+            }),
+        }
+    }
+
+    /// Queues a read of `blocks` blocks at `lba` into `buf` (split if above the per-command
+    /// limit). Not visible to the controller until [`IoQueue::commit`] or a poll.
+    #[inline]
+    pub fn read(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        tag: u64,
+    ) -> Result<(), SubmitError> {
+        self.submit_data(ns, io_opcode::READ, lba, blocks, buf, tag)
+    }
+
+    /// Queues a write of `blocks` blocks at `lba` from `buf`.
+    #[inline]
+    pub fn write(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        tag: u64,
+    ) -> Result<(), SubmitError> {
+        self.submit_data(ns, io_opcode::WRITE, lba, blocks, buf, tag)
+    }
+
+    #[inline(always)]
+    fn submit_data(
+        &mut self,
+        ns: &Namespace,
+        opcode: u8,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        tag: u64,
+    ) -> Result<(), SubmitError> {
+        if let Err(k) = Self::check_ns(ns, lba, blocks as u64) {
+            return Err(SubmitError::new(k, Some(buf)));
+        }
+        let needed = (blocks as u64) << ns.lba_shift();
+        if (buf.len() as u64) < needed {
+            let len = buf.len();
+            return Err(SubmitError::new(
+                SubmitErrorKind::BufferTooSmall { needed, len },
+                Some(buf),
+            ));
+        }
+        let per_cmd =
+            ((self.max_transfer >> ns.lba_shift()) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND);
+        self.submit_split(ns, opcode, lba, blocks, per_cmd, 0, Data::Buffer(buf), tag)
+    }
+
+    /// Queues a flush of namespace `ns`.
+    #[inline]
+    pub fn flush(&mut self, ns: &Namespace, tag: u64) -> Result<(), SubmitError> {
+        let state = ns.state();
+        if state != NamespaceState::Active {
+            return Err(SubmitError::new(
+                SubmitErrorKind::NamespaceNotActive {
+                    nsid: ns.nsid(),
+                    state,
+                },
+                None,
+            ));
+        }
+        let mut cmd = Command::flush(ns.nsid());
+        self.submit_single(&mut cmd, tag)
+    }
+
+    /// Queues Write Zeroes of `blocks` blocks at `lba` (split at 65536 blocks per command).
+    #[inline]
+    pub fn write_zeroes(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        tag: u64,
+    ) -> Result<(), SubmitError> {
+        Self::check_ns(ns, lba, blocks as u64).map_err(|k| SubmitError::new(k, None))?;
+        self.submit_split(
+            ns,
+            io_opcode::WRITE_ZEROES,
+            lba,
+            blocks,
+            MAX_BLOCKS_PER_COMMAND,
+            0,
+            Data::None,
+            tag,
+        )
+    }
+
+    /// Queues a Dataset Management deallocate of `ranges` (1..=256). The range list goes in
+    /// the tracker's preallocated page: no allocation.
+    #[inline]
+    pub fn deallocate(
+        &mut self,
+        ns: &Namespace,
+        ranges: &[DsmRange],
+        tag: u64,
+    ) -> Result<(), SubmitError> {
+        let err = |k| SubmitError::new(k, None);
+        if ranges.is_empty() || ranges.len() > MAX_DSM_RANGES {
+            return Err(err(SubmitErrorKind::BadRangeCount {
+                count: ranges.len(),
+            }));
+        }
+        for r in ranges {
+            Self::check_ns(ns, r.slba, r.blocks as u64).map_err(err)?;
+        }
+        let Some(idx) = self.trackers.alloc() else {
+            return Err(err(SubmitErrorKind::QueueFull { free: 0, needed: 1 }));
+        };
+        let iova = match self.trackers.get_mut(idx) {
+            Some(t) => {
+                let page = t.prp_list.as_mut_slice();
+                for (slot, r) in page.chunks_exact_mut(DsmRange::SIZE).zip(ranges) {
+                    slot.copy_from_slice(&r.to_bytes());
+                }
+                t.prp_list.iova()
+            }
+            None => 0,
+        };
+        let mut cmd = Command::deallocate(ns.nsid(), ranges.len() as u16, iova);
+        self.start_single(idx, &mut cmd, tag);
+        Ok(())
+    }
+
+    /// Queues a raw command without data (e.g. a vendor command); the CID is set here.
+    #[inline]
+    pub fn submit_single(&mut self, cmd: &mut Command, tag: u64) -> Result<(), SubmitError> {
+        let Some(idx) = self.trackers.alloc() else {
+            return Err(SubmitError::new(
+                SubmitErrorKind::QueueFull { free: 0, needed: 1 },
+                None,
+            ));
+        };
+        self.start_single(idx, cmd, tag);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn start_single(&mut self, idx: u16, cmd: &mut Command, tag: u64) {
+        if let Some(t) = self.trackers.get_mut(idx) {
+            t.parent = idx;
+            t.remaining = 1;
+            t.status = Status::SUCCESS;
+            t.tag = tag;
+            t.buffer = None;
+        }
+        cmd.set_cid(idx);
+        self.rings.push(cmd);
+    }
+
+    /// Queues `blocks` at `lba` as commands of at most `per_cmd` blocks each.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn submit_split(
+        &mut self,
+        ns: &Namespace,
+        opcode: u8,
+        lba: u64,
+        blocks: u32,
+        per_cmd: u32,
+        cdw12_flags: u32,
+        data: Data,
+        tag: u64,
+    ) -> Result<(), SubmitError> {
+        let buf = match data {
+            Data::None => None,
+            Data::Buffer(b) => Some(b),
+        };
+        let needed = blocks.div_ceil(per_cmd) as usize;
+        if needed > self.trackers.capacity() {
+            return Err(SubmitError::new(
+                SubmitErrorKind::TooLarge {
+                    needed,
+                    capacity: self.trackers.capacity(),
+                },
+                buf,
+            ));
+        }
+        let free = self.trackers.free_count();
+        if needed > free {
+            return Err(SubmitError::new(
+                SubmitErrorKind::QueueFull { free, needed },
+                buf,
+            ));
+        }
+        let start_tail = self.rings.sq_tail();
+        let base_iova = buf.as_ref().map(|b| b.iova());
+        let shift = ns.lba_shift();
+        let mut head = u16::MAX;
+        let mut done: u32 = 0;
+        while done < blocks {
+            let n = (blocks - done).min(per_cmd);
+            // Cannot fail: `needed` trackers are free.
+            let Some(idx) = self.trackers.alloc() else {
+                break;
+            };
+            if head == u16::MAX {
+                head = idx;
+            }
+            let mut cmd = Command::rw_n(opcode, ns.nsid(), lba + done as u64, n);
+            cmd.cdw12 |= cdw12_flags;
+            cmd.set_cid(idx);
+            if let (Some(base), Some(t)) = (base_iova, self.trackers.get_mut(idx)) {
+                let off = (done as u64) << shift;
+                let bytes = (n as usize) << shift;
+                let list_iova = t.prp_list.iova();
+                match prp::build(base + off, bytes, t.prp_list.as_mut_slice(), list_iova) {
+                    Ok((p1, p2)) => cmd.set_prps(p1, p2),
+                    Err(e) => {
+                        self.rollback(head, start_tail);
+                        return Err(SubmitError::new(e.into(), buf));
+                    }
+                }
+            }
+            if let Some(t) = self.trackers.get_mut(idx) {
+                t.parent = head;
+            }
+            self.rings.push(&cmd);
+            done += n;
+        }
+        if let Some(h) = self.trackers.get_mut(head) {
+            h.remaining = needed as u16;
+            h.status = Status::SUCCESS;
+            h.tag = tag;
+            h.buffer = buf;
+        }
+        Ok(())
+    }
+
+    /// Un-queues a partly built request: frees its trackers and rewinds the SQ tail.
+    #[cold]
+    fn rollback(&mut self, head: u16, tail: u32) {
+        for i in 0..self.trackers.capacity() as u16 {
+            if self
+                .trackers
+                .get(i)
+                .is_some_and(|t| t.busy && t.parent == head)
+            {
+                self.trackers.release(i);
+            }
+        }
+        self.trackers.release(head);
+        self.rings.rewind_sq(tail);
+    }
+
+    /// Rings the SQ doorbell once for everything queued since the last ring.
+    #[inline]
+    pub fn commit<R: RegisterIo>(&mut self, regs: &R) {
+        if self.rings.sq_pending() {
+            self.rings.ring_sq(regs);
+        }
+    }
+
+    /// Commits pending submissions, then processes up to `max` request completions, calling
+    /// `f` for each; writes the CQ head doorbell once. Returns the number of completions.
+    #[inline]
+    pub fn poll<R: RegisterIo, F: FnMut(IoCompletion)>(
+        &mut self,
+        regs: &R,
+        max: usize,
+        mut f: F,
+    ) -> usize {
+        self.commit(regs);
+        let mut delivered = 0;
+        while delivered < max {
+            let Some(cqe) = self.rings.peek_cq() else {
+                break;
+            };
+            self.rings.advance_cq();
+            let cid = cqe.cid;
+            let head = match self.trackers.get(cid) {
+                Some(t) if t.busy => t.parent,
+                _ => {
+                    log::error!("completion for unknown command id {cid} ignored");
+                    continue;
+                }
+            };
+            if head != cid {
+                self.trackers.release(cid);
+            }
+            let Some(h) = self.trackers.get_mut(head) else {
+                continue;
+            };
+            let status = cqe.status();
+            if !status.is_success() && h.status.is_success() {
+                h.status = status;
+            }
+            h.remaining = h.remaining.saturating_sub(1);
+            if h.remaining == 0 {
+                let c = IoCompletion {
+                    tag: h.tag,
+                    status: h.status,
+                    buffer: h.buffer.take(),
+                };
+                self.trackers.release(head);
+                f(c);
+                delivered += 1;
+            }
+        }
+        self.rings.ring_cq(regs);
+        delivered
+    }
+
+    /// Test support: the rings.
+    #[cfg(test)]
+    pub(crate) fn rings_mut(&mut self) -> &mut Rings {
+        &mut self.rings
+    }
+}

@@ -1,0 +1,392 @@
+//! Queue engine tests against a fake controller that reads SQEs and writes CQEs directly in
+//! ring memory.
+
+use super::io_queue::{IoCompletion, IoQueue};
+use super::ring::tests::{test_pool, Doorbells};
+use crate::error::SubmitErrorKind;
+use crate::namespace::{Namespace, NamespaceIdentity, NamespaceState};
+use crate::spec::command::DsmRange;
+use crate::spec::{Command, Completion, Status};
+use vfnvme_dma::DmaPool;
+
+/// Plays the controller: consumes SQEs, posts CQEs with the right phase.
+struct FakeDevice {
+    sq_head: u32,
+    cq_tail: u32,
+    phase: bool,
+    depth: u32,
+}
+
+impl FakeDevice {
+    fn new(depth: u32) -> Self {
+        FakeDevice {
+            sq_head: 0,
+            cq_tail: 0,
+            phase: true,
+            depth,
+        }
+    }
+    /// Fetches every SQE up to the driver's tail.
+    fn fetch(&mut self, q: &mut IoQueue) -> Vec<Command> {
+        let tail = q.rings_mut().sq_tail();
+        let mut out = vec![];
+        while self.sq_head != tail {
+            let b = q.rings_mut().sqe_bytes(self.sq_head);
+            let dw = |i: usize| u32::from_le_bytes(b[i * 4..i * 4 + 4].try_into().unwrap());
+            let qw = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+            out.push(Command {
+                cdw0: dw(0),
+                nsid: dw(1),
+                prp1: qw(24),
+                prp2: qw(32),
+                cdw10: dw(10),
+                cdw11: dw(11),
+                cdw12: dw(12),
+                ..Default::default()
+            });
+            self.sq_head = (self.sq_head + 1) % self.depth;
+        }
+        out
+    }
+    fn complete(&mut self, q: &mut IoQueue, cid: u16, status: Status) {
+        let field = (status.sc as u16) | ((status.sct as u16) << 8) | ((status.dnr as u16) << 14);
+        q.rings_mut().inject_cqe(
+            self.cq_tail,
+            Completion {
+                cid,
+                sq_head: self.sq_head as u16,
+                sq_id: 1,
+                status_phase: (field << 1) | self.phase as u16,
+                ..Default::default()
+            },
+        );
+        self.cq_tail += 1;
+        if self.cq_tail == self.depth {
+            self.cq_tail = 0;
+            self.phase = !self.phase;
+        }
+    }
+}
+
+fn ns(lba_shift: u8, blocks: u64) -> Namespace {
+    Namespace::new(
+        1,
+        NamespaceIdentity {
+            lba_shift,
+            ..Default::default()
+        },
+        blocks,
+    )
+}
+
+fn setup(depth: u32, max_transfer: usize) -> (DmaPool, IoQueue, FakeDevice, Doorbells) {
+    let pool = test_pool();
+    let q = IoQueue::new(&pool, 1, depth, 0, None, max_transfer).unwrap();
+    (pool, q, FakeDevice::new(depth), Doorbells::default())
+}
+
+fn drain(q: &mut IoQueue, regs: &Doorbells) -> Vec<IoCompletion> {
+    let mut v = vec![];
+    q.poll(regs, usize::MAX, |c| v.push(c));
+    v
+}
+
+#[test]
+fn submit_batch_rings_once_and_completes_with_buffer() {
+    let (pool, mut q, mut dev, regs) = setup(16, 128 << 10);
+    let n = ns(9, 1000);
+    let mut iovas = vec![];
+    for i in 0..3u64 {
+        let buf = pool.alloc(4096).unwrap();
+        iovas.push(buf.iova());
+        q.read(&n, i * 8, 8, buf, 100 + i).unwrap();
+    }
+    assert!(
+        regs.0.lock().unwrap().is_empty(),
+        "nothing rung before commit"
+    );
+    q.commit(&regs);
+    q.commit(&regs);
+    assert_eq!(
+        *regs.0.lock().unwrap(),
+        vec![(0x1008, 3)],
+        "one SQ doorbell for 3"
+    );
+    let cmds = dev.fetch(&mut q);
+    assert_eq!(cmds.len(), 3);
+    for (i, c) in cmds.iter().enumerate() {
+        assert_eq!(c.opcode(), 0x02);
+        assert_eq!(c.cid(), i as u16);
+        assert_eq!(c.nsid, 1);
+        assert_eq!(c.cdw10, i as u32 * 8);
+        assert_eq!(c.cdw12, 7);
+        assert_eq!(c.prp1, iovas[i]);
+        assert_eq!(c.prp2, 0);
+    }
+    assert_eq!(q.outstanding(), 3);
+    for c in &cmds {
+        dev.complete(&mut q, c.cid(), Status::SUCCESS);
+    }
+    let done = drain(&mut q, &regs);
+    assert_eq!(
+        done.iter().map(|c| c.tag).collect::<Vec<_>>(),
+        vec![100, 101, 102]
+    );
+    assert!(done.iter().all(|c| c.is_ok()));
+    assert_eq!(done[1].buffer.as_ref().unwrap().iova(), iovas[1]);
+    assert_eq!(q.outstanding(), 0);
+    // One CQ head doorbell for the whole poll.
+    assert_eq!(regs.0.lock().unwrap().last(), Some(&(0x100c, 3)));
+    assert_eq!(regs.0.lock().unwrap().len(), 2);
+}
+
+#[test]
+fn completions_in_any_order() {
+    let (pool, mut q, mut dev, regs) = setup(8, 4096);
+    let n = ns(12, 100);
+    for tag in 0..5 {
+        q.write(&n, tag, 1, pool.alloc(4096).unwrap(), tag).unwrap();
+    }
+    q.commit(&regs);
+    let cmds = dev.fetch(&mut q);
+    for &i in &[3usize, 0, 4, 2, 1] {
+        dev.complete(&mut q, cmds[i].cid(), Status::SUCCESS);
+    }
+    let tags: Vec<u64> = drain(&mut q, &regs).iter().map(|c| c.tag).collect();
+    assert_eq!(tags, vec![3, 0, 4, 2, 1]);
+}
+
+#[test]
+fn poll_respects_max() {
+    let (pool, mut q, mut dev, regs) = setup(8, 4096);
+    let n = ns(9, 100);
+    for tag in 0..4 {
+        q.read(&n, 0, 1, pool.alloc(512).unwrap(), tag).unwrap();
+    }
+    q.commit(&regs);
+    for c in dev.fetch(&mut q) {
+        dev.complete(&mut q, c.cid(), Status::SUCCESS);
+    }
+    let mut got = vec![];
+    assert_eq!(q.poll(&regs, 3, |c| got.push(c.tag)), 3);
+    assert_eq!(q.poll(&regs, 3, |c| got.push(c.tag)), 1);
+    assert_eq!(got, vec![0, 1, 2, 3]);
+    assert_eq!(q.poll(&regs, 3, |_| ()), 0);
+}
+
+#[test]
+fn mdts_split_completes_parent_once_with_first_error() {
+    // 8 KiB per command, 512-byte blocks: 40 blocks = 16 + 16 + 8.
+    let (pool, mut q, mut dev, regs) = setup(16, 8192);
+    let n = ns(9, 1 << 20);
+    let buf = pool.alloc(40 * 512).unwrap();
+    let base = buf.iova();
+    q.read(&n, 1000, 40, buf, 7).unwrap();
+    assert_eq!(q.outstanding(), 3);
+    q.commit(&regs);
+    let cmds = dev.fetch(&mut q);
+    assert_eq!(cmds.len(), 3);
+    let lbas: Vec<u32> = cmds.iter().map(|c| c.cdw10).collect();
+    let nlbs: Vec<u32> = cmds.iter().map(|c| c.cdw12 + 1).collect();
+    let prps: Vec<u64> = cmds.iter().map(|c| c.prp1 - base).collect();
+    assert_eq!(lbas, vec![1000, 1016, 1032]);
+    assert_eq!(nlbs, vec![16, 16, 8]);
+    assert_eq!(prps, vec![0, 8192, 16384]);
+    assert_eq!(
+        cmds[0].prp2,
+        base + 4096,
+        "two pages: PRP2 is the second page"
+    );
+    let err = Status::generic(0x80);
+    dev.complete(&mut q, cmds[2].cid(), Status::SUCCESS);
+    dev.complete(&mut q, cmds[1].cid(), err);
+    assert!(drain(&mut q, &regs).is_empty(), "not before the last child");
+    dev.complete(&mut q, cmds[0].cid(), Status::generic(0x04));
+    let done = drain(&mut q, &regs);
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].tag, 7);
+    assert_eq!(done[0].status.sc, 0x80, "first error wins");
+    assert_eq!(done[0].buffer.as_ref().unwrap().iova(), base);
+    assert_eq!(q.outstanding(), 0);
+    assert_eq!(q.free_slots(), 15);
+}
+
+#[test]
+fn large_transfer_uses_prp_list() {
+    let (pool, mut q, mut dev, regs) = setup(8, 1 << 20);
+    let n = ns(12, 1 << 20);
+    let buf = pool.alloc(64 << 10).unwrap();
+    let base = buf.iova();
+    q.write(&n, 0, 16, buf, 1).unwrap();
+    q.commit(&regs);
+    let c = dev.fetch(&mut q).remove(0);
+    assert_eq!(c.prp1, base);
+    assert_ne!(c.prp2, base + 4096, "PRP2 points to a list");
+    assert_eq!(c.prp2 % 4096, 0);
+}
+
+#[test]
+fn queue_full_returns_the_buffer_and_frees_up() {
+    // Depth 4: 3 commands in flight at most (the CQ can always hold them).
+    let (pool, mut q, mut dev, regs) = setup(4, 4096);
+    let n = ns(9, 100);
+    for t in 0..3 {
+        q.read(&n, 0, 1, pool.alloc(512).unwrap(), t).unwrap();
+    }
+    let buf = pool.alloc(512).unwrap();
+    let iova = buf.iova();
+    let e = q.read(&n, 0, 1, buf, 9).unwrap_err();
+    assert_eq!(e.kind, SubmitErrorKind::QueueFull { free: 0, needed: 1 });
+    let back = e.buffer.expect("buffer handed back");
+    assert_eq!(back.iova(), iova);
+    q.commit(&regs);
+    let cmds = dev.fetch(&mut q);
+    dev.complete(&mut q, cmds[1].cid(), Status::SUCCESS);
+    assert_eq!(drain(&mut q, &regs).len(), 1);
+    q.read(&n, 0, 1, back, 9).unwrap();
+    // A split request needing more slots than free is refused as a whole.
+    let (pool2, mut q2, _, _) = setup(4, 4096);
+    let e = q2
+        .read(&n, 0, 40, pool2.alloc(40 * 512).unwrap(), 0)
+        .unwrap_err();
+    assert_eq!(
+        e.kind,
+        SubmitErrorKind::TooLarge {
+            needed: 5,
+            capacity: 3
+        }
+    );
+    assert!(e.buffer.is_some());
+    assert_eq!(q2.outstanding(), 0);
+    // Two of three slots taken: a 3-command request is refused whole, nothing is queued.
+    q2.read(&n, 0, 1, pool2.alloc(512).unwrap(), 0).unwrap();
+    q2.read(&n, 0, 1, pool2.alloc(512).unwrap(), 0).unwrap();
+    let e = q2
+        .read(&n, 0, 24, pool2.alloc(24 * 512).unwrap(), 0)
+        .unwrap_err();
+    assert_eq!(e.kind, SubmitErrorKind::QueueFull { free: 1, needed: 3 });
+    assert_eq!(q2.outstanding(), 2);
+}
+
+#[test]
+fn ring_wraps_many_times() {
+    let (pool, mut q, mut dev, regs) = setup(4, 4096);
+    let n = ns(9, 100);
+    let mut buf = Some(pool.alloc(512).unwrap());
+    for round in 0..50u64 {
+        q.read(&n, round % 100, 1, buf.take().unwrap(), round)
+            .unwrap();
+        q.commit(&regs);
+        let cmds = dev.fetch(&mut q);
+        assert_eq!(cmds.len(), 1);
+        dev.complete(&mut q, cmds[0].cid(), Status::SUCCESS);
+        let mut done = drain(&mut q, &regs);
+        assert_eq!(done.len(), 1, "round {round}");
+        assert_eq!(done[0].tag, round);
+        buf = done.remove(0).buffer;
+    }
+    // The SQ tail wrapped: the last doorbell value is 50 mod 4.
+    let sq_writes: Vec<u32> = regs
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|w| w.0 == 0x1008)
+        .map(|w| w.1)
+        .collect();
+    assert_eq!(sq_writes.last(), Some(&(50 % 4)));
+}
+
+#[test]
+fn validation_errors_return_the_buffer() {
+    let (pool, mut q, _, _) = setup(8, 4096);
+    let n = ns(9, 100);
+    let e = q.read(&n, 99, 2, pool.alloc(1024).unwrap(), 0).unwrap_err();
+    assert!(matches!(
+        e.kind,
+        SubmitErrorKind::LbaOutOfRange {
+            lba: 99,
+            end: 101,
+            blocks: 100,
+            ..
+        }
+    ));
+    assert!(e.buffer.is_some());
+    let e = q
+        .read(&n, u64::MAX, 2, pool.alloc(1024).unwrap(), 0)
+        .unwrap_err();
+    assert!(matches!(e.kind, SubmitErrorKind::LbaOutOfRange { .. }));
+    let e = q.write(&n, 0, 4, pool.alloc(1024).unwrap(), 0).unwrap_err();
+    assert_eq!(
+        e.kind,
+        SubmitErrorKind::BufferTooSmall {
+            needed: 2048,
+            len: 1024
+        }
+    );
+    assert!(e.buffer.is_some());
+    let e = q.read(&n, 0, 0, pool.alloc(512).unwrap(), 0).unwrap_err();
+    assert_eq!(e.kind, SubmitErrorKind::ZeroBlocks);
+    n.set_state(NamespaceState::Removing);
+    let e = q.read(&n, 0, 1, pool.alloc(512).unwrap(), 0).unwrap_err();
+    assert!(matches!(
+        e.kind,
+        SubmitErrorKind::NamespaceNotActive { nsid: 1, .. }
+    ));
+    assert!(e.buffer.is_some());
+    assert!(q.flush(&n, 0).is_err());
+    assert_eq!(q.outstanding(), 0);
+    // Messages say what to do.
+    assert!(e.to_string().contains("stop I/O"));
+}
+
+#[test]
+fn flush_write_zeroes_and_deallocate_encoding() {
+    let (_pool, mut q, mut dev, regs) = setup(8, 4096);
+    let n = ns(9, 1 << 20);
+    q.flush(&n, 1).unwrap();
+    q.write_zeroes(&n, 10, 70000, 2).unwrap(); // 65536 + 4464
+    let ranges = [
+        DsmRange {
+            attributes: 0,
+            blocks: 8,
+            slba: 0,
+        },
+        DsmRange {
+            attributes: 0,
+            blocks: 16,
+            slba: 100,
+        },
+    ];
+    q.deallocate(&n, &ranges, 3).unwrap();
+    assert!(q.deallocate(&n, &[], 4).is_err());
+    q.commit(&regs);
+    let cmds = dev.fetch(&mut q);
+    assert_eq!(cmds.len(), 4);
+    assert_eq!(cmds[0].opcode(), 0x00);
+    assert_eq!(cmds[1].opcode(), 0x08);
+    assert_eq!(cmds[1].cdw12 & 0xffff, 0xffff);
+    assert_eq!(cmds[2].cdw10, 10 + 65536);
+    assert_eq!(cmds[2].cdw12 & 0xffff, 4464 - 1);
+    assert_eq!(cmds[3].opcode(), 0x09);
+    assert_eq!(cmds[3].cdw10, 1);
+    assert_eq!(cmds[3].cdw11, 4);
+    for c in &cmds {
+        dev.complete(&mut q, c.cid(), Status::SUCCESS);
+    }
+    let done = drain(&mut q, &regs);
+    assert_eq!(
+        done.iter().map(|c| c.tag).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    assert!(done.iter().all(|c| c.buffer.is_none()));
+}
+
+#[test]
+fn unknown_cid_is_ignored() {
+    let (_pool, mut q, mut dev, regs) = setup(4, 4096);
+    dev.complete(&mut q, 2, Status::SUCCESS); // nothing outstanding on cid 2
+    dev.complete(&mut q, 999, Status::SUCCESS);
+    assert!(drain(&mut q, &regs).is_empty());
+    assert_eq!(q.free_slots(), 3);
+}

@@ -1,0 +1,14 @@
+//! The I/O machinery: rings in DMA memory, trackers, PRPs, MDTS splitting, doorbells, and the
+//! [`QueuePair`] API.
+
+pub mod io_queue;
+pub mod prp;
+pub mod qpair;
+pub mod ring;
+pub mod tracker;
+
+#[cfg(test)]
+mod io_queue_tests;
+
+pub use io_queue::{IoCompletion, IoQueue};
+pub use qpair::{QpairOptions, QueuePair};

@@ -1,0 +1,398 @@
+//! One submission/completion ring pair in DMA memory, with its doorbells (MMIO or shadow).
+
+use crate::platform::RegisterIo;
+use crate::spec::registers::{doorbell_index_offset, doorbell_offset};
+use crate::spec::{Command, Completion};
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use vfnvme_dma::{DmaBuffer, DmaError, DmaPool};
+
+/// Size of a submission queue entry.
+pub const SQE_SIZE: usize = 64;
+/// Size of a completion queue entry.
+pub const CQE_SIZE: usize = 16;
+
+/// The two pages of Doorbell Buffer Config: shadow doorbells and EventIdx values, laid out
+/// like the doorbell registers (stride `4 << CAP.DSTRD`).
+#[derive(Debug)]
+pub struct ShadowBuffers {
+    /// Shadow doorbell page (written by the driver).
+    pub doorbells: DmaBuffer,
+    /// EventIdx page (written by the controller).
+    pub event_idx: DmaBuffer,
+}
+
+/// The virtio/NVMe EventIdx rule: whether moving a doorbell from `old` to `new` passed the
+/// controller's `event_idx`, so that an MMIO doorbell write is needed.
+#[inline(always)]
+pub fn need_event(event_idx: u16, new: u16, old: u16) -> bool {
+    new.wrapping_sub(event_idx).wrapping_sub(1) < new.wrapping_sub(old)
+}
+
+/// A queue's slots in the shadow pages.
+#[derive(Debug)]
+struct ShadowSlot {
+    buffers: Arc<ShadowBuffers>,
+    offset: usize,
+}
+
+impl ShadowSlot {
+    /// Writes the shadow value; returns whether the MMIO doorbell must be written too.
+    #[inline(always)]
+    fn update(&self, new: u32, old: u32) -> bool {
+        // SAFETY: `offset + 4` is within both 4 KiB pages (checked at construction), the
+        // offset is 4-byte aligned, and only the owner of this queue writes this slot; the
+        // pages live as long as `buffers`.
+        let event_idx = unsafe {
+            let db = self.buffers.doorbells.as_ptr().add(self.offset) as *mut u32;
+            std::ptr::write_volatile(db, new);
+            // The shadow write must be visible before the EventIdx read (store-load order).
+            fence(Ordering::SeqCst);
+            let ei = self.buffers.event_idx.as_ptr().add(self.offset) as *const u32;
+            std::ptr::read_volatile(ei)
+        };
+        need_event(event_idx as u16, new as u16, old as u16)
+    }
+}
+
+/// A submission ring and its completion ring.
+#[derive(Debug)]
+pub struct Rings {
+    sq: DmaBuffer,
+    cq: DmaBuffer,
+    depth: u32,
+    sq_tail: u32,
+    /// The SQ tail value last written to the doorbell.
+    sq_rung: u32,
+    cq_head: u32,
+    /// The CQ head value last written to the doorbell.
+    cq_rung: u32,
+    phase: bool,
+    sq_db: usize,
+    cq_db: usize,
+    shadow_sq: Option<ShadowSlot>,
+    shadow_cq: Option<ShadowSlot>,
+}
+
+impl Rings {
+    /// Allocates zeroed rings of `depth` entries for queue `qid`.
+    pub fn new(
+        pool: &DmaPool,
+        qid: u16,
+        depth: u32,
+        dstrd: u8,
+        shadow: Option<&Arc<ShadowBuffers>>,
+    ) -> Result<Self, DmaError> {
+        let sq = pool.alloc(depth as usize * SQE_SIZE)?;
+        let cq = pool.alloc(depth as usize * CQE_SIZE)?;
+        let slot = |is_cq: bool| {
+            shadow.and_then(|b| {
+                let offset = doorbell_index_offset(qid, is_cq, dstrd);
+                (offset + 4 <= b.doorbells.len().min(b.event_idx.len())).then(|| ShadowSlot {
+                    buffers: b.clone(),
+                    offset,
+                })
+            })
+        };
+        Ok(Rings {
+            sq,
+            cq,
+            depth,
+            sq_tail: 0,
+            sq_rung: 0,
+            cq_head: 0,
+            cq_rung: 0,
+            phase: true,
+            sq_db: doorbell_offset(qid, false, dstrd),
+            cq_db: doorbell_offset(qid, true, dstrd),
+            shadow_sq: slot(false),
+            shadow_cq: slot(true),
+        })
+    }
+
+    /// Device address of the submission ring.
+    pub fn sq_iova(&self) -> u64 {
+        self.sq.iova()
+    }
+    /// Device address of the completion ring.
+    pub fn cq_iova(&self) -> u64 {
+        self.cq.iova()
+    }
+    /// Number of entries in each ring.
+    pub fn depth(&self) -> u32 {
+        self.depth
+    }
+    /// The current SQ tail (next slot to fill).
+    pub fn sq_tail(&self) -> u32 {
+        self.sq_tail
+    }
+    /// Rolls the SQ tail back to `tail` (to un-queue entries not yet made visible).
+    pub fn rewind_sq(&mut self, tail: u32) {
+        self.sq_tail = tail;
+    }
+    /// Whether shadow doorbells are in use.
+    pub fn uses_shadow(&self) -> bool {
+        self.shadow_sq.is_some()
+    }
+
+    /// Copies `cmd` into the next SQ slot. The caller guarantees a free slot (outstanding
+    /// commands < depth).
+    #[inline(always)]
+    pub fn push(&mut self, cmd: &Command) {
+        let slot = self.sq_tail as usize % self.depth as usize;
+        // SAFETY: `slot < depth` and the ring is `depth * 64` bytes, 4 KiB aligned; the
+        // controller does not read this slot until the tail doorbell passes it.
+        unsafe {
+            let p = self.sq.as_ptr().add(slot * SQE_SIZE) as *mut Command;
+            std::ptr::write_volatile(p, *cmd);
+        }
+        self.sq_tail = if self.sq_tail + 1 == self.depth {
+            0
+        } else {
+            self.sq_tail + 1
+        };
+    }
+
+    /// Whether SQ entries were queued since the last doorbell.
+    #[inline(always)]
+    pub fn sq_pending(&self) -> bool {
+        self.sq_tail != self.sq_rung
+    }
+
+    /// Makes queued SQ entries visible and writes the tail doorbell (or only its shadow when
+    /// the controller's EventIdx says it does not need the MMIO write).
+    #[inline(always)]
+    pub fn ring_sq<R: RegisterIo>(&mut self, regs: &R) {
+        // SQEs must be visible in memory before the doorbell write.
+        fence(Ordering::Release);
+        let new = self.sq_tail;
+        let mmio = match &self.shadow_sq {
+            Some(s) => s.update(new, self.sq_rung),
+            None => true,
+        };
+        if mmio {
+            regs.write32(self.sq_db, new);
+        }
+        self.sq_rung = new;
+    }
+
+    /// The completion at the CQ head, if the controller has posted it (phase matches).
+    #[inline(always)]
+    pub fn peek_cq(&self) -> Option<Completion> {
+        // SAFETY: `cq_head < depth` and the ring is `depth * 16` bytes, 4 KiB aligned; the
+        // controller writes it concurrently, hence the volatile read.
+        let status = unsafe {
+            let p = self.cq.as_ptr().add(self.cq_head as usize * CQE_SIZE) as *const Completion;
+            std::ptr::read_volatile(std::ptr::addr_of!((*p).status_phase))
+        };
+        if (status & 1 != 0) != self.phase {
+            return None;
+        }
+        // The rest of the entry must be read after the phase bit.
+        fence(Ordering::Acquire);
+        // SAFETY: as above.
+        Some(unsafe {
+            std::ptr::read_volatile(
+                self.cq.as_ptr().add(self.cq_head as usize * CQE_SIZE) as *const Completion
+            )
+        })
+    }
+
+    /// Consumes the completion at the CQ head.
+    #[inline(always)]
+    pub fn advance_cq(&mut self) {
+        self.cq_head += 1;
+        if self.cq_head == self.depth {
+            self.cq_head = 0;
+            self.phase = !self.phase;
+        }
+    }
+
+    /// Writes the CQ head doorbell if the head moved since the last write.
+    #[inline(always)]
+    pub fn ring_cq<R: RegisterIo>(&mut self, regs: &R) {
+        if self.cq_head == self.cq_rung {
+            return;
+        }
+        let new = self.cq_head;
+        let mmio = match &self.shadow_cq {
+            Some(s) => s.update(new, self.cq_rung),
+            None => true,
+        };
+        if mmio {
+            regs.write32(self.cq_db, new);
+        }
+        self.cq_rung = new;
+    }
+
+    /// Test support: writes a completion into CQ slot `slot` as the controller would.
+    #[cfg(test)]
+    pub fn inject_cqe(&mut self, slot: u32, cqe: Completion) {
+        let off = slot as usize * CQE_SIZE;
+        self.cq.as_mut_slice()[off..off + CQE_SIZE].copy_from_slice(&cqe.to_bytes());
+    }
+
+    /// Test support: reads SQ slot `slot`.
+    #[cfg(test)]
+    pub fn sqe_bytes(&self, slot: u32) -> [u8; 64] {
+        let off = slot as usize * SQE_SIZE;
+        self.sq.as_slice()[off..off + SQE_SIZE].try_into().unwrap()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::ptr::NonNull;
+    use std::sync::Mutex;
+    use vfnvme_dma::{Iommu, IovaAllocator, IovaRange, PageSize};
+
+    /// An IOMMU that maps nothing (the test plays the device itself).
+    pub struct NullIommu(IovaAllocator);
+    impl Iommu for NullIommu {
+        fn reserve_iova(&self, len: u64, align: u64) -> Result<u64, DmaError> {
+            self.0.reserve(len, align)
+        }
+        unsafe fn map(&self, _: NonNull<u8>, _: u64, _: u64) -> Result<(), DmaError> {
+            Ok(())
+        }
+        fn unmap(&self, _: u64, _: u64) -> Result<(), DmaError> {
+            Ok(())
+        }
+        fn iova_ranges(&self) -> Vec<IovaRange> {
+            self.0.ranges().to_vec()
+        }
+    }
+
+    pub fn test_pool() -> DmaPool {
+        DmaPool::new(
+            Arc::new(NullIommu(IovaAllocator::new(vec![IovaRange {
+                start: 1 << 32,
+                end: (1 << 40) - 1,
+            }]))),
+            PageSize::Small4K,
+        )
+    }
+
+    /// Records doorbell writes.
+    #[derive(Default)]
+    pub struct Doorbells(pub Mutex<Vec<(usize, u32)>>);
+    impl RegisterIo for Doorbells {
+        fn read32(&self, _: usize) -> u32 {
+            0
+        }
+        fn write32(&self, offset: usize, value: u32) {
+            self.0.lock().unwrap().push((offset, value));
+        }
+        fn read64(&self, _: usize) -> u64 {
+            0
+        }
+        fn write64(&self, _: usize, _: u64) {}
+    }
+
+    fn cqe(cid: u16, phase: bool) -> Completion {
+        Completion {
+            cid,
+            status_phase: phase as u16,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn wraparound_and_phase_flip() {
+        let pool = test_pool();
+        let regs = Doorbells::default();
+        let mut r = Rings::new(&pool, 1, 4, 0, None).unwrap();
+        let mut phase = true;
+        for round in 0..3u16 {
+            for i in 0..4u16 {
+                let slot = (round * 4 + i) as u32 % 4;
+                assert!(r.peek_cq().is_none(), "nothing posted yet");
+                r.inject_cqe(slot, cqe(round * 4 + i, phase));
+                let c = r.peek_cq().expect("posted");
+                assert_eq!(c.cid, round * 4 + i);
+                r.advance_cq();
+            }
+            phase = !phase;
+            // Old entries (stale phase) are not seen again.
+            assert!(r.peek_cq().is_none());
+        }
+        r.ring_cq(&regs);
+        r.ring_cq(&regs);
+        assert_eq!(
+            regs.0.lock().unwrap().len(),
+            0,
+            "head is back at 0: no write"
+        );
+        r.inject_cqe(0, cqe(99, phase));
+        r.advance_cq();
+        r.ring_cq(&regs);
+        r.ring_cq(&regs);
+        assert_eq!(*regs.0.lock().unwrap(), vec![(0x100c, 1)]);
+    }
+
+    #[test]
+    fn sq_push_wraps_and_rings_once() {
+        let pool = test_pool();
+        let regs = Doorbells::default();
+        let mut r = Rings::new(&pool, 2, 3, 0, None).unwrap();
+        for i in 0..5u16 {
+            let mut c = Command::flush(1);
+            c.set_cid(i);
+            r.push(&c);
+        }
+        assert_eq!(r.sq_tail(), 2);
+        assert_eq!(
+            u16::from_le_bytes([r.sqe_bytes(0)[2], r.sqe_bytes(0)[3]]),
+            3
+        );
+        assert_eq!(
+            u16::from_le_bytes([r.sqe_bytes(2)[2], r.sqe_bytes(2)[3]]),
+            2
+        );
+        assert!(r.sq_pending());
+        r.ring_sq(&regs);
+        assert!(!r.sq_pending());
+        assert_eq!(*regs.0.lock().unwrap(), vec![(0x1010, 2)]);
+    }
+
+    #[test]
+    fn need_event_rule() {
+        // Controller asked to be told once the tail passes 5.
+        assert!(need_event(5, 6, 4));
+        assert!(need_event(5, 6, 5));
+        assert!(!need_event(5, 5, 4));
+        assert!(!need_event(5, 8, 6));
+        // Wrapping 16-bit arithmetic.
+        assert!(need_event(0xffff, 1, 0xfffe));
+    }
+
+    #[test]
+    fn shadow_doorbell_skips_mmio_until_event_idx() {
+        let pool = test_pool();
+        let regs = Doorbells::default();
+        let shadow = Arc::new(ShadowBuffers {
+            doorbells: pool.alloc(4096).unwrap(),
+            event_idx: pool.alloc(4096).unwrap(),
+        });
+        let mut r = Rings::new(&pool, 1, 16, 0, Some(&shadow)).unwrap();
+        assert!(r.uses_shadow());
+        // EventIdx of SQ 1 = 0: the first move from 0 to 1 passes it.
+        r.push(&Command::flush(1));
+        r.ring_sq(&regs);
+        assert_eq!(regs.0.lock().unwrap().len(), 1);
+        assert_eq!(
+            u32::from_le_bytes(shadow.doorbells.as_slice()[8..12].try_into().unwrap()),
+            1
+        );
+        // The controller is still processing and has not moved EventIdx: no MMIO.
+        r.push(&Command::flush(1));
+        r.push(&Command::flush(1));
+        r.ring_sq(&regs);
+        assert_eq!(regs.0.lock().unwrap().len(), 1);
+        assert_eq!(
+            u32::from_le_bytes(shadow.doorbells.as_slice()[8..12].try_into().unwrap()),
+            3
+        );
+    }
+}

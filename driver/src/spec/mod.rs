@@ -1,0 +1,14 @@
+//! NVMe base specification 2.x types: registers, commands, completions, status codes,
+//! identify structures, features and log pages.
+
+pub mod command;
+pub mod completion;
+pub mod features;
+pub mod identify;
+pub mod log;
+pub mod registers;
+pub mod status;
+
+pub use command::Command;
+pub use completion::Completion;
+pub use status::Status;

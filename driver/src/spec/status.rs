@@ -1,0 +1,206 @@
+//! Completion status: type, code, and readable names for the common ones.
+
+/// Status code types.
+pub mod sct {
+    /// Generic command status.
+    pub const GENERIC: u8 = 0;
+    /// Command specific status.
+    pub const COMMAND_SPECIFIC: u8 = 1;
+    /// Media and data integrity errors.
+    pub const MEDIA: u8 = 2;
+    /// Path related status.
+    pub const PATH: u8 = 3;
+    /// Vendor specific.
+    pub const VENDOR: u8 = 7;
+}
+
+/// Generic command status codes (SCT 0).
+pub mod generic {
+    /// Successful Completion.
+    pub const SUCCESS: u8 = 0x00;
+    /// Invalid Command Opcode.
+    pub const INVALID_OPCODE: u8 = 0x01;
+    /// Invalid Field in Command.
+    pub const INVALID_FIELD: u8 = 0x02;
+    /// Command ID Conflict.
+    pub const CID_CONFLICT: u8 = 0x03;
+    /// Data Transfer Error.
+    pub const DATA_TRANSFER_ERROR: u8 = 0x04;
+    /// Commands Aborted due to Power Loss Notification.
+    pub const ABORTED_POWER_LOSS: u8 = 0x05;
+    /// Internal Error.
+    pub const INTERNAL_ERROR: u8 = 0x06;
+    /// Command Abort Requested.
+    pub const ABORT_REQUESTED: u8 = 0x07;
+    /// Command Aborted due to SQ Deletion.
+    pub const ABORTED_SQ_DELETION: u8 = 0x08;
+    /// Invalid Namespace or Format.
+    pub const INVALID_NAMESPACE: u8 = 0x0b;
+    /// PRP Offset Invalid.
+    pub const INVALID_PRP_OFFSET: u8 = 0x13;
+    /// Namespace is Write Protected.
+    pub const NS_WRITE_PROTECTED: u8 = 0x20;
+    /// LBA Out of Range.
+    pub const LBA_OUT_OF_RANGE: u8 = 0x80;
+    /// Capacity Exceeded.
+    pub const CAPACITY_EXCEEDED: u8 = 0x81;
+    /// Namespace Not Ready.
+    pub const NS_NOT_READY: u8 = 0x82;
+}
+
+/// Command specific status codes (SCT 1) the driver names.
+pub mod command_specific {
+    /// Completion Queue Invalid.
+    pub const INVALID_CQ: u8 = 0x00;
+    /// Invalid Queue Identifier.
+    pub const INVALID_QID: u8 = 0x01;
+    /// Invalid Queue Size.
+    pub const INVALID_QUEUE_SIZE: u8 = 0x02;
+    /// Abort Command Limit Exceeded.
+    pub const ABORT_LIMIT: u8 = 0x03;
+    /// Asynchronous Event Request Limit Exceeded.
+    pub const AER_LIMIT: u8 = 0x05;
+    /// Invalid Log Page.
+    pub const INVALID_LOG_PAGE: u8 = 0x09;
+    /// Invalid Format.
+    pub const INVALID_FORMAT: u8 = 0x0a;
+    /// Invalid Queue Deletion.
+    pub const INVALID_QUEUE_DELETION: u8 = 0x0c;
+    /// Feature Not Changeable.
+    pub const FEATURE_NOT_CHANGEABLE: u8 = 0x0e;
+    /// Namespace Already Attached.
+    pub const NS_ALREADY_ATTACHED: u8 = 0x18;
+    /// Namespace Not Attached.
+    pub const NS_NOT_ATTACHED: u8 = 0x1a;
+}
+
+/// The status of a completed command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Status {
+    /// Status Code Type.
+    pub sct: u8,
+    /// Status Code.
+    pub sc: u8,
+    /// Do Not Retry.
+    pub dnr: bool,
+    /// More information in the Error Information log.
+    pub more: bool,
+}
+
+impl Status {
+    /// Success.
+    pub const SUCCESS: Status = Status {
+        sct: 0,
+        sc: 0,
+        dnr: false,
+        more: false,
+    };
+
+    /// Decodes the 15-bit status field (CQE DW3 bits 31:17, i.e. without the phase bit).
+    #[inline(always)]
+    pub const fn from_field(field: u16) -> Self {
+        Status {
+            sc: field as u8,
+            sct: ((field >> 8) & 0x7) as u8,
+            more: field & (1 << 13) != 0,
+            dnr: field & (1 << 14) != 0,
+        }
+    }
+    /// Whether the command succeeded.
+    #[inline(always)]
+    pub const fn is_success(&self) -> bool {
+        self.sct == 0 && self.sc == 0
+    }
+    /// A generic status with `sc`.
+    pub const fn generic(sc: u8) -> Self {
+        Status {
+            sct: sct::GENERIC,
+            sc,
+            dnr: false,
+            more: false,
+        }
+    }
+    /// The readable name of the status code, if it is one the driver knows.
+    pub fn name(&self) -> Option<&'static str> {
+        use command_specific as cs;
+        use generic as g;
+        Some(match (self.sct, self.sc) {
+            (0, g::SUCCESS) => "Successful Completion",
+            (0, g::INVALID_OPCODE) => "Invalid Command Opcode",
+            (0, g::INVALID_FIELD) => "Invalid Field in Command",
+            (0, g::CID_CONFLICT) => "Command ID Conflict",
+            (0, g::DATA_TRANSFER_ERROR) => "Data Transfer Error",
+            (0, g::ABORTED_POWER_LOSS) => "Commands Aborted due to Power Loss Notification",
+            (0, g::INTERNAL_ERROR) => "Internal Error",
+            (0, g::ABORT_REQUESTED) => "Command Abort Requested",
+            (0, g::ABORTED_SQ_DELETION) => "Command Aborted due to SQ Deletion",
+            (0, g::INVALID_NAMESPACE) => "Invalid Namespace or Format",
+            (0, g::INVALID_PRP_OFFSET) => "PRP Offset Invalid",
+            (0, g::NS_WRITE_PROTECTED) => "Namespace is Write Protected",
+            (0, g::LBA_OUT_OF_RANGE) => "LBA Out of Range",
+            (0, g::CAPACITY_EXCEEDED) => "Capacity Exceeded",
+            (0, g::NS_NOT_READY) => "Namespace Not Ready",
+            (1, cs::INVALID_CQ) => "Completion Queue Invalid",
+            (1, cs::INVALID_QID) => "Invalid Queue Identifier",
+            (1, cs::INVALID_QUEUE_SIZE) => "Invalid Queue Size",
+            (1, cs::ABORT_LIMIT) => "Abort Command Limit Exceeded",
+            (1, cs::AER_LIMIT) => "Asynchronous Event Request Limit Exceeded",
+            (1, cs::INVALID_LOG_PAGE) => "Invalid Log Page",
+            (1, cs::INVALID_FORMAT) => "Invalid Format",
+            (1, cs::INVALID_QUEUE_DELETION) => "Invalid Queue Deletion",
+            (1, cs::FEATURE_NOT_CHANGEABLE) => "Feature Not Changeable",
+            (1, cs::NS_ALREADY_ATTACHED) => "Namespace Already Attached",
+            (1, cs::NS_NOT_ATTACHED) => "Namespace Not Attached",
+            (2, 0x80) => "Write Fault",
+            (2, 0x81) => "Unrecovered Read Error",
+            (2, 0x86) => "Access Denied",
+            (3, 0x00) => "Internal Path Error",
+            (3, 0x01) => "Asymmetric Access Persistent Loss",
+            (3, 0x02) => "Asymmetric Access Inaccessible",
+            (3, 0x03) => "Asymmetric Access Transition",
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.name() {
+            Some(n) => write!(f, "{n}")?,
+            None => write!(f, "status code type {:#x}, code {:#04x}", self.sct, self.sc)?,
+        }
+        write!(f, " (sct {:#x}, sc {:#04x}", self.sct, self.sc)?;
+        if self.dnr {
+            write!(f, ", do not retry")?;
+        }
+        if self.more {
+            write!(f, ", more in the error log")?;
+        }
+        write!(f, ")")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_and_display() {
+        let s = Status::from_field((1 << 8) | 0x02 | (1 << 14) | (1 << 13));
+        assert_eq!(s.sct, 1);
+        assert_eq!(s.sc, 2);
+        assert!(s.dnr && s.more);
+        assert!(!s.is_success());
+        let text = s.to_string();
+        assert!(text.starts_with("Invalid Queue Size"), "{text}");
+        assert!(text.contains("do not retry"));
+        assert!(Status::from_field(0).is_success());
+        assert_eq!(
+            Status::generic(generic::LBA_OUT_OF_RANGE).to_string(),
+            "LBA Out of Range (sct 0x0, sc 0x80)"
+        );
+        assert!(Status::from_field(0x7ff)
+            .to_string()
+            .starts_with("status code type 0x7"));
+    }
+}
