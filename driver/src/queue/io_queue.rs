@@ -49,6 +49,8 @@ pub struct IoQueue {
 enum Data {
     None,
     Buffer(DmaBuffer),
+    /// Borrowed memory at this device address (the C ABI's buffers; see `submit_raw`).
+    Raw(u64),
 }
 
 impl IoQueue {
@@ -186,6 +188,40 @@ impl IoQueue {
         self.submit_split(ns, opcode, lba, blocks, per_cmd, 0, Data::Buffer(buf), tag)
     }
 
+    /// Queues a read ([`io_opcode::READ`]) or write ([`io_opcode::WRITE`]) of `blocks` blocks at
+    /// `lba` to or from `len` bytes of borrowed memory at device address `iova`. The completion
+    /// carries no buffer.
+    ///
+    /// # Safety
+    /// `iova..iova + len` must be memory mapped in this controller's IOMMU domain that stays
+    /// mapped, and is not otherwise accessed in a way that races with the device, until the
+    /// completion has been delivered by a poll.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub unsafe fn submit_raw(
+        &mut self,
+        ns: &Namespace,
+        write: bool,
+        lba: u64,
+        blocks: u32,
+        iova: u64,
+        len: usize,
+        tag: u64,
+    ) -> Result<(), SubmitError> {
+        Self::check_ns(ns, lba, blocks as u64).map_err(|k| SubmitError::new(k, None))?;
+        let needed = (blocks as u64) << ns.lba_shift();
+        if (len as u64) < needed {
+            return Err(SubmitError::new(
+                SubmitErrorKind::BufferTooSmall { needed, len },
+                None,
+            ));
+        }
+        let opcode = if write { io_opcode::WRITE } else { io_opcode::READ };
+        let per_cmd =
+            ((self.max_transfer >> ns.lba_shift()) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND);
+        self.submit_split(ns, opcode, lba, blocks, per_cmd, 0, Data::Raw(iova), tag)
+    }
+
     /// Queues a flush of namespace `ns`.
     #[inline]
     pub fn flush(&mut self, ns: &Namespace, tag: u64) -> Result<(), SubmitError> {
@@ -301,9 +337,10 @@ impl IoQueue {
         data: Data,
         tag: u64,
     ) -> Result<(), SubmitError> {
-        let buf = match data {
-            Data::None => None,
-            Data::Buffer(b) => Some(b),
+        let (buf, raw_iova) = match data {
+            Data::None => (None, None),
+            Data::Buffer(b) => (Some(b), None),
+            Data::Raw(iova) => (None, Some(iova)),
         };
         let needed = blocks.div_ceil(per_cmd) as usize;
         if needed > self.trackers.capacity() {
@@ -323,7 +360,7 @@ impl IoQueue {
             ));
         }
         let start_tail = self.rings.sq_tail();
-        let base_iova = buf.as_ref().map(|b| b.iova());
+        let base_iova = buf.as_ref().map(|b| b.iova()).or(raw_iova);
         let shift = ns.lba_shift();
         let mut head = u16::MAX;
         let mut done: u32 = 0;

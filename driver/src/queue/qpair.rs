@@ -168,6 +168,30 @@ impl<P: Platform> QueuePair<P> {
         self.io.write(ns, lba, blocks, buf, tag)
     }
 
+    /// Queues a read (`write == false`) or write of `blocks` blocks at `lba` to or from `len`
+    /// bytes of borrowed DMA memory at device address `iova` (the C ABI's raw buffers, already
+    /// translated with [`vfnvme_dma::DmaPool::translate`]). The completion has no buffer.
+    ///
+    /// # Safety
+    /// `iova..iova + len` must be mapped in this controller's IOMMU domain (e.g. inside a live
+    /// [`DmaBuffer`] of [`crate::Controller::dma`]) and stay valid, untouched by the CPU while the
+    /// device may access it, until this request's completion is delivered by [`Self::poll`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub unsafe fn submit_raw(
+        &mut self,
+        ns: &Namespace,
+        write: bool,
+        lba: u64,
+        blocks: u32,
+        iova: u64,
+        len: usize,
+        tag: u64,
+    ) -> Result<(), SubmitError> {
+        // SAFETY: forwarded to the caller (see above).
+        unsafe { self.io.submit_raw(ns, write, lba, blocks, iova, len, tag) }
+    }
+
     /// Queues a flush.
     #[inline]
     pub fn flush(&mut self, ns: &Namespace, tag: u64) -> Result<(), SubmitError> {
