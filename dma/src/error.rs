@@ -132,4 +132,46 @@ pub enum DmaError {
         /// The mapped size.
         size: usize,
     },
+    /// The device has no IOMMU group: the IOMMU is off.
+    #[error("PCI device {address} has no IOMMU group: turn the IOMMU on (boot with intel_iommu=on or amd_iommu=on; in QEMU add -device intel-iommu before the device)")]
+    NoIommuGroup {
+        /// The device.
+        address: String,
+    },
+    /// A device or sysfs file may not be opened by this user.
+    #[error("{path}: permission denied: run as root (or give this user the /dev/vfio group file and a large RLIMIT_MEMLOCK)")]
+    Permission {
+        /// The path.
+        path: String,
+    },
+    /// Binding a device to a driver did not take effect.
+    #[error("could not bind PCI device {address} to {driver}: {detail}; check `dmesg` and that the driver's module is available")]
+    Bind {
+        /// The device.
+        address: String,
+        /// The driver asked for.
+        driver: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// A config-space access outside the config region.
+    #[error(
+        "config space offset {offset:#x} is outside the device's config region ({size:#x} bytes)"
+    )]
+    ConfigOffset {
+        /// The offset.
+        offset: u64,
+        /// The config region size.
+        size: u64,
+    },
+    /// The kernel reserved fewer hugepages than asked for.
+    #[error("asked for {wanted} hugepages of {size_kb} KiB but the kernel reserved {got}: free memory (or drop caches: echo 3 > /proc/sys/vm/drop_caches), or reserve them at boot with hugepages=N on the kernel command line")]
+    Hugepages {
+        /// The hugepage size in KiB.
+        size_kb: u64,
+        /// The count asked for.
+        wanted: u64,
+        /// The count the kernel has now.
+        got: u64,
+    },
 }

@@ -31,6 +31,13 @@ impl PageSize {
             PageSize::Huge1G => 1 << 30,
         }
     }
+    /// The next smaller page size to fall back to (1 GiB → 2 MiB → 4 KiB).
+    fn smaller(self) -> PageSize {
+        match self {
+            PageSize::Huge1G => PageSize::Huge2M,
+            _ => PageSize::Small4K,
+        }
+    }
     fn huge_shift(self) -> Option<u8> {
         match self {
             PageSize::Small4K => None,
@@ -173,10 +180,11 @@ impl DmaPool {
             match opts.map_anon() {
                 Ok(m) => break m,
                 Err(e) if page != PageSize::Small4K => {
+                    let next = page.smaller();
                     log::warn!(
-                        "no {page:?} hugepages available ({e}); falling back to 4 KiB pages. Reserve hugepages for speed: echo 512 > /proc/sys/vm/nr_hugepages"
+                        "no {page:?} hugepages available ({e}); falling back to {next:?} pages. Reserve hugepages for speed: echo 512 > /proc/sys/vm/nr_hugepages"
                     );
-                    page = PageSize::Small4K;
+                    page = next;
                     *self.inner.page.lock().unwrap_or_else(|e| e.into_inner()) = page;
                 }
                 Err(source) => return Err(DmaError::Allocation { len, source }),

@@ -17,6 +17,7 @@ pub mod namespace;
 pub mod platform;
 pub mod queue;
 pub mod spec;
+pub mod vfio_platform;
 
 pub use controller::{Controller, ControllerInfo, ControllerOptions};
 pub use error::{Error, SubmitError, SubmitErrorKind};

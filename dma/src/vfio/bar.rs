@@ -1,0 +1,163 @@
+//! A PCI BAR mapped into the process (MAP_SHARED on the VFIO device fd), with bounds-checked
+//! volatile register access.
+
+use crate::error::DmaError;
+use memmap2::{MmapOptions, MmapRaw};
+use std::fs::File;
+
+/// A memory-mapped BAR. Accesses outside it, or not aligned to their width, read as all ones
+/// and are ignored on write, as a PCI master abort would be; nothing panics.
+#[derive(Debug)]
+pub struct Bar {
+    map: MmapRaw,
+    index: u32,
+}
+
+impl Bar {
+    /// Maps `len` bytes of `file` at `offset` as BAR `index`.
+    pub(crate) fn map(file: &File, offset: u64, len: usize, index: u32) -> std::io::Result<Self> {
+        let map = MmapOptions::new().offset(offset).len(len).map_raw(file)?;
+        Ok(Bar { map, index })
+    }
+
+    /// The BAR index.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The mapped length in bytes.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether nothing is mapped (never true for a mapped BAR).
+    pub fn is_empty(&self) -> bool {
+        self.map.len() == 0
+    }
+
+    /// Checks that a `width`-byte access at `offset` is inside the BAR and aligned.
+    pub fn check(&self, offset: usize, width: usize) -> Result<(), DmaError> {
+        let inside = offset
+            .checked_add(width)
+            .is_some_and(|end| end <= self.map.len());
+        if inside && offset.is_multiple_of(width) {
+            Ok(())
+        } else {
+            Err(DmaError::BarOffset {
+                bar: self.index,
+                offset,
+                size: self.map.len(),
+            })
+        }
+    }
+
+    /// Reads the 32-bit register at `offset` (all ones when out of range).
+    #[inline]
+    pub fn read32(&self, offset: usize) -> u32 {
+        if self.check(offset, 4).is_err() {
+            return u32::MAX;
+        }
+        // SAFETY: `offset..offset+4` is inside the live mapping and 4-byte aligned (the mapping
+        // is page aligned); MMIO needs a volatile access.
+        unsafe { self.map.as_ptr().add(offset).cast::<u32>().read_volatile() }
+    }
+
+    /// Writes the 32-bit register at `offset` (ignored when out of range).
+    #[inline]
+    pub fn write32(&self, offset: usize, value: u32) {
+        if self.check(offset, 4).is_err() {
+            return;
+        }
+        // SAFETY: as in `read32`; the mapping is shared and writable.
+        unsafe {
+            self.map
+                .as_mut_ptr()
+                .add(offset)
+                .cast::<u32>()
+                .write_volatile(value)
+        }
+    }
+
+    /// Reads a 64-bit register as two 32-bit reads, low dword first (NVMe allows this).
+    #[inline]
+    pub fn read64(&self, offset: usize) -> u64 {
+        if self.check(offset, 8).is_err() {
+            return u64::MAX;
+        }
+        let lo = self.read32(offset);
+        let hi = self.read32(offset + 4);
+        (u64::from(hi) << 32) | u64::from(lo)
+    }
+
+    /// Writes a 64-bit register as two 32-bit writes, low dword first (ignored out of range).
+    #[inline]
+    pub fn write64(&self, offset: usize, value: u64) {
+        if self.check(offset, 8).is_err() {
+            return;
+        }
+        self.write32(offset, value as u32);
+        self.write32(offset + 4, (value >> 32) as u32);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn file_bar(len: usize) -> (Bar, std::path::PathBuf) {
+        let path = std::env::temp_dir().join(format!("vfnvme-bar-{}-{}", std::process::id(), len));
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(&vec![0u8; len]).unwrap();
+        (Bar::map(&f, 0, len, 0).unwrap(), path)
+    }
+
+    #[test]
+    fn reads_and_writes_inside() {
+        let (bar, path) = file_bar(0x2000);
+        bar.write32(0x14, 0x0046_0001);
+        assert_eq!(bar.read32(0x14), 0x0046_0001);
+        bar.write64(0x28, 0x1234_5678_9abc_def0);
+        assert_eq!(bar.read32(0x28), 0x9abc_def0, "low dword first in memory");
+        assert_eq!(bar.read32(0x2c), 0x1234_5678);
+        assert_eq!(bar.read64(0x28), 0x1234_5678_9abc_def0);
+        bar.write32(0x1ffc, 7);
+        assert_eq!(bar.read32(0x1ffc), 7);
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn out_of_range_or_misaligned_reads_ones_and_ignores_writes() {
+        let (bar, path) = file_bar(0x1000);
+        assert_eq!(bar.read32(0x1000), u32::MAX);
+        assert_eq!(bar.read32(usize::MAX), u32::MAX);
+        assert_eq!(bar.read64(0xffc), u64::MAX, "straddles the end");
+        assert_eq!(bar.read32(0x2), u32::MAX, "misaligned");
+        bar.write32(0x1000, 1);
+        bar.write64(usize::MAX - 3, 1);
+        bar.write32(0x3, 0xffff_ffff);
+        assert_eq!(bar.read32(0), 0);
+        assert_eq!(bar.read32(4), 0);
+        assert!(matches!(
+            bar.check(0x1000, 4),
+            Err(DmaError::BarOffset {
+                bar: 0,
+                offset: 0x1000,
+                size: 0x1000
+            })
+        ));
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Bar>();
+    }
+}
