@@ -77,6 +77,9 @@ struct vfnvme_model_opts {
   uint32_t latency_ns;
   // Seed of the model's pseudo-random choices (0: a fixed default).
   uint64_t seed;
+  // Discard writes and leave read buffers untouched (measures the driver alone); default:
+  // data is kept in sparse memory.
+  bool null_data;
 };
 
 // Geometry of one namespace.

@@ -6,6 +6,7 @@
 
 pub mod backend;
 pub mod ctrl;
+pub mod driver_ops;
 pub mod error;
 pub mod open;
 pub mod qpair;

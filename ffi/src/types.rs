@@ -86,4 +86,7 @@ pub struct ModelOpts {
     pub latency_ns: u32,
     /// Seed of the model's pseudo-random choices (0: a fixed default).
     pub seed: u64,
+    /// Discard writes and leave read buffers untouched (measures the driver alone); default:
+    /// data is kept in sparse memory.
+    pub null_data: bool,
 }
