@@ -52,6 +52,9 @@ expect_error() {
         bad "$what (exit $rc)"
     fi
 }
+# Verification must be able to fail: verify-only against a fresh model reads back zeroes.
+expect_error "verify catches bad data" "verify: bad magic" --thread=1 --rw=write --bs=4k \
+    --verify=crc32c --verify_only=1 "--filename=trtype=model ns=1 id=fresh"
 expect_error "no thread=1" "needs thread=1" "--filename=trtype=model ns=1"
 expect_error "unknown key" "unknown key" --thread=1 "--filename=trtype=model ns=1 colour=blue"
 expect_error "bad traddr" "bad traddr" --thread=1 "--filename=trtype=PCIe traddr=zz ns=1"

@@ -62,6 +62,7 @@ struct vf_thread {
 	struct io_u **queued; /* queued since the last commit (for issue time) */
 	unsigned int nqueued;
 	unsigned int depth;
+	unsigned int niou;
 	unsigned long long max_bs;
 };
 
@@ -70,6 +71,7 @@ struct vf_iou {
 	struct vf_thread *vt;
 	struct io_u *io_u;
 	void *bounce; /* non-NULL when the data goes through a bounce buffer */
+	unsigned int idx; /* 0..depth-1 (io_u->index shares a union with engine_data) */
 };
 
 static pthread_mutex_t vf_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -182,29 +184,45 @@ static int vf_parse_filename(const char *name, struct vf_target *t)
 			}
 		} else if (!strcasecmp(k, "id")) {
 			snprintf(t->id, sizeof(t->id), "%s", v);
-		} else if (vf_parse_u64(v, &x)) {
-			log_err("vfnvme: filename '%s': value of '%s' is not a number\n", name, k);
-			return -1;
-		} else if (!strcasecmp(k, "ns")) {
-			if (x == 0 || x > 0xffffffffu) {
+		} else if (!strcasecmp(k, "backing")) {
+			if (!strcasecmp(v, "null"))
+				t->mopts.null_data = true;
+			else if (strcasecmp(v, "ram")) {
+				log_err("vfnvme: filename '%s': backing must be ram or null\n", name);
+				return -1;
+			}
+		} else {
+			uint32_t *u32 = NULL;
+			uint64_t *u64 = NULL;
+			if (!strcasecmp(k, "ns"))
+				u32 = &t->nsid;
+			else if (!strcasecmp(k, "namespaces"))
+				u32 = &t->mopts.namespaces;
+			else if (!strcasecmp(k, "lba_size"))
+				u32 = &t->mopts.lba_size;
+			else if (!strcasecmp(k, "latency_ns"))
+				u32 = &t->mopts.latency_ns;
+			else if (!strcasecmp(k, "blocks"))
+				u64 = &t->mopts.blocks;
+			else if (!strcasecmp(k, "seed"))
+				u64 = &t->mopts.seed;
+			else {
+				log_err("vfnvme: filename '%s': unknown key '%s' (known: trtype traddr ns "
+					"id namespaces lba_size blocks latency_ns seed backing)\n", name, k);
+				return -1;
+			}
+			if (vf_parse_u64(v, &x) || (u32 && x > 0xffffffffu)) {
+				log_err("vfnvme: filename '%s': value of '%s' is not a number\n", name, k);
+				return -1;
+			}
+			if (u32)
+				*u32 = (uint32_t)x;
+			else
+				*u64 = x;
+			if (u32 == &t->nsid && x == 0) {
 				log_err("vfnvme: filename '%s': ns must be 1 or more\n", name);
 				return -1;
 			}
-			t->nsid = (uint32_t)x;
-		} else if (!strcasecmp(k, "namespaces")) {
-			t->mopts.namespaces = (uint32_t)x;
-		} else if (!strcasecmp(k, "lba_size")) {
-			t->mopts.lba_size = (uint32_t)x;
-		} else if (!strcasecmp(k, "blocks")) {
-			t->mopts.blocks = x;
-		} else if (!strcasecmp(k, "latency_ns")) {
-			t->mopts.latency_ns = (uint32_t)x;
-		} else if (!strcasecmp(k, "seed")) {
-			t->mopts.seed = x;
-		} else {
-			log_err("vfnvme: filename '%s': unknown key '%s' (known: trtype traddr ns id "
-				"namespaces lba_size blocks latency_ns seed)\n", name, k);
-			return -1;
 		}
 	}
 	if (!have_trtype) {
@@ -390,11 +408,23 @@ static int vf_init(struct thread_data *td)
 		if (vf_tq_of(vt, vf->c))
 			continue;
 		struct vf_tq *tq = &vt->tq[vt->ntq];
-		/* One spare entry: a ring of N entries holds N - 1 commands. */
-		int rc = vfnvme_qpair_alloc(vf->c->ctrl, vt->depth + 1, &tq->qp);
+		struct vfnvme_ctrl_info ci;
+		int rc = vfnvme_ctrl_info(vf->c->ctrl, &ci);
 		if (rc) {
-			log_err("vfnvme: %s: allocating a queue pair of depth %u: %s (%s)\n",
-				f->file_name, vt->depth + 1, vfnvme_strerror(rc), vfnvme_last_error());
+			vf_log_rc("vfnvme_ctrl_info", rc);
+			goto fail;
+		}
+		/* An I/O above the transfer limit is split into several commands, each taking an
+		 * entry; one spare entry: a ring of N entries holds N - 1 commands. */
+		unsigned long long per_io = ci.max_transfer ? (vt->max_bs + ci.max_transfer - 1) /
+							      ci.max_transfer : 1;
+		unsigned long long qd = vt->depth * (per_io ? per_io : 1) + 1;
+		if (ci.max_queue_depth && qd > ci.max_queue_depth)
+			qd = ci.max_queue_depth;
+		rc = vfnvme_qpair_alloc(vf->c->ctrl, (uint32_t)qd, &tq->qp);
+		if (rc) {
+			log_err("vfnvme: %s: allocating a queue pair of depth %llu: %s (%s)\n",
+				f->file_name, qd, vfnvme_strerror(rc), vfnvme_last_error());
 			goto fail;
 		}
 		tq->c = vf->c;
@@ -441,6 +471,7 @@ static int vf_io_u_init(struct thread_data *td, struct io_u *io_u)
 		return 1;
 	e->vt = td->io_ops_data;
 	e->io_u = io_u;
+	e->idx = e->vt ? e->vt->niou++ : 0;
 	io_u->engine_data = e;
 	return 0;
 }
@@ -478,17 +509,17 @@ static void *vf_data(struct vf_thread *vt, struct vf_tq *tq, struct io_u *io_u)
 	e->bounce = NULL;
 	if (vfnvme_dma_translate(tq->c->ctrl, io_u->xfer_buf, &iova) == 0)
 		return io_u->xfer_buf;
-	if (io_u->index >= vt->depth)
+	if (e->idx >= vt->depth)
 		return NULL;
 	if (!tq->bounce) {
 		tq->bounce = calloc(vt->depth, sizeof(void *));
 		if (!tq->bounce)
 			return NULL;
 	}
-	if (!tq->bounce[io_u->index] &&
-	    vfnvme_dma_alloc(tq->c->ctrl, vt->max_bs, &tq->bounce[io_u->index], NULL))
+	if (!tq->bounce[e->idx] &&
+	    vfnvme_dma_alloc(tq->c->ctrl, vt->max_bs, &tq->bounce[e->idx], NULL))
 		return NULL;
-	e->bounce = tq->bounce[io_u->index];
+	e->bounce = tq->bounce[e->idx];
 	if (io_u->ddir == DDIR_WRITE)
 		memcpy(e->bounce, io_u->xfer_buf, io_u->xfer_buflen);
 	return e->bounce;

@@ -82,6 +82,25 @@ struct vfnvme_model_opts {
   bool null_data;
 };
 
+// What a controller reported at bring-up.
+struct vfnvme_ctrl_info {
+  // Largest data transfer of one command in bytes (larger I/O is split into several commands,
+  // each taking a queue entry).
+  uint32_t max_transfer;
+  // Largest queue pair depth (CAP.MQES + 1).
+  uint32_t max_queue_depth;
+  // I/O queue pairs the controller granted.
+  uint32_t io_queues;
+  // Highest namespace ID (NN).
+  uint32_t nn;
+  // Serial number, NUL-terminated.
+  uint8_t serial[21];
+  // Model number, NUL-terminated.
+  uint8_t model[41];
+  // Firmware revision, NUL-terminated.
+  uint8_t firmware[9];
+};
+
 // Geometry of one namespace.
 struct vfnvme_ns_info {
   // Namespace ID (1-based).
@@ -146,6 +165,13 @@ int32_t vfnvme_ctrl_open_model(const struct vfnvme_model_opts *opts, struct vfnv
 // Thread safety: not thread-safe with respect to other calls on the same controller; call it
 // once, after every other thread is done with the controller.
 int32_t vfnvme_ctrl_close(struct vfnvme_ctrl *ctrl);
+
+// Fills `*out` with what the controller reported at bring-up (transfer limit, queue limits,
+// identity). Size queue pairs for split I/O with `max_transfer`: an I/O of B bytes takes
+// ceil(B / max_transfer) entries.
+//
+// Thread safety: thread-safe.
+int32_t vfnvme_ctrl_info(const struct vfnvme_ctrl *ctrl, struct vfnvme_ctrl_info *out);
 
 // Lists the active namespaces in nsid order: writes up to `cap` entries to `out` (which may be
 // NULL when `cap` is 0) and returns the total number of active namespaces (which may exceed

@@ -79,6 +79,8 @@ pub trait CtrlOps: Send + Sync {
     fn alloc_qpair(&self, depth: u32) -> FfiResult<Box<dyn QpairOps>>;
     /// A short name (PCI address or "model").
     fn name(&self) -> String;
+    /// What the controller reported at bring-up.
+    fn info(&self) -> crate::types::CtrlInfo;
 }
 
 /// What the ABI needs from a queue pair. `Send`, used by one thread at a time.

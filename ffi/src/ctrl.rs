@@ -2,7 +2,7 @@
 
 use crate::backend::CtrlOps;
 use crate::error::{guard, FfiError, FfiResult, Status};
-use crate::types::{CtrlOpts, ModelOpts, NsInfo};
+use crate::types::{CtrlInfo, CtrlOpts, ModelOpts, NsInfo};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -121,6 +121,21 @@ pub extern "C" fn vfnvme_ctrl_close(ctrl: *mut Ctrl) -> i32 {
         // SAFETY: `ctrl` came from Box::into_raw in vfnvme_ctrl_open*, and the caller gives up
         // every use of it with this call.
         drop(unsafe { Box::from_raw(ctrl) });
+        Ok(0)
+    })
+}
+
+/// Fills `*out` with what the controller reported at bring-up (transfer limit, queue limits,
+/// identity). Size queue pairs for split I/O with `max_transfer`: an I/O of B bytes takes
+/// ceil(B / max_transfer) entries.
+///
+/// Thread safety: thread-safe.
+#[no_mangle]
+pub extern "C" fn vfnvme_ctrl_info(ctrl: *const Ctrl, out: *mut CtrlInfo) -> i32 {
+    guard("vfnvme_ctrl_info", || {
+        let ctrl = deref(ctrl, "ctrl")?;
+        let out = out_ptr(out, "out")?;
+        *out = ctrl.ops.info();
         Ok(0)
     })
 }

@@ -3,6 +3,7 @@
 
 use crate::backend::{CtrlOps, IoCmd, QpairOps, RawCompletion};
 use crate::error::{FfiError, FfiResult, Status};
+use crate::types::{copy_cstr, CtrlInfo};
 use std::sync::Arc;
 use vfnvme::dma::DmaPool;
 use vfnvme::namespace::Namespace;
@@ -65,6 +66,20 @@ impl<P: Platform> CtrlOps for Controller<P> {
     }
     fn name(&self) -> String {
         self.platform().name()
+    }
+    fn info(&self) -> CtrlInfo {
+        let i = self.identify();
+        let mut out = CtrlInfo {
+            max_transfer: u32::try_from(i.max_transfer_bytes).unwrap_or(u32::MAX),
+            max_queue_depth: i.max_queue_depth,
+            io_queues: u32::from(i.io_queue_pairs),
+            nn: i.nn(),
+            ..CtrlInfo::default()
+        };
+        copy_cstr(&mut out.serial, i.serial());
+        copy_cstr(&mut out.model, i.model());
+        copy_cstr(&mut out.firmware, i.firmware());
+        out
     }
 }
 

@@ -90,3 +90,45 @@ pub struct ModelOpts {
     /// data is kept in sparse memory.
     pub null_data: bool,
 }
+
+/// What a controller reported at bring-up.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CtrlInfo {
+    /// Largest data transfer of one command in bytes (larger I/O is split into several commands,
+    /// each taking a queue entry).
+    pub max_transfer: u32,
+    /// Largest queue pair depth (CAP.MQES + 1).
+    pub max_queue_depth: u32,
+    /// I/O queue pairs the controller granted.
+    pub io_queues: u32,
+    /// Highest namespace ID (NN).
+    pub nn: u32,
+    /// Serial number, NUL-terminated.
+    pub serial: [u8; 21],
+    /// Model number, NUL-terminated.
+    pub model: [u8; 41],
+    /// Firmware revision, NUL-terminated.
+    pub firmware: [u8; 9],
+}
+
+impl Default for CtrlInfo {
+    fn default() -> Self {
+        CtrlInfo {
+            max_transfer: 0,
+            max_queue_depth: 0,
+            io_queues: 0,
+            nn: 0,
+            serial: [0; 21],
+            model: [0; 41],
+            firmware: [0; 9],
+        }
+    }
+}
+
+/// Copies `s` into a NUL-terminated fixed buffer, truncating.
+pub fn copy_cstr(dst: &mut [u8], s: &str) {
+    let n = s.len().min(dst.len().saturating_sub(1));
+    dst.fill(0);
+    dst[..n].copy_from_slice(&s.as_bytes()[..n]);
+}
