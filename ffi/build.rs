@@ -12,7 +12,9 @@ fn main() {
     let dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into()));
     let out = match std::env::var_os("VFNVME_HEADER_OUT") {
         Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var("OUT_DIR").unwrap_or_else(|_| ".".into())).join("vfnvme.h"),
+        None => {
+            PathBuf::from(std::env::var("OUT_DIR").unwrap_or_else(|_| ".".into())).join("vfnvme.h")
+        }
     };
     let config = match cbindgen::Config::from_file(dir.join("cbindgen.toml")) {
         Ok(c) => c,

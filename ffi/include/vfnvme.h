@@ -150,12 +150,18 @@ extern "C" {
 // NULL. On success stores the controller in `*out`.
 //
 // Thread safety: thread-safe; each controller can be opened once per process.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_ctrl_open(const char *pci_addr, const struct vfnvme_ctrl_opts *opts, struct vfnvme_ctrl **out);
 
 // Opens an in-memory NVMe controller model (for tests and benchmarks without hardware; data is
 // kept in memory, time is virtual). `opts` may be NULL. On success stores it in `*out`.
 //
 // Thread safety: thread-safe.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_ctrl_open_model(const struct vfnvme_model_opts *opts, struct vfnvme_ctrl **out);
 
 // Shuts the controller down cleanly and frees it, with every DMA buffer still allocated from
@@ -164,6 +170,9 @@ int32_t vfnvme_ctrl_open_model(const struct vfnvme_model_opts *opts, struct vfnv
 //
 // Thread safety: not thread-safe with respect to other calls on the same controller; call it
 // once, after every other thread is done with the controller.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_ctrl_close(struct vfnvme_ctrl *ctrl);
 
 // Fills `*out` with what the controller reported at bring-up (transfer limit, queue limits,
@@ -171,6 +180,9 @@ int32_t vfnvme_ctrl_close(struct vfnvme_ctrl *ctrl);
 // ceil(B / max_transfer) entries.
 //
 // Thread safety: thread-safe.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_ctrl_info(const struct vfnvme_ctrl *ctrl, struct vfnvme_ctrl_info *out);
 
 // Lists the active namespaces in nsid order: writes up to `cap` entries to `out` (which may be
@@ -178,11 +190,17 @@ int32_t vfnvme_ctrl_info(const struct vfnvme_ctrl *ctrl, struct vfnvme_ctrl_info
 // `cap`: call again with a larger array), or a negative status.
 //
 // Thread safety: thread-safe.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_ctrl_namespaces(const struct vfnvme_ctrl *ctrl, struct vfnvme_ns_info *out, size_t cap);
 
 // Fills `*out` with the geometry of namespace `nsid`; VFNVME_ERR_NOT_FOUND if it is not active.
 //
 // Thread safety: thread-safe.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_ctrl_namespace(const struct vfnvme_ctrl *ctrl, uint32_t nsid, struct vfnvme_ns_info *out);
 
 // Allocates a zeroed DMA buffer of at least `len` bytes (4 KiB aligned, physically contiguous
@@ -190,6 +208,9 @@ int32_t vfnvme_ctrl_namespace(const struct vfnvme_ctrl *ctrl, uint32_t nsid, str
 // may be NULL). Only memory from this function may be passed to the submit functions.
 //
 // Thread safety: thread-safe (takes a lock: a control-path call, not for the I/O path).
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_dma_alloc(const struct vfnvme_ctrl *ctrl, size_t len, void **ptr, uint64_t *iova);
 
 // Frees a buffer from vfnvme_dma_alloc. The device must no longer use it (no command using it
@@ -197,12 +218,18 @@ int32_t vfnvme_dma_alloc(const struct vfnvme_ctrl *ctrl, size_t len, void **ptr,
 // fails with VFNVME_ERR_BAD_BUFFER.
 //
 // Thread safety: thread-safe (takes a lock).
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_dma_free(const struct vfnvme_ctrl *ctrl, void *ptr);
 
 // Translates an address inside DMA memory of this controller to its device address; stores it
 // in `*iova`. VFNVME_ERR_BAD_BUFFER for any other address.
 //
 // Thread safety: thread-safe, lock-free.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_dma_translate(const struct vfnvme_ctrl *ctrl, const void *ptr, uint64_t *iova);
 
 // Returns a static, NUL-terminated description of a status code. Never NULL.
@@ -221,6 +248,9 @@ const char *vfnvme_last_error(void);
 //
 // Thread safety: thread-safe (takes the controller's admin lock). The queue pair itself must
 // then be used by one thread at a time.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_qpair_alloc(const struct vfnvme_ctrl *ctrl, uint32_t depth, struct vfnvme_qpair **out);
 
 // Frees a queue pair (deleting its queues on the controller). Fails with VFNVME_ERR_BUSY while
@@ -228,6 +258,9 @@ int32_t vfnvme_qpair_alloc(const struct vfnvme_ctrl *ctrl, uint32_t depth, struc
 // a completion callback.
 //
 // Thread safety: the thread using the queue pair calls it.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_qpair_free(struct vfnvme_qpair *qp);
 
 // Queues a read of `blocks` blocks at `lba` of namespace `nsid` into `buf` (which must lie in
@@ -236,34 +269,52 @@ int32_t vfnvme_qpair_free(struct vfnvme_qpair *qp);
 // runs when it completes. `cb` may be NULL. VFNVME_ERR_QUEUE_FULL: poll, then retry.
 //
 // Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_qpair_read(struct vfnvme_qpair *qp, uint32_t nsid, void *buf, uint64_t lba, uint32_t blocks, vfnvme_cb cb, void *arg);
 
 // Queues a write of `blocks` blocks at `lba` of namespace `nsid` from `buf`; otherwise as
 // vfnvme_qpair_read. Don't modify `buf` until the completion.
 //
 // Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_qpair_write(struct vfnvme_qpair *qp, uint32_t nsid, const void *buf, uint64_t lba, uint32_t blocks, vfnvme_cb cb, void *arg);
 
 // Queues a flush of namespace `nsid` (the volatile write cache); otherwise as vfnvme_qpair_read.
 //
 // Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_qpair_flush(struct vfnvme_qpair *qp, uint32_t nsid, vfnvme_cb cb, void *arg);
 
 // Queues a Write Zeroes of `blocks` blocks at `lba`; otherwise as vfnvme_qpair_read.
 //
 // Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_qpair_write_zeroes(struct vfnvme_qpair *qp, uint32_t nsid, uint64_t lba, uint32_t blocks, vfnvme_cb cb, void *arg);
 
 // Queues a Dataset Management deallocate (TRIM) of `count` ranges (1..=256) read from
 // `ranges` during this call; otherwise as vfnvme_qpair_read.
 //
 // Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_qpair_deallocate(struct vfnvme_qpair *qp, uint32_t nsid, const struct vfnvme_range *ranges, uint32_t count, vfnvme_cb cb, void *arg);
 
 // Rings the submission doorbell once for every command queued since the last commit. (Polling
 // also commits, so a submit-then-poll loop needs no explicit commit.)
 //
 // Thread safety: the queue pair's thread only; one MMIO write, no syscall.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_qpair_commit(struct vfnvme_qpair *qp);
 
 // Commits queued commands, reaps up to `max` completions (0: as many as are ready) and calls
@@ -271,11 +322,17 @@ int32_t vfnvme_qpair_commit(struct vfnvme_qpair *qp);
 // VFNVME_ERR_BUSY if called from a completion callback.
 //
 // Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_qpair_process_completions(struct vfnvme_qpair *qp, uint32_t max);
 
 // Commands submitted on this queue pair and not yet completed (0 for NULL).
 //
 // Thread safety: the queue pair's thread only.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
 uint32_t vfnvme_qpair_outstanding(const struct vfnvme_qpair *qp);
 
 #ifdef __cplusplus

@@ -3,9 +3,9 @@
 //! Dynamic dispatch happens here only, once per call.
 
 use crate::error::FfiResult;
+use nvme::dma::DmaPool;
+use nvme::namespace::Namespace;
 use std::sync::Arc;
-use vfnvme::dma::DmaPool;
-use vfnvme::namespace::Namespace;
 
 /// A data buffer already translated to the device's address space: `len` bytes at `iova`,
 /// inside a DMA buffer whose lifetime the C caller guarantees until the completion.

@@ -3,11 +3,11 @@
 use crate::backend::CtrlOps;
 use crate::error::{guard, FfiError, FfiResult, Status};
 use crate::types::{CtrlInfo, CtrlOpts, ModelOpts, NsInfo};
+use nvme::dma::DmaBuffer;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use vfnvme::dma::DmaBuffer;
 
 /// An open controller (opaque). Thread-safe: share it between threads freely.
 pub struct Ctrl {
@@ -58,8 +58,11 @@ fn publish(ops: Arc<dyn CtrlOps>, out: &mut *mut Ctrl) -> i32 {
 /// NULL. On success stores the controller in `*out`.
 ///
 /// Thread safety: thread-safe; each controller can be opened once per process.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
 #[no_mangle]
-pub extern "C" fn vfnvme_ctrl_open(
+pub unsafe extern "C" fn vfnvme_ctrl_open(
     pci_addr: *const c_char,
     opts: *const CtrlOpts,
     out: *mut *mut Ctrl,
@@ -76,7 +79,7 @@ pub extern "C" fn vfnvme_ctrl_open(
         })?;
         // SAFETY: NULL or a valid CtrlOpts (header contract).
         let opts = unsafe { opts.as_ref() }.copied().unwrap_or_default();
-        let addr = vfnvme::dma::PciAddress::parse(addr).map_err(|e| {
+        let addr = nvme::dma::PciAddress::parse(addr).map_err(|e| {
             FfiError::new(Status::VfnvmeErrInvalidArgument, format!("pci_addr: {e}"))
         })?;
         let ops = crate::open::open_vfio(addr, &opts)?;
@@ -88,8 +91,14 @@ pub extern "C" fn vfnvme_ctrl_open(
 /// kept in memory, time is virtual). `opts` may be NULL. On success stores it in `*out`.
 ///
 /// Thread safety: thread-safe.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
 #[no_mangle]
-pub extern "C" fn vfnvme_ctrl_open_model(opts: *const ModelOpts, out: *mut *mut Ctrl) -> i32 {
+pub unsafe extern "C" fn vfnvme_ctrl_open_model(
+    opts: *const ModelOpts,
+    out: *mut *mut Ctrl,
+) -> i32 {
     guard("vfnvme_ctrl_open_model", || {
         let out = out_ptr(out, "out")?;
         // SAFETY: NULL or a valid ModelOpts (header contract).
@@ -105,8 +114,11 @@ pub extern "C" fn vfnvme_ctrl_open_model(opts: *const ModelOpts, out: *mut *mut 
 ///
 /// Thread safety: not thread-safe with respect to other calls on the same controller; call it
 /// once, after every other thread is done with the controller.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
 #[no_mangle]
-pub extern "C" fn vfnvme_ctrl_close(ctrl: *mut Ctrl) -> i32 {
+pub unsafe extern "C" fn vfnvme_ctrl_close(ctrl: *mut Ctrl) -> i32 {
     guard("vfnvme_ctrl_close", || {
         if ctrl.is_null() {
             return Ok(0);
@@ -130,8 +142,11 @@ pub extern "C" fn vfnvme_ctrl_close(ctrl: *mut Ctrl) -> i32 {
 /// ceil(B / max_transfer) entries.
 ///
 /// Thread safety: thread-safe.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
 #[no_mangle]
-pub extern "C" fn vfnvme_ctrl_info(ctrl: *const Ctrl, out: *mut CtrlInfo) -> i32 {
+pub unsafe extern "C" fn vfnvme_ctrl_info(ctrl: *const Ctrl, out: *mut CtrlInfo) -> i32 {
     guard("vfnvme_ctrl_info", || {
         let ctrl = deref(ctrl, "ctrl")?;
         let out = out_ptr(out, "out")?;
@@ -140,7 +155,7 @@ pub extern "C" fn vfnvme_ctrl_info(ctrl: *const Ctrl, out: *mut CtrlInfo) -> i32
     })
 }
 
-fn info(ns: &vfnvme::namespace::Namespace) -> NsInfo {
+fn info(ns: &nvme::namespace::Namespace) -> NsInfo {
     NsInfo {
         nsid: ns.nsid(),
         lba_size: ns.lba_size(),
@@ -153,8 +168,15 @@ fn info(ns: &vfnvme::namespace::Namespace) -> NsInfo {
 /// `cap`: call again with a larger array), or a negative status.
 ///
 /// Thread safety: thread-safe.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
 #[no_mangle]
-pub extern "C" fn vfnvme_ctrl_namespaces(ctrl: *const Ctrl, out: *mut NsInfo, cap: usize) -> i32 {
+pub unsafe extern "C" fn vfnvme_ctrl_namespaces(
+    ctrl: *const Ctrl,
+    out: *mut NsInfo,
+    cap: usize,
+) -> i32 {
     guard("vfnvme_ctrl_namespaces", || {
         let ctrl = deref(ctrl, "ctrl")?;
         let all = ctrl.ops.namespaces();
@@ -178,15 +200,25 @@ pub extern "C" fn vfnvme_ctrl_namespaces(ctrl: *const Ctrl, out: *mut NsInfo, ca
 /// Fills `*out` with the geometry of namespace `nsid`; VFNVME_ERR_NOT_FOUND if it is not active.
 ///
 /// Thread safety: thread-safe.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
 #[no_mangle]
-pub extern "C" fn vfnvme_ctrl_namespace(ctrl: *const Ctrl, nsid: u32, out: *mut NsInfo) -> i32 {
+pub unsafe extern "C" fn vfnvme_ctrl_namespace(
+    ctrl: *const Ctrl,
+    nsid: u32,
+    out: *mut NsInfo,
+) -> i32 {
     guard("vfnvme_ctrl_namespace", || {
         let ctrl = deref(ctrl, "ctrl")?;
         let out = out_ptr(out, "out")?;
         let ns = ctrl.ops.namespace(nsid).ok_or_else(|| {
             FfiError::new(
                 Status::VfnvmeErrNotFound,
-                format!("namespace {nsid} is not active on {}; list them with vfnvme_ctrl_namespaces", ctrl.ops.name()),
+                format!(
+                    "namespace {nsid} is not active on {}; list them with vfnvme_ctrl_namespaces",
+                    ctrl.ops.name()
+                ),
             )
         })?;
         *out = info(&ns);
@@ -199,8 +231,11 @@ pub extern "C" fn vfnvme_ctrl_namespace(ctrl: *const Ctrl, nsid: u32, out: *mut 
 /// may be NULL). Only memory from this function may be passed to the submit functions.
 ///
 /// Thread safety: thread-safe (takes a lock: a control-path call, not for the I/O path).
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
 #[no_mangle]
-pub extern "C" fn vfnvme_dma_alloc(
+pub unsafe extern "C" fn vfnvme_dma_alloc(
     ctrl: *const Ctrl,
     len: usize,
     ptr: *mut *mut c_void,
@@ -211,7 +246,7 @@ pub extern "C" fn vfnvme_dma_alloc(
         let ptr = out_ptr(ptr, "ptr")?;
         let buf = ctrl.ops.dma().alloc(len).map_err(|e| {
             let status = match e {
-                vfnvme::dma::DmaError::BadBufferSize { .. } => Status::VfnvmeErrInvalidArgument,
+                nvme::dma::DmaError::BadBufferSize { .. } => Status::VfnvmeErrInvalidArgument,
                 _ => Status::VfnvmeErrNoMemory,
             };
             FfiError::new(status, format!("vfnvme_dma_alloc({len}): {e}"))
@@ -232,8 +267,11 @@ pub extern "C" fn vfnvme_dma_alloc(
 /// fails with VFNVME_ERR_BAD_BUFFER.
 ///
 /// Thread safety: thread-safe (takes a lock).
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
 #[no_mangle]
-pub extern "C" fn vfnvme_dma_free(ctrl: *const Ctrl, ptr: *mut c_void) -> i32 {
+pub unsafe extern "C" fn vfnvme_dma_free(ctrl: *const Ctrl, ptr: *mut c_void) -> i32 {
     guard("vfnvme_dma_free", || {
         let ctrl = deref(ctrl, "ctrl")?;
         if ptr.is_null() {
@@ -254,8 +292,15 @@ pub extern "C" fn vfnvme_dma_free(ctrl: *const Ctrl, ptr: *mut c_void) -> i32 {
 /// in `*iova`. VFNVME_ERR_BAD_BUFFER for any other address.
 ///
 /// Thread safety: thread-safe, lock-free.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
 #[no_mangle]
-pub extern "C" fn vfnvme_dma_translate(ctrl: *const Ctrl, ptr: *const c_void, iova: *mut u64) -> i32 {
+pub unsafe extern "C" fn vfnvme_dma_translate(
+    ctrl: *const Ctrl,
+    ptr: *const c_void,
+    iova: *mut u64,
+) -> i32 {
     guard("vfnvme_dma_translate", || {
         let ctrl = deref(ctrl, "ctrl")?;
         let iova = out_ptr(iova, "iova")?;

@@ -4,12 +4,12 @@
 use crate::backend::{CtrlOps, IoCmd, QpairOps, RawCompletion};
 use crate::error::{FfiError, FfiResult, Status};
 use crate::types::{copy_cstr, CtrlInfo};
+use nvme::dma::DmaPool;
+use nvme::namespace::Namespace;
+use nvme::platform::Platform;
+use nvme::spec::command::DsmRange;
+use nvme::{Controller, Error, QpairOptions, QueuePair, SubmitErrorKind};
 use std::sync::Arc;
-use vfnvme::dma::DmaPool;
-use vfnvme::namespace::Namespace;
-use vfnvme::platform::Platform;
-use vfnvme::spec::command::DsmRange;
-use vfnvme::{Controller, Error, QpairOptions, QueuePair, SubmitErrorKind};
 
 /// The status code for a driver error.
 pub fn status_of(e: &Error) -> Status {
@@ -61,7 +61,12 @@ impl<P: Platform> CtrlOps for Controller<P> {
                 ..QpairOptions::default()
             },
         )
-        .map_err(|e| ffi_error(&format!("{}: queue pair of depth {depth}", self.platform().name()), &e))?;
+        .map_err(|e| {
+            ffi_error(
+                &format!("{}: queue pair of depth {depth}", self.platform().name()),
+                &e,
+            )
+        })?;
         Ok(Box::new(qp))
     }
     fn name(&self) -> String {
@@ -115,7 +120,10 @@ impl<P: Platform> QpairOps for QueuePair<P> {
         r.map_err(|e| match e.kind {
             // Hot path under load: no formatting.
             SubmitErrorKind::QueueFull { .. } => FfiError::new(Status::VfnvmeErrQueueFull, ""),
-            k => FfiError::new(status_of_submit(&k), format!("submit on namespace {}: {k}", ns.nsid())),
+            k => FfiError::new(
+                status_of_submit(&k),
+                format!("submit on namespace {}: {k}", ns.nsid()),
+            ),
         })
     }
     #[inline]

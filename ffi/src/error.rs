@@ -95,7 +95,7 @@ thread_local! {
 /// Records the message of the failure on this thread.
 pub fn set_last_error(err: &FfiError) {
     let value = match &err.message {
-        Cow::Borrowed(s) if s.is_empty() => LastError::Static(Status::describe(err.status.code())),
+        Cow::Borrowed("") => LastError::Static(Status::describe(err.status.code())),
         m => LastError::Owned(
             CString::new(m.replace('\0', " ")).unwrap_or_else(|_| CString::default()),
         ),
@@ -163,12 +163,18 @@ mod tests {
 
     #[test]
     fn errors_set_last_error_and_panics_are_caught() {
-        let rc = guard("t", || Err(FfiError::new(Status::VfnvmeErrNotFound, "no ns 7")));
+        let rc = guard("t", || {
+            Err(FfiError::new(Status::VfnvmeErrNotFound, "no ns 7"))
+        });
         assert_eq!(rc, -2);
         assert_eq!(last(), "no ns 7");
         let rc = guard("vfnvme_test", || panic!("boom"));
         assert_eq!(rc, Status::VfnvmeErrInternal.code());
-        assert!(last().contains("vfnvme_test") && last().contains("boom"), "{}", last());
+        assert!(
+            last().contains("vfnvme_test") && last().contains("boom"),
+            "{}",
+            last()
+        );
         assert_eq!(guard("t", || Ok(5)), 5);
     }
 

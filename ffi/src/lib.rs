@@ -13,3 +13,6 @@ pub mod qpair;
 pub mod types;
 
 pub use error::Status;
+
+#[cfg(test)]
+mod abi_tests;

@@ -8,10 +8,10 @@ use crate::backend::{IoCmd, QpairOps, RawCompletion, RawIova};
 use crate::ctrl::{deref, Ctrl};
 use crate::error::{guard, FfiError, FfiResult, Status};
 use crate::types::{Callback, Cpl, Range};
+use nvme::namespace::{Namespace, NamespaceState};
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use vfnvme::namespace::{Namespace, NamespaceState};
 
 /// Largest queue depth accepted by vfnvme_qpair_alloc.
 const MAX_DEPTH: u32 = 65536;
@@ -61,7 +61,9 @@ impl Qpair {
             .ok_or_else(|| {
                 FfiError::new(
                     Status::VfnvmeErrNotFound,
-                    format!("namespace {nsid} is not active; list them with vfnvme_ctrl_namespaces"),
+                    format!(
+                        "namespace {nsid} is not active; list them with vfnvme_ctrl_namespaces"
+                    ),
                 )
             })?;
         if idx < 4096 {
@@ -102,8 +104,17 @@ impl Qpair {
         self.submit_cmd(&ns, cmd, cb, arg)
     }
 
-    fn submit_cmd(&mut self, ns: &Namespace, cmd: IoCmd<'_>, cb: Callback, arg: *mut c_void) -> FfiResult<i32> {
-        let slot = self.free.pop().ok_or(FfiError::new(Status::VfnvmeErrQueueFull, ""))?;
+    fn submit_cmd(
+        &mut self,
+        ns: &Namespace,
+        cmd: IoCmd<'_>,
+        cb: Callback,
+        arg: *mut c_void,
+    ) -> FfiResult<i32> {
+        let slot = self
+            .free
+            .pop()
+            .ok_or(FfiError::new(Status::VfnvmeErrQueueFull, ""))?;
         if let Some(s) = self.slots.get_mut(slot as usize) {
             *s = Slot { cb, arg };
         }
@@ -136,7 +147,10 @@ fn qp_mut<'a>(qp: *mut Qpair) -> FfiResult<&'a mut Qpair> {
     // SAFETY: a pointer from vfnvme_qpair_alloc, used by one thread at a time (header contract);
     // no other reference to it is live during this call (callbacks run without one).
     unsafe { qp.as_mut() }.ok_or_else(|| {
-        FfiError::new(Status::VfnvmeErrInvalidArgument, "qpair is NULL; pass one from vfnvme_qpair_alloc")
+        FfiError::new(
+            Status::VfnvmeErrInvalidArgument,
+            "qpair is NULL; pass one from vfnvme_qpair_alloc",
+        )
     })
 }
 
@@ -145,14 +159,21 @@ fn qp_mut<'a>(qp: *mut Qpair) -> FfiResult<&'a mut Qpair> {
 ///
 /// Thread safety: thread-safe (takes the controller's admin lock). The queue pair itself must
 /// then be used by one thread at a time.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
 #[no_mangle]
-pub extern "C" fn vfnvme_qpair_alloc(ctrl: *const Ctrl, depth: u32, out: *mut *mut Qpair) -> i32 {
+pub unsafe extern "C" fn vfnvme_qpair_alloc(
+    ctrl: *const Ctrl,
+    depth: u32,
+    out: *mut *mut Qpair,
+) -> i32 {
     guard("vfnvme_qpair_alloc", || {
         let c = deref(ctrl, "ctrl")?;
         // SAFETY: NULL (rejected) or a writable pointer slot (header contract).
         let out = unsafe { out.as_mut() }
             .ok_or_else(|| FfiError::new(Status::VfnvmeErrInvalidArgument, "out is NULL"))?;
-        if depth < 2 || depth > MAX_DEPTH {
+        if !(2..=MAX_DEPTH).contains(&depth) {
             return Err(FfiError::new(
                 Status::VfnvmeErrInvalidArgument,
                 format!("queue depth {depth} is out of range; use 2..={MAX_DEPTH}"),
@@ -185,8 +206,11 @@ pub extern "C" fn vfnvme_qpair_alloc(ctrl: *const Ctrl, depth: u32, out: *mut *m
 /// a completion callback.
 ///
 /// Thread safety: the thread using the queue pair calls it.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
 #[no_mangle]
-pub extern "C" fn vfnvme_qpair_free(qp: *mut Qpair) -> i32 {
+pub unsafe extern "C" fn vfnvme_qpair_free(qp: *mut Qpair) -> i32 {
     guard("vfnvme_qpair_free", || {
         if qp.is_null() {
             return Ok(0);
@@ -215,8 +239,11 @@ pub extern "C" fn vfnvme_qpair_free(qp: *mut Qpair) -> i32 {
 /// runs when it completes. `cb` may be NULL. VFNVME_ERR_QUEUE_FULL: poll, then retry.
 ///
 /// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
 #[no_mangle]
-pub extern "C" fn vfnvme_qpair_read(
+pub unsafe extern "C" fn vfnvme_qpair_read(
     qp: *mut Qpair,
     nsid: u32,
     buf: *mut c_void,
@@ -243,8 +270,11 @@ pub extern "C" fn vfnvme_qpair_read(
 /// vfnvme_qpair_read. Don't modify `buf` until the completion.
 ///
 /// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
 #[no_mangle]
-pub extern "C" fn vfnvme_qpair_write(
+pub unsafe extern "C" fn vfnvme_qpair_write(
     qp: *mut Qpair,
     nsid: u32,
     buf: *const c_void,
@@ -270,8 +300,16 @@ pub extern "C" fn vfnvme_qpair_write(
 /// Queues a flush of namespace `nsid` (the volatile write cache); otherwise as vfnvme_qpair_read.
 ///
 /// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
 #[no_mangle]
-pub extern "C" fn vfnvme_qpair_flush(qp: *mut Qpair, nsid: u32, cb: Callback, arg: *mut c_void) -> i32 {
+pub unsafe extern "C" fn vfnvme_qpair_flush(
+    qp: *mut Qpair,
+    nsid: u32,
+    cb: Callback,
+    arg: *mut c_void,
+) -> i32 {
     guard("vfnvme_qpair_flush", || {
         qp_mut(qp)?.submit(nsid, |_, _| Ok(IoCmd::Flush), cb, arg)
     })
@@ -280,8 +318,11 @@ pub extern "C" fn vfnvme_qpair_flush(qp: *mut Qpair, nsid: u32, cb: Callback, ar
 /// Queues a Write Zeroes of `blocks` blocks at `lba`; otherwise as vfnvme_qpair_read.
 ///
 /// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
 #[no_mangle]
-pub extern "C" fn vfnvme_qpair_write_zeroes(
+pub unsafe extern "C" fn vfnvme_qpair_write_zeroes(
     qp: *mut Qpair,
     nsid: u32,
     lba: u64,
@@ -306,8 +347,11 @@ pub extern "C" fn vfnvme_qpair_write_zeroes(
 /// `ranges` during this call; otherwise as vfnvme_qpair_read.
 ///
 /// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
 #[no_mangle]
-pub extern "C" fn vfnvme_qpair_deallocate(
+pub unsafe extern "C" fn vfnvme_qpair_deallocate(
     qp: *mut Qpair,
     nsid: u32,
     ranges: *const Range,
@@ -338,8 +382,11 @@ pub extern "C" fn vfnvme_qpair_deallocate(
 /// also commits, so a submit-then-poll loop needs no explicit commit.)
 ///
 /// Thread safety: the queue pair's thread only; one MMIO write, no syscall.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
 #[no_mangle]
-pub extern "C" fn vfnvme_qpair_commit(qp: *mut Qpair) -> i32 {
+pub unsafe extern "C" fn vfnvme_qpair_commit(qp: *mut Qpair) -> i32 {
     guard("vfnvme_qpair_commit", || {
         qp_mut(qp)?.inner.commit();
         Ok(0)
@@ -351,8 +398,11 @@ pub extern "C" fn vfnvme_qpair_commit(qp: *mut Qpair) -> i32 {
 /// VFNVME_ERR_BUSY if called from a completion callback.
 ///
 /// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
 #[no_mangle]
-pub extern "C" fn vfnvme_qpair_process_completions(qp: *mut Qpair, max: u32) -> i32 {
+pub unsafe extern "C" fn vfnvme_qpair_process_completions(qp: *mut Qpair, max: u32) -> i32 {
     guard("vfnvme_qpair_process_completions", || {
         let mut done = {
             let q = qp_mut(qp)?;
@@ -365,7 +415,9 @@ pub extern "C" fn vfnvme_qpair_process_completions(qp: *mut Qpair, max: u32) -> 
             let cap = q.slots.len() as u32;
             let max = if max == 0 || max > cap { cap } else { max };
             let mut done = std::mem::take(&mut q.done);
-            let Qpair { inner, slots, free, .. } = q;
+            let Qpair {
+                inner, slots, free, ..
+            } = q;
             inner.poll(max, &mut |c: RawCompletion| {
                 let idx = c.tag as usize;
                 if let Some(s) = slots.get(idx) {
@@ -402,8 +454,11 @@ pub extern "C" fn vfnvme_qpair_process_completions(qp: *mut Qpair, max: u32) -> 
 /// Commands submitted on this queue pair and not yet completed (0 for NULL).
 ///
 /// Thread safety: the queue pair's thread only.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
 #[no_mangle]
-pub extern "C" fn vfnvme_qpair_outstanding(qp: *const Qpair) -> u32 {
+pub unsafe extern "C" fn vfnvme_qpair_outstanding(qp: *const Qpair) -> u32 {
     let n = guard("vfnvme_qpair_outstanding", || {
         // SAFETY: NULL or a live queue pair used by this thread (header contract).
         let n = unsafe { qp.as_ref() }.map_or(0, |q| q.inner.outstanding());
