@@ -7,6 +7,7 @@ use crate::types::{copy_cstr, CtrlInfo};
 use nvme::dma::DmaPool;
 use nvme::namespace::Namespace;
 use nvme::platform::Platform;
+use nvme::queue::Direction;
 use nvme::spec::command::DsmRange;
 use nvme::{Controller, Error, QpairOptions, QueuePair, SubmitErrorKind};
 use std::sync::Arc;
@@ -96,11 +97,11 @@ impl<P: Platform> QpairOps for QueuePair<P> {
             // (ffi::qpair checks both ends); the C caller keeps the buffer allocated and leaves
             // it alone until the completion callback, as the header requires.
             IoCmd::Read { lba, blocks, buf } => unsafe {
-                self.submit_raw(ns, false, lba, blocks, buf.iova, buf.len, tag)
+                self.submit_raw(ns, Direction::Read, lba, blocks, buf.iova, buf.len, tag)
             },
             // SAFETY: as for reads.
             IoCmd::Write { lba, blocks, buf } => unsafe {
-                self.submit_raw(ns, true, lba, blocks, buf.iova, buf.len, tag)
+                self.submit_raw(ns, Direction::Write, lba, blocks, buf.iova, buf.len, tag)
             },
             IoCmd::Flush => self.flush(ns, tag),
             IoCmd::WriteZeroes { lba, blocks } => self.write_zeroes(ns, lba, blocks, tag),

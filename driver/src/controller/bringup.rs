@@ -13,14 +13,14 @@ use crate::spec::registers::{aqa, Cap, Cc, Csts, Version, ACQ, AQA, ASQ, CAP, CC
 use crate::spec::Command;
 use std::sync::{Arc, Mutex};
 
-/// Waits until `done(csts)` holds, at most CAP.TO. Returns the last CSTS and the time waited
-/// (ms) as the error.
+/// Waits until `done(csts)` holds, at most CAP.TO (stopping early on an all-ones read, or on
+/// CSTS.CFS if `fatal_is_error`). The error is the last CSTS and the time waited in ms.
 fn wait_csts<P: Platform>(
     platform: &P,
     cap: Cap,
     done: impl Fn(Csts) -> bool,
     fatal_is_error: bool,
-) -> Result<(), (Csts, u64, bool)> {
+) -> Result<(), (Csts, u64)> {
     let start = platform.now_ns();
     loop {
         let csts = Csts(platform.regs().read32(CSTS));
@@ -29,7 +29,7 @@ fn wait_csts<P: Platform>(
         }
         let waited = platform.now_ns().saturating_sub(start);
         if csts.is_all_ones() || (fatal_is_error && csts.cfs()) || waited > cap.timeout_ns() {
-            return Err((csts, waited / 1_000_000, false));
+            return Err((csts, waited / 1_000_000));
         }
         platform.relax();
     }
@@ -61,7 +61,7 @@ fn disable<P: Platform>(platform: &P, cap: Cap) -> Result<(), Error> {
         regs.write32(CC, cc.with_en(false).0);
     }
     wait_csts(platform, cap, |c| !c.rdy() && !c.is_all_ones(), false)
-        .map_err(|(c, ms, _)| csts_error(c, ms, false))
+        .map_err(|(c, ms)| csts_error(c, ms, false))
 }
 
 /// Step 2: program AQA/ASQ/ACQ.
@@ -83,7 +83,7 @@ fn enable<P: Platform>(platform: &P, cap: Cap) -> Result<(), Error> {
         .with_en(true);
     platform.regs().write32(CC, cc.0);
     wait_csts(platform, cap, |c| c.rdy() && !c.is_all_ones(), true)
-        .map_err(|(c, ms, _)| csts_error(c, ms, true))
+        .map_err(|(c, ms)| csts_error(c, ms, true))
 }
 
 /// Step 4: Identify Controller.

@@ -95,7 +95,7 @@ fn check_create(
         return Err(Status::INVALID_FIELD); // CAP.CQR: queues must be physically contiguous
     }
     let base = sqe.prp1();
-    if base == 0 || base % c.page != 0 {
+    if base == 0 || !base.is_multiple_of(c.page) {
         return Err(Status::INVALID_PRP_OFFSET);
     }
     if !queue_mapped(core, base, u64::from(entries) * entry) {
@@ -320,7 +320,7 @@ fn ns_attachment(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
 
 fn doorbell_buffer_config(core: &Core, sqe: &Sqe) -> Outcome {
     let (shadow, eventidx) = (sqe.prp1(), sqe.prp2());
-    let ok = |a: u64| a != 0 && a % 4096 == 0 && queue_mapped(core, a, 4096);
+    let ok = |a: u64| a != 0 && a.is_multiple_of(4096) && queue_mapped(core, a, 4096);
     if !ok(shadow) || !ok(eventidx) {
         return Status::INVALID_FIELD.into();
     }

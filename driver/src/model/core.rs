@@ -173,7 +173,7 @@ impl Core {
     pub fn doorbell(&self, index: usize, value: u32) {
         self.reset_idle();
         let qid = index / 2;
-        if index % 2 == 0 {
+        if index.is_multiple_of(2) {
             Counters::bump(&self.counters.sq_doorbells);
             if qid == 0 {
                 self.ring_admin_sq(value);
@@ -330,16 +330,8 @@ impl Core {
             self.write_eventidx(2 * cqid + 1, head);
         }
         let mut i = 0;
-        loop {
-            let sqid = match self
-                .cqs
-                .get(cqid)
-                .map(lock)
-                .and_then(|g| g.as_ref().map(|cq| cq.sqs.get(i).copied()))
-            {
-                Some(Some(q)) => usize::from(q),
-                _ => break,
-            };
+        while let Some(sqid) = self.cq_sq_at(cqid, i) {
+            let sqid = usize::from(sqid);
             i += 1;
             let Some(slot) = self.sqs.get(sqid) else {
                 continue;
@@ -355,6 +347,13 @@ impl Core {
                 self.run_io_sq(sq);
             }
         }
+    }
+
+    /// The `i`-th submission queue completing into CQ `cqid`.
+    fn cq_sq_at(&self, cqid: usize, i: usize) -> Option<u16> {
+        let slot = self.cqs.get(cqid)?;
+        let g = lock(slot);
+        g.as_ref()?.sqs.get(i).copied()
     }
 
     // ----- polling -----

@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, VecDeque};
 
 /// AER completion DW0 for Notice / Namespace Attribute Changed / log page 04h.
-pub(crate) const NS_CHANGED_DW0: u32 = 0x02 | 0x00 << 8 | 0x04 << 16;
+pub(crate) const NS_CHANGED_DW0: u32 = 0x02 | 0x04 << 16;
 /// The Changed Namespace List holds at most this many entries.
 const CHANGED_LIST_MAX: usize = 1024;
 

@@ -35,7 +35,7 @@ pub(crate) fn walk(
         return Ok(());
     }
     if remaining <= page {
-        if prp2 % page != 0 {
+        if !prp2.is_multiple_of(page) {
             return Err(Status::INVALID_PRP_OFFSET);
         }
         return seg(prp2, remaining as usize, done);

@@ -164,20 +164,20 @@ fn set_high(r: &mut u64, v: u32) {
 
 impl RegisterIo for ModelRegs {
     fn read32(&self, offset: usize) -> u32 {
-        if offset % 4 != 0 {
+        if !offset.is_multiple_of(4) {
             return u32::MAX;
         }
         self.read_dword(offset)
     }
 
     fn write32(&self, offset: usize, value: u32) {
-        if offset % 4 == 0 {
+        if offset.is_multiple_of(4) {
             self.write_dword(offset, value);
         }
     }
 
     fn read64(&self, offset: usize) -> u64 {
-        if offset % 4 != 0 {
+        if !offset.is_multiple_of(4) {
             return u64::MAX;
         }
         match offset {

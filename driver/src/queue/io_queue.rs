@@ -49,8 +49,17 @@ pub struct IoQueue {
 enum Data {
     None,
     Buffer(DmaBuffer),
-    /// Borrowed memory at this device address (the C ABI's buffers; see `submit_raw`).
+    /// Borrowed memory the caller keeps mapped (the C ABI).
     Raw(u64),
+}
+
+/// The direction of a raw-buffer I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Device to memory.
+    Read,
+    /// Memory to device.
+    Write,
 }
 
 impl IoQueue {
@@ -188,20 +197,19 @@ impl IoQueue {
         self.submit_split(ns, opcode, lba, blocks, per_cmd, 0, Data::Buffer(buf), tag)
     }
 
-    /// Queues a read ([`io_opcode::READ`]) or write ([`io_opcode::WRITE`]) of `blocks` blocks at
-    /// `lba` to or from `len` bytes of borrowed memory at device address `iova`. The completion
-    /// carries no buffer.
+    /// Queues a read or write of `blocks` blocks at `lba` on memory the caller owns at device
+    /// address `iova` (`len` bytes, dword aligned). The completion carries no buffer.
     ///
     /// # Safety
-    /// `iova..iova + len` must be memory mapped in this controller's IOMMU domain that stays
-    /// mapped, and is not otherwise accessed in a way that races with the device, until the
-    /// completion has been delivered by a poll.
-    #[allow(clippy::too_many_arguments)]
+    /// `iova..iova+len` must be mapped for the device and the memory behind it must stay
+    /// allocated and untouched by the caller until the request completes (or the queue pair is
+    /// deleted), since the device reads or writes it at any time in between.
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn submit_raw(
         &mut self,
         ns: &Namespace,
-        write: bool,
+        dir: Direction,
         lba: u64,
         blocks: u32,
         iova: u64,
@@ -216,7 +224,10 @@ impl IoQueue {
                 None,
             ));
         }
-        let opcode = if write { io_opcode::WRITE } else { io_opcode::READ };
+        let opcode = match dir {
+            Direction::Read => io_opcode::READ,
+            Direction::Write => io_opcode::WRITE,
+        };
         let per_cmd =
             ((self.max_transfer >> ns.lba_shift()) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND);
         self.submit_split(ns, opcode, lba, blocks, per_cmd, 0, Data::Raw(iova), tag)
@@ -337,7 +348,7 @@ impl IoQueue {
         data: Data,
         tag: u64,
     ) -> Result<(), SubmitError> {
-        let (buf, raw_iova) = match data {
+        let (buf, raw) = match data {
             Data::None => (None, None),
             Data::Buffer(b) => (Some(b), None),
             Data::Raw(iova) => (None, Some(iova)),
@@ -360,7 +371,7 @@ impl IoQueue {
             ));
         }
         let start_tail = self.rings.sq_tail();
-        let base_iova = buf.as_ref().map(|b| b.iova()).or(raw_iova);
+        let base_iova = buf.as_ref().map(|b| b.iova()).or(raw);
         let shift = ns.lba_shift();
         let mut head = u16::MAX;
         let mut done: u32 = 0;

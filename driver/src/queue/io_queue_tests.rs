@@ -390,3 +390,76 @@ fn unknown_cid_is_ignored() {
     assert!(drain(&mut q, &regs).is_empty());
     assert_eq!(q.free_slots(), 3);
 }
+
+mod no_alloc {
+    //! The I/O path must not allocate: a counting allocator watches this thread.
+    use super::*;
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    struct Counting;
+    thread_local! {
+        static WATCH: Cell<bool> = const { Cell::new(false) };
+        static COUNT: Cell<u64> = const { Cell::new(0) };
+    }
+    // SAFETY: forwards to the system allocator; only counts.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+            if WATCH.with(|w| w.get()) {
+                COUNT.with(|c| c.set(c.get() + 1));
+            }
+            // SAFETY: same contract as the caller's.
+            unsafe { System.alloc(l) }
+        }
+        unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+            // SAFETY: same contract as the caller's.
+            unsafe { System.dealloc(p, l) }
+        }
+    }
+    #[global_allocator]
+    static GLOBAL: Counting = Counting;
+
+    #[test]
+    fn submit_commit_poll_allocate_nothing() {
+        let (pool, mut q, mut dev, regs) = setup(64, 8192);
+        let n = ns(9, 1 << 20);
+        let mut bufs: Vec<_> = (0..16).map(|_| pool.alloc(64 << 10).unwrap()).collect();
+        let mut done = Vec::with_capacity(16);
+        let ranges = [DsmRange {
+            attributes: 0,
+            blocks: 1,
+            slba: 0,
+        }];
+        regs.0.lock().unwrap().reserve(10_000);
+        WATCH.with(|w| w.set(true));
+        for round in 0..20u64 {
+            while let Some(b) = bufs.pop() {
+                // 64 KiB at 8 KiB per command: 8 commands each, PRP pairs.
+                q.write(&n, round * 128, 128, b, round).unwrap();
+                if q.free_slots() < 8 {
+                    break;
+                }
+            }
+            q.flush(&n, 0).unwrap();
+            q.deallocate(&n, &ranges, 0).unwrap();
+            q.commit(&regs);
+            // The fake device is test code; keep it out of the count.
+            WATCH.with(|w| w.set(false));
+            let cmds = dev.fetch(&mut q);
+            for c in cmds.iter().rev() {
+                dev.complete(&mut q, c.cid(), Status::SUCCESS);
+            }
+            drop(cmds);
+            WATCH.with(|w| w.set(true));
+            q.poll(&regs, usize::MAX, |c| {
+                if let Some(b) = c.buffer {
+                    done.push(b)
+                }
+            });
+            bufs.append(&mut done);
+        }
+        WATCH.with(|w| w.set(false));
+        assert_eq!(COUNT.with(|c| c.get()), 0, "the I/O path allocated");
+        assert_eq!(q.outstanding(), 0);
+    }
+}

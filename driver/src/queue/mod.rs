@@ -10,5 +10,5 @@ pub mod tracker;
 #[cfg(test)]
 mod io_queue_tests;
 
-pub use io_queue::{IoCompletion, IoQueue};
+pub use io_queue::{Direction, IoCompletion, IoQueue};
 pub use qpair::{QpairOptions, QueuePair};

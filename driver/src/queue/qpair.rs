@@ -1,6 +1,6 @@
 //! The I/O API: a queue pair owned by one thread at a time.
 
-use super::io_queue::{IoCompletion, IoQueue};
+use super::io_queue::{Direction, IoCompletion, IoQueue};
 use crate::controller::{ControllerInfo, Shared};
 use crate::error::{Error, SubmitError};
 use crate::namespace::Namespace;
@@ -168,28 +168,27 @@ impl<P: Platform> QueuePair<P> {
         self.io.write(ns, lba, blocks, buf, tag)
     }
 
-    /// Queues a read (`write == false`) or write of `blocks` blocks at `lba` to or from `len`
-    /// bytes of borrowed DMA memory at device address `iova` (the C ABI's raw buffers, already
-    /// translated with [`vfnvme_dma::DmaPool::translate`]). The completion has no buffer.
+    /// Queues a read or write on caller-owned memory at device address `iova` (the C ABI's
+    /// entry point); the completion carries no buffer.
     ///
     /// # Safety
-    /// `iova..iova + len` must be mapped in this controller's IOMMU domain (e.g. inside a live
-    /// [`DmaBuffer`] of [`crate::Controller::dma`]) and stay valid, untouched by the CPU while the
-    /// device may access it, until this request's completion is delivered by [`Self::poll`].
-    #[allow(clippy::too_many_arguments)]
+    /// `iova..iova+len` must be mapped for this controller (e.g. memory of this controller's
+    /// [`vfnvme_dma::DmaPool`]) and must stay allocated and untouched until the request
+    /// completes or the queue pair is dropped.
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn submit_raw(
         &mut self,
         ns: &Namespace,
-        write: bool,
+        dir: Direction,
         lba: u64,
         blocks: u32,
         iova: u64,
         len: usize,
         tag: u64,
     ) -> Result<(), SubmitError> {
-        // SAFETY: forwarded to the caller (see above).
-        unsafe { self.io.submit_raw(ns, write, lba, blocks, iova, len, tag) }
+        // SAFETY: the caller upholds the contract documented above.
+        unsafe { self.io.submit_raw(ns, dir, lba, blocks, iova, len, tag) }
     }
 
     /// Queues a flush.
