@@ -29,7 +29,7 @@ if [[ "${1:-}" == --guest ]]; then
     kern_bdf=${kern_bdf%%,*}
     vfio_bdf=${vfio_bdf:-0000:00:10.0}
     kern_bdf=${kern_bdf:-0000:00:11.0}
-    ctrl_dir=$(ls -d /sys/bus/pci/devices/$kern_bdf/nvme/nvme* 2>/dev/null | head -n1)
+    ctrl_dir=$( (ls -d /sys/bus/pci/devices/$kern_bdf/nvme/nvme* 2>/dev/null || true) | head -n1)
     [[ -n "$ctrl_dir" ]] || { echo "sidebyside: no kernel nvme controller at $kern_bdf" >&2; exit 1; }
     ctrl=${ctrl_dir##*/}
 
@@ -50,13 +50,14 @@ if [[ "${1:-}" == --guest ]]; then
     fi
     ns=""
     for _ in $(seq 100); do
-        ns=$(ls -d /sys/class/nvme/$ctrl/${ctrl}n* /sys/class/nvme/$ctrl/nvme*c*n* 2>/dev/null | head -n1)
+        ns=$( (ls -d /sys/class/nvme/$ctrl/${ctrl}n* /sys/class/nvme/$ctrl/nvme*c*n* 2>/dev/null || true) | head -n1)
         [[ -n "$ns" && -e /dev/${ns##*/} ]] && break
         sleep 0.1
     done
     blk=/dev/${ns##*/}
     [[ -e "$blk" ]] || { echo "sidebyside: no block device for $ctrl" >&2; exit 1; }
     ngdev=/dev/ng${ctrl#nvme}n1
+    cd "$out"
     echo "sidebyside: vfnvme on $vfio_bdf, kernel on $kern_bdf ($blk, $ngdev), ${seconds}s per run"
 
     common=(--name=sbs --rw=randread --bs=4k --numjobs=1 --time_based=1 "--runtime=$seconds"
