@@ -33,14 +33,20 @@ if [[ "${1:-}" == --guest ]]; then
     [[ -n "$ctrl_dir" ]] || { echo "sidebyside: no kernel nvme controller at $kern_bdf" >&2; exit 1; }
     ctrl=${ctrl_dir##*/}
 
-    # Polled queues for hipri: nvme's poll_queues is writable at run time; a controller reset
-    # makes the driver re-create its queues with it.
+    # Polled queues for hipri: nvme's poll_queues is writable at run time and read when a
+    # controller is probed, so rebind the kernel's controller after setting it. (A controller
+    # reset also re-creates the queues, but under QEMU with interrupt remapping it leaves the
+    # interrupt-driven queues nearly dead, so rebinding it is.)
     poll=${SBS_POLL_QUEUES:-2}
     if [[ " $engines " == *" io_uring_hipri "* ]]; then
         if echo "$poll" >/sys/module/nvme/parameters/poll_queues 2>/dev/null &&
-            echo 1 >"/sys/class/nvme/$ctrl/reset_controller" 2>/dev/null; then
-            for _ in $(seq 100); do
-                [[ "$(cat /sys/class/nvme/$ctrl/state 2>/dev/null)" == live ]] && break
+            echo "$kern_bdf" >/sys/bus/pci/drivers/nvme/unbind 2>/dev/null &&
+            echo "$kern_bdf" >/sys/bus/pci/drivers/nvme/bind 2>/dev/null; then
+            ctrl=""
+            for _ in $(seq 200); do
+                ctrl_dir=$( (ls -d /sys/bus/pci/devices/$kern_bdf/nvme/nvme* 2>/dev/null || true) | head -n1)
+                ctrl=${ctrl_dir##*/}
+                [[ -n "$ctrl" && "$(cat /sys/class/nvme/$ctrl/state 2>/dev/null)" == live ]] && break
                 sleep 0.1
             done
         else
