@@ -1,11 +1,12 @@
 //! Admin commands: queue management, features, log pages, AER, namespace attachment, doorbell
 //! buffer config (Identify is in `identify`).
 
+use super::admin_namespaces::{ns_attachment, ns_management};
+use super::admin_queues::{
+    create_cq, create_sq, delete_cq, delete_sq, granted, io_queues_exist, queue_mapped,
+};
 use super::core::{Core, CtrlState};
-use super::dma_engine;
-use super::iommu::lookup;
-use super::queues::{Cq, Sq};
-use super::sqe::{Outcome, Sqe, Status, CQE_BYTES, SQE_BYTES};
+use super::sqe::{Outcome, Sqe, Status};
 use super::{identify, prp};
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
@@ -22,10 +23,14 @@ pub(crate) mod op {
     pub const SET_FEATURES: u8 = 0x09;
     pub const GET_FEATURES: u8 = 0x0A;
     pub const AER: u8 = 0x0C;
+    pub const NS_MANAGEMENT: u8 = 0x0D;
     pub const NS_ATTACHMENT: u8 = 0x15;
     pub const DOORBELL_BUFFER_CONFIG: u8 = 0x7C;
 }
 
+/// The largest Get Log Page transfer the model serves (its logs are far smaller; the rest would
+/// be zero fill).
+const MAX_LOG_BYTES: u64 = 1 << 20;
 const FID_NUMBER_OF_QUEUES: u8 = 0x07;
 const FID_VOLATILE_WRITE_CACHE: u8 = 0x06;
 const FEATURE_NOT_SAVEABLE: Status = Status(0x0D | 1 << 8 | 1 << 14);
@@ -57,138 +62,13 @@ pub(crate) fn execute(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Option<Outco
             }
         }
         op::NS_ATTACHMENT => ns_attachment(core, c, sqe),
+        op::NS_MANAGEMENT => ns_management(core, c, sqe),
         op::DOORBELL_BUFFER_CONFIG if core.cfg.shadow_doorbells => {
             doorbell_buffer_config(core, sqe)
         }
         _ => Status::INVALID_OPCODE.into(),
     };
     Some(o)
-}
-
-/// The (SQ, CQ) counts the host may create, 0-based.
-fn granted(core: &Core, c: &CtrlState) -> (u16, u16) {
-    let max = core.cfg.max_io_queue_pairs - 1;
-    c.queues_granted.unwrap_or((max, max))
-}
-
-fn queue_mapped(core: &Core, base: u64, bytes: u64) -> bool {
-    lookup(&core.iommu.read(), base, bytes).is_some()
-}
-
-/// Checks the common fields of Create I/O SQ/CQ; returns (qid, entries).
-fn check_create(
-    core: &Core,
-    c: &CtrlState,
-    sqe: &Sqe,
-    limit: u16,
-    entry: u64,
-) -> Result<(u16, u32), Status> {
-    let qid = (sqe.cdw(10) & 0xFFFF) as u16;
-    let entries = (sqe.cdw(10) >> 16) + 1;
-    if qid == 0 || qid > limit + 1 {
-        return Err(Status::INVALID_QID);
-    }
-    if entries < 2 || entries > core.cfg.max_queue_entries {
-        return Err(Status::INVALID_QUEUE_SIZE);
-    }
-    if sqe.cdw(11) & 1 == 0 {
-        return Err(Status::INVALID_FIELD); // CAP.CQR: queues must be physically contiguous
-    }
-    let base = sqe.prp1();
-    if base == 0 || !base.is_multiple_of(c.page) {
-        return Err(Status::INVALID_PRP_OFFSET);
-    }
-    if !queue_mapped(core, base, u64::from(entries) * entry) {
-        return Err(Status::INVALID_FIELD);
-    }
-    Ok((qid, entries))
-}
-
-fn create_cq(core: &Core, c: &CtrlState, sqe: &Sqe) -> Outcome {
-    let (_, ncq) = granted(core, c);
-    let (qid, entries) = match check_create(core, c, sqe, ncq, CQE_BYTES) {
-        Ok(v) => v,
-        Err(s) => return s.into(),
-    };
-    let ien = sqe.cdw(11) & 2 != 0;
-    if ien && sqe.cdw(11) >> 16 != 0 {
-        return Status::INVALID_INTERRUPT_VECTOR.into();
-    }
-    let Some(slot) = core.cqs.get(usize::from(qid)) else {
-        return Status::INVALID_QID.into();
-    };
-    let mut g = lock(slot);
-    if g.is_some() {
-        return Status::INVALID_QID.into();
-    }
-    *g = Some(Cq::new(qid, sqe.prp1(), entries, core.cfg.seed));
-    Outcome::ok(0)
-}
-
-fn create_sq(core: &Core, c: &CtrlState, sqe: &Sqe) -> Outcome {
-    let (nsq, _) = granted(core, c);
-    let (qid, entries) = match check_create(core, c, sqe, nsq, SQE_BYTES as u64) {
-        Ok(v) => v,
-        Err(s) => return s.into(),
-    };
-    let cqid = (sqe.cdw(11) >> 16) as u16;
-    let Some(slot) = core.sqs.get(usize::from(qid)) else {
-        return Status::INVALID_QID.into();
-    };
-    let mut g = lock(slot);
-    if g.is_some() {
-        return Status::INVALID_QID.into();
-    }
-    if cqid == 0 {
-        return Status::CQ_INVALID.into();
-    }
-    let Some(cq_slot) = core.cqs.get(usize::from(cqid)) else {
-        return Status::CQ_INVALID.into();
-    };
-    let mut cq = lock(cq_slot);
-    let Some(cq) = cq.as_mut() else {
-        return Status::CQ_INVALID.into();
-    };
-    cq.sqs.push(qid);
-    *g = Some(Sq::new(qid, cqid, sqe.prp1(), entries));
-    Outcome::ok(0)
-}
-
-fn delete_sq(core: &Core, sqe: &Sqe) -> Outcome {
-    let qid = (sqe.cdw(10) & 0xFFFF) as usize;
-    let Some(slot) = core.sqs.get(qid).filter(|_| qid != 0) else {
-        return Status::INVALID_QID.into();
-    };
-    let mut g = lock(slot);
-    let Some(sq) = g.take() else {
-        return Status::INVALID_QID.into();
-    };
-    if let Some(cq) = core.cqs.get(usize::from(sq.cqid)) {
-        if let Some(cq) = lock(cq).as_mut() {
-            cq.sqs.retain(|&q| q != sq.qid);
-        }
-    }
-    Outcome::ok(0)
-}
-
-fn delete_cq(core: &Core, sqe: &Sqe) -> Outcome {
-    let qid = (sqe.cdw(10) & 0xFFFF) as usize;
-    let Some(slot) = core.cqs.get(qid).filter(|_| qid != 0) else {
-        return Status::INVALID_QID.into();
-    };
-    let mut g = lock(slot);
-    match g.as_ref() {
-        None => Status::INVALID_QID.into(),
-        Some(cq) if !cq.sqs.is_empty() => Status::INVALID_QUEUE_DELETION.into(),
-        Some(_) => {
-            *g = None;
-            Outcome::ok(0)
-        }
-    }
-}
-
-fn io_queues_exist(core: &Core) -> bool {
-    core.sqs.iter().any(|s| lock(s).is_some()) || core.cqs.iter().skip(1).any(|q| lock(q).is_some())
 }
 
 fn set_features(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
@@ -257,7 +137,10 @@ fn get_log_page(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
     let numd = u64::from(sqe.cdw(10) >> 16) | u64::from(sqe.cdw(11) & 0xFFFF) << 16;
     let len = (numd + 1) * 4;
     let offset = u64::from(sqe.cdw(12)) | u64::from(sqe.cdw(13)) << 32;
-    if offset % 4 != 0 || max_transfer(core).is_some_and(|m| len > m) {
+    if !offset.is_multiple_of(4)
+        || len > MAX_LOG_BYTES
+        || max_transfer(core).is_some_and(|m| len > m)
+    {
         return Status::INVALID_FIELD.into();
     }
     let page = match lid {
@@ -284,40 +167,6 @@ fn get_log_page(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
     }
 }
 
-fn ns_attachment(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
-    let sel = sqe.cdw(10) & 0xF;
-    if sel > 1 {
-        return Status::INVALID_FIELD.into();
-    }
-    let mut list = [0u8; 4096];
-    if let Err(s) = prp::read_in(&core.iommu, sqe.prp1(), sqe.prp2(), c.page, &mut list) {
-        return s.into();
-    }
-    let count = usize::from(u16::from_le_bytes([list[0], list[1]])).min(2047);
-    let ours = list[2..2 + 2 * count]
-        .chunks_exact(2)
-        .any(|id| u16::from_le_bytes([id[0], id[1]]) == core.cfg.cntlid);
-    if !ours {
-        return Status::CONTROLLER_LIST_INVALID.into();
-    }
-    let nsid = sqe.nsid();
-    let Some(ns) = core.ns_read().get(&nsid).cloned() else {
-        return Status::INVALID_NAMESPACE.into();
-    };
-    let attach = sel == 0;
-    if ns.is_attached() == attach {
-        return if attach {
-            Status::NS_ALREADY_ATTACHED
-        } else {
-            Status::NS_NOT_ATTACHED
-        }
-        .into();
-    }
-    ns.attached.store(attach, Ordering::Release);
-    core.ns_changed(c, nsid);
-    Outcome::ok(0)
-}
-
 fn doorbell_buffer_config(core: &Core, sqe: &Sqe) -> Outcome {
     let (shadow, eventidx) = (sqe.prp1(), sqe.prp2());
     let ok = |a: u64| a != 0 && a.is_multiple_of(4096) && queue_mapped(core, a, 4096);
@@ -327,14 +176,15 @@ fn doorbell_buffer_config(core: &Core, sqe: &Sqe) -> Outcome {
     core.eventidx.store(eventidx, Ordering::Release);
     core.shadow.store(shadow, Ordering::Release);
     // Start the EventIdx values at the queues' current positions.
-    for (i, s) in core.sqs.iter().enumerate().skip(1) {
-        if let Some(sq) = lock(s).as_ref() {
-            let _ = dma_engine::write_u32(&core.iommu, eventidx + 8 * i as u64, sq.tail);
+    for s in core.sqs.iter().skip(1) {
+        if let Some(sq) = lock(s).as_mut() {
+            sq.awake = false;
+            core.sq_eventidx(sq);
         }
     }
     for (i, q) in core.cqs.iter().enumerate().skip(1) {
         if let Some(cq) = lock(q).as_ref() {
-            let _ = dma_engine::write_u32(&core.iommu, eventidx + 8 * i as u64 + 4, cq.head);
+            core.write_eventidx(2 * i + 1, (cq.head + cq.size - 1) % cq.size);
         }
     }
     Outcome::ok(0)

@@ -4,17 +4,18 @@
 //! slot → a `cqs` slot → the namespace table / storage / IOMMU table (leaf locks).
 
 use super::config::ModelConfig;
-use super::dma_engine;
 use super::events::Events;
 use super::iommu::ModelIommu;
 use super::namespaces::{ModelNamespace, NamespaceTable};
 use super::queues::{Cq, Sq};
+use super::sharded::ShardedRw;
 use super::sqe::{Outcome, Sqe};
-use super::stats::Counters;
+use super::stats::{Counters, Event};
 use super::{admin, io};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard};
+use std::time::Instant;
 
 /// The smallest virtual-time step of an idle `relax()`.
 const IDLE_STEP_MIN: u64 = 1_000;
@@ -54,7 +55,7 @@ pub(crate) struct Core {
     idle_step: AtomicU64,
     pub iommu: Arc<ModelIommu>,
     pub ctrl: Mutex<CtrlState>,
-    namespaces: RwLock<NamespaceTable>,
+    namespaces: ShardedRw<NamespaceTable>,
     /// I/O submission queues by qid (slot 0 unused: the admin SQ lives in `ctrl`).
     pub sqs: Box<[Mutex<Option<Sq>>]>,
     /// Completion queues by qid (slot 0 = admin).
@@ -68,6 +69,22 @@ pub(crate) struct Core {
     pub eventidx: AtomicU64,
     /// Memory page size for I/O queues (copied from `ctrl` at enable).
     pub io_page: AtomicU64,
+}
+
+/// Adds the host time between its creation and its drop to a queue's busy counter.
+pub(crate) struct BusyTimer<'a> {
+    start: Option<Instant>,
+    counters: &'a Counters,
+    qid: usize,
+}
+
+impl Drop for BusyTimer<'_> {
+    fn drop(&mut self) {
+        if let Some(start) = self.start {
+            let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.counters.add_busy(self.qid, ns);
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -92,10 +109,10 @@ impl Core {
                 page: 4096,
                 ..CtrlState::default()
             }),
-            namespaces: RwLock::new(table),
+            namespaces: ShardedRw::new(table),
             sqs: (0..queues).map(|_| Mutex::new(None)).collect(),
             cqs: (0..queues).map(|_| Mutex::new(None)).collect(),
-            counters: Counters::new(),
+            counters: Counters::new(queues),
             fatal: AtomicBool::new(false),
             shadow: AtomicU64::new(0),
             eventidx: AtomicU64::new(0),
@@ -108,10 +125,16 @@ impl Core {
         lock(&self.ctrl)
     }
     pub fn ns_read(&self) -> RwLockReadGuard<'_, NamespaceTable> {
-        self.namespaces.read().unwrap_or_else(|e| e.into_inner())
+        self.namespaces.read()
     }
-    pub fn ns_write(&self) -> RwLockWriteGuard<'_, NamespaceTable> {
-        self.namespaces.write().unwrap_or_else(|e| e.into_inner())
+    /// Changes the namespace table (all shards).
+    pub fn ns_write<R>(&self, f: impl FnOnce(&mut NamespaceTable) -> R) -> R {
+        self.namespaces.write(f)
+    }
+    /// Runs `f` on the attached namespace `nsid` without cloning its `Arc` (the I/O path).
+    pub fn with_active_ns<R>(&self, nsid: u32, f: impl FnOnce(&ModelNamespace) -> R) -> Option<R> {
+        let table = self.ns_read();
+        table.get(&nsid).filter(|n| n.is_attached()).map(|n| f(n))
     }
     /// The attached namespace `nsid`.
     pub fn active_ns(&self, nsid: u32) -> Option<Arc<ModelNamespace>> {
@@ -121,6 +144,15 @@ impl Core {
             .cloned()
     }
 
+    /// Measures host time spent in the model on queue `qid` until dropped (if configured).
+    fn busy(&self, qid: usize) -> BusyTimer<'_> {
+        BusyTimer {
+            start: self.cfg.measure_busy_time.then(Instant::now),
+            counters: &self.counters,
+            qid,
+        }
+    }
+
     // ----- virtual time -----
 
     pub fn now(&self) -> u64 {
@@ -128,7 +160,9 @@ impl Core {
     }
     /// Moves the clock forward to `t` (never backwards).
     pub fn advance_to(&self, t: u64) {
-        self.clock.fetch_max(t, Ordering::AcqRel);
+        if t > self.now() {
+            self.clock.fetch_max(t, Ordering::AcqRel);
+        }
     }
     fn reset_idle(&self) {
         if self.idle_step.load(Ordering::Relaxed) != IDLE_STEP_MIN {
@@ -138,6 +172,7 @@ impl Core {
 
     /// Advances virtual time to the next model event after now, or by an idle step.
     pub fn relax(&self) {
+        let _busy = self.busy(0);
         let now = self.now();
         let mut next: Option<u64> = None;
         let mut consider = |t: Option<u64>| {
@@ -173,17 +208,18 @@ impl Core {
     pub fn doorbell(&self, index: usize, value: u32) {
         self.reset_idle();
         let qid = index / 2;
+        let _busy = self.busy(qid);
         if index.is_multiple_of(2) {
-            Counters::bump(&self.counters.sq_doorbells);
+            self.counters.queue(qid, Event::SqDoorbell);
             if qid == 0 {
                 self.ring_admin_sq(value);
             } else {
                 self.ring_io_sq(qid, value);
             }
         } else {
-            Counters::bump(&self.counters.cq_doorbells);
+            self.counters.queue(qid, Event::CqDoorbell);
             if !self.set_cq_head(qid, value) {
-                Counters::bump(&self.counters.invalid_doorbells);
+                self.counters.invalid_doorbell();
             }
         }
     }
@@ -196,6 +232,11 @@ impl Core {
         match g.as_mut() {
             Some(cq) if cq.head_ok(head) => {
                 cq.head = head;
+                if qid != 0 && self.shadow_on().is_some() {
+                    // Trust the shadow head only while the host keeps it equal to what it rings.
+                    cq.shadow_ok = self.read_shadow(2 * qid + 1) == Some(head);
+                    self.cq_eventidx(qid, cq);
+                }
                 true
             }
             _ => false,
@@ -206,7 +247,7 @@ impl Core {
         let mut c = self.lock_ctrl();
         let c = &mut *c;
         let Some(sq) = c.admin_sq.as_mut().filter(|sq| sq.tail_ok(tail)) else {
-            Counters::bump(&self.counters.invalid_doorbells);
+            self.counters.invalid_doorbell();
             return;
         };
         sq.tail = tail;
@@ -231,7 +272,7 @@ impl Core {
 
     fn ring_io_sq(&self, qid: usize, tail: u32) {
         let Some(slot) = self.sqs.get(qid) else {
-            Counters::bump(&self.counters.invalid_doorbells);
+            self.counters.invalid_doorbell();
             return;
         };
         let mut g = lock(slot);
@@ -239,13 +280,19 @@ impl Core {
             Some(sq) if sq.tail_ok(tail) => {
                 sq.tail = tail;
                 self.run_io_sq(sq);
+                if self.shadow_on().is_some() {
+                    // Rung: the model now polls this queue's shadow tail in `before_poll`, if
+                    // the host keeps the shadow equal to what it rings.
+                    sq.awake = self.read_shadow(2 * qid) == Some(tail);
+                    self.sq_eventidx(sq);
+                }
             }
-            _ => Counters::bump(&self.counters.invalid_doorbells),
+            _ => self.counters.invalid_doorbell(),
         }
     }
 
     /// Fetches and executes everything between head and tail of an I/O SQ.
-    fn run_io_sq(&self, sq: &mut Sq) {
+    pub(super) fn run_io_sq(&self, sq: &mut Sq) {
         let page = self.io_page.load(Ordering::Relaxed);
         while sq.head != sq.tail {
             let raw = match sq.fetch(&self.iommu) {
@@ -267,7 +314,6 @@ impl Core {
                 o,
             );
         }
-        self.write_eventidx(2 * usize::from(sq.qid), sq.tail);
     }
 
     /// Queues the completion of command (cid, opcode) from (sqid, sqhd) on CQ `cqid`.
@@ -293,74 +339,12 @@ impl Core {
         }
     }
 
-    // ----- shadow doorbells -----
-
-    fn shadow_on(&self) -> Option<(u64, u64)> {
-        let s = self.shadow.load(Ordering::Acquire);
-        (s != 0).then(|| (s, self.eventidx.load(Ordering::Acquire)))
-    }
-
-    fn write_eventidx(&self, index: usize, value: u32) {
-        if let Some((_, ei)) = self.shadow_on() {
-            let _ = dma_engine::write_u32(&self.iommu, ei + 4 * index as u64, value);
-        }
-    }
-
-    fn read_shadow(&self, index: usize) -> Option<u32> {
-        let (s, _) = self.shadow_on()?;
-        Counters::bump(&self.counters.shadow_reads);
-        dma_engine::read_u32(&self.iommu, s + 4 * index as u64).ok()
-    }
-
-    /// Picks up shadow doorbell values of I/O CQ `cqid` and the SQs completing into it.
-    fn poll_shadow(&self, cqid: usize) {
-        if cqid == 0 || self.shadow_on().is_none() {
-            return;
-        }
-        if let Some(head) = self.read_shadow(2 * cqid + 1) {
-            if let Some(slot) = self.cqs.get(cqid) {
-                let mut g = lock(slot);
-                if let Some(cq) = g.as_mut() {
-                    if head != cq.head && cq.head_ok(head) {
-                        cq.head = head;
-                        Counters::bump(&self.counters.shadow_updates);
-                    }
-                }
-            }
-            self.write_eventidx(2 * cqid + 1, head);
-        }
-        let mut i = 0;
-        while let Some(sqid) = self.cq_sq_at(cqid, i) {
-            let sqid = usize::from(sqid);
-            i += 1;
-            let Some(slot) = self.sqs.get(sqid) else {
-                continue;
-            };
-            let mut g = lock(slot);
-            let Some(sq) = g.as_mut() else { continue };
-            let Some(tail) = self.read_shadow(2 * sqid) else {
-                continue;
-            };
-            if tail != sq.tail && sq.tail_ok(tail) {
-                Counters::bump(&self.counters.shadow_updates);
-                sq.tail = tail;
-                self.run_io_sq(sq);
-            }
-        }
-    }
-
-    /// The `i`-th submission queue completing into CQ `cqid`.
-    fn cq_sq_at(&self, cqid: usize, i: usize) -> Option<u16> {
-        let slot = self.cqs.get(cqid)?;
-        let g = lock(slot);
-        g.as_ref()?.sqs.get(i).copied()
-    }
-
     // ----- polling -----
 
     /// Posts CQ `cqid`'s due completions; if none is due, jumps to its next one.
     pub fn before_poll(&self, cqid: u16) {
         let cqid = usize::from(cqid);
+        let _busy = self.busy(cqid);
         self.poll_shadow(cqid);
         let Some(slot) = self.cqs.get(cqid) else {
             return;
@@ -371,12 +355,9 @@ impl Core {
             return;
         }
         let reorder = self.cfg.reorder_completions;
-        let admin = cqid == 0;
         let counters = &self.counters;
         let post = |cq: &mut Cq, now: u64| {
-            cq.post_due(&self.iommu, now, reorder, |op| {
-                counters.completed(admin, op)
-            })
+            cq.post_due(&self.iommu, now, reorder, |op| counters.completed(cqid, op))
         };
         let result = match post(cq, self.now()) {
             Ok(0) => match cq.next_due() {

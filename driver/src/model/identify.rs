@@ -91,6 +91,15 @@ pub(crate) fn namespace(ns: &ModelNamespace) -> Vec<u8> {
     b
 }
 
+/// Identify Namespace for the broadcast NSID: the LBA formats every namespace can use.
+fn common_formats() -> Vec<u8> {
+    let mut b = vec![0u8; PAGE];
+    b[25] = 1;
+    put32(&mut b, 128, 9 << 16);
+    put32(&mut b, 132, 12 << 16);
+    b
+}
+
 /// Namespace Identification Descriptor list (CNS 03h).
 pub(crate) fn descriptors(ns: &ModelNamespace) -> Vec<u8> {
     let mut b = vec![0u8; PAGE];
@@ -119,11 +128,21 @@ pub(crate) fn execute(core: &Core, sqe: &Sqe, page: u64) -> Outcome {
             }
             match core.active_ns(nsid) {
                 Some(ns) => namespace(&ns),
+                None if nsid == u32::MAX => common_formats(),
+                None => vec![0u8; PAGE],
+            }
+        }
+        0x11 => {
+            if nsid == 0 || nsid > core.nn {
+                return Status::INVALID_NAMESPACE.into();
+            }
+            match core.ns_read().get(&nsid) {
+                Some(ns) => namespace(ns),
                 None => vec![0u8; PAGE],
             }
         }
         0x01 => controller(core),
-        0x02 => {
+        0x02 | 0x10 => {
             if nsid >= 0xFFFF_FFFE {
                 return Status::INVALID_NAMESPACE.into();
             }
@@ -131,7 +150,7 @@ pub(crate) fn execute(core: &Core, sqe: &Sqe, page: u64) -> Outcome {
             let table = core.ns_read();
             let active = table
                 .range(nsid.saturating_add(1)..)
-                .filter(|(_, ns)| ns.is_attached())
+                .filter(|(_, ns)| cns == 0x10 || ns.is_attached())
                 .map(|(&id, _)| id);
             for (slot, id) in b.chunks_exact_mut(4).zip(active) {
                 slot.copy_from_slice(&id.to_le_bytes());

@@ -31,18 +31,16 @@ pub(crate) fn execute(core: &Core, sqe: &Sqe, page: u64) -> Outcome {
     ) {
         return Status::INVALID_OPCODE.into();
     }
-    let Some(ns) = core.active_ns(sqe.nsid()) else {
-        return Status::INVALID_NAMESPACE.into();
-    };
-    let result = match opcode {
+    let result = core.with_active_ns(sqe.nsid(), |ns| match opcode {
         op::FLUSH => Ok(()),
-        op::WRITE | op::READ => read_write(core, &ns, sqe, page, opcode == op::WRITE),
-        op::WRITE_ZEROES => write_zeroes(&ns, sqe),
-        _ => dataset_management(core, &ns, sqe, page),
-    };
+        op::WRITE | op::READ => read_write(core, ns, sqe, page, opcode == op::WRITE),
+        op::WRITE_ZEROES => write_zeroes(ns, sqe),
+        _ => dataset_management(core, ns, sqe, page),
+    });
     match result {
-        Ok(()) => Outcome::ok(0),
-        Err(s) => s.into(),
+        None => Status::INVALID_NAMESPACE.into(),
+        Some(Ok(())) => Outcome::ok(0),
+        Some(Err(s)) => s.into(),
     }
 }
 

@@ -1,16 +1,19 @@
 //! The model's IOMMU: records IOVA → process address mappings so that the model's DMA engine can
 //! translate every device address, and refuse the ones nobody mapped.
 
+use super::sharded::ShardedRw;
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
-use std::sync::{RwLock, RwLockReadGuard};
+use std::sync::RwLockReadGuard;
 use vfnvme_dma::{DmaError, Iommu, IovaAllocator, IovaRange};
 
-/// Where the model's IOVA space starts: far above user virtual addresses' usual range start, so
-/// that an IOVA is never accidentally equal to the buffer's process address.
+/// Where the model's IOVA space starts (1 TiB). Together with [`MODEL_IOVA_END`] it lies between
+/// where x86-64 Linux puts program text (low addresses) and where it puts the heap of PIE
+/// programs (0x55..) and mmaps (0x7f..), so an IOVA is never accidentally a process address of
+/// the same buffer, and a process address passed as an IOVA is not mapped.
 pub const MODEL_IOVA_START: u64 = 1 << 40;
-/// The last usable IOVA of the model.
-pub const MODEL_IOVA_END: u64 = (1 << 47) - 1;
+/// The last usable IOVA of the model (64 TiB - 1).
+pub const MODEL_IOVA_END: u64 = (1 << 46) - 1;
 
 /// One mapping: `len` bytes at process address `vaddr`.
 #[derive(Debug, Clone, Copy)]
@@ -23,7 +26,7 @@ pub(crate) struct Mapping {
 #[derive(Debug)]
 pub struct ModelIommu {
     alloc: IovaAllocator,
-    maps: RwLock<BTreeMap<u64, Mapping>>,
+    maps: ShardedRw<BTreeMap<u64, Mapping>>,
 }
 
 impl Default for ModelIommu {
@@ -40,7 +43,7 @@ impl ModelIommu {
                 start: MODEL_IOVA_START,
                 end: MODEL_IOVA_END,
             }]),
-            maps: RwLock::new(BTreeMap::new()),
+            maps: ShardedRw::new(BTreeMap::new()),
         }
     }
 
@@ -51,7 +54,7 @@ impl ModelIommu {
 
     /// The mapping table, locked for reading: while the guard lives no mapping can be removed.
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, BTreeMap<u64, Mapping>> {
-        self.maps.read().unwrap_or_else(|e| e.into_inner())
+        self.maps.read()
     }
 }
 
@@ -73,35 +76,35 @@ impl Iommu for ModelIommu {
     }
 
     unsafe fn map(&self, vaddr: NonNull<u8>, len: u64, iova: u64) -> Result<(), DmaError> {
-        let mut maps = self.maps.write().unwrap_or_else(|e| e.into_inner());
-        let end = iova.checked_add(len);
-        let overlaps = end.is_none()
-            || len == 0
-            || maps
-                .range(..end.unwrap_or(u64::MAX))
-                .next_back()
-                .is_some_and(|(&s, m)| s + m.len > iova);
-        if overlaps {
-            return Err(DmaError::MapFailed {
+        self.maps.write(|maps| {
+            let end = iova.checked_add(len);
+            let overlaps = end.is_none()
+                || len == 0
+                || maps
+                    .range(..end.unwrap_or(u64::MAX))
+                    .next_back()
+                    .is_some_and(|(&s, m)| s + m.len > iova);
+            if overlaps {
+                return Err(DmaError::MapFailed {
+                    iova,
+                    len,
+                    source: io_error("empty or overlapping mapping"),
+                    hint: ": reserve IOVA space with reserve_iova before mapping",
+                });
+            }
+            maps.insert(
                 iova,
-                len,
-                source: io_error("empty or overlapping mapping"),
-                hint: ": reserve IOVA space with reserve_iova before mapping",
-            });
-        }
-        maps.insert(
-            iova,
-            Mapping {
-                vaddr: vaddr.as_ptr() as usize,
-                len,
-            },
-        );
-        Ok(())
+                Mapping {
+                    vaddr: vaddr.as_ptr() as usize,
+                    len,
+                },
+            );
+            Ok(())
+        })
     }
 
     fn unmap(&self, iova: u64, len: u64) -> Result<(), DmaError> {
-        let mut maps = self.maps.write().unwrap_or_else(|e| e.into_inner());
-        match maps.get(&iova) {
+        self.maps.write(|maps| match maps.get(&iova) {
             Some(m) if m.len == len => {
                 maps.remove(&iova);
                 Ok(())
@@ -111,7 +114,7 @@ impl Iommu for ModelIommu {
                 len,
                 source: io_error("no such mapping"),
             }),
-        }
+        })
     }
 
     fn iova_ranges(&self) -> Vec<IovaRange> {

@@ -24,10 +24,15 @@
 //! - A Namespace Attribute Changed event is reported once, then masked until log page 04h is
 //!   read without RAE; changes meanwhile accumulate in the Changed Namespace List. The
 //!   Asynchronous Event Configuration feature does not gate it.
-//! - OACS bit 3 is set for Namespace Attachment; Namespace Management (0Dh) is not implemented
-//!   (Invalid Command Opcode).
+//! - OACS bit 3 (Namespace Management capability): Namespace Management (0Dh) creates detached
+//!   RAM-backed namespaces (LBA format 0 = 512 B, 1 = 4 KiB) and deletes them; Namespace
+//!   Attachment (15h) attaches/detaches this controller. Identify CNS 10h/11h list and describe
+//!   allocated namespaces.
+//! - Get Log Page transfers are limited to 1 MiB (and MDTS).
 
 mod admin;
+mod admin_namespaces;
+mod admin_queues;
 mod config;
 mod core;
 mod dma_engine;
@@ -40,6 +45,8 @@ mod platform;
 mod prp;
 mod queues;
 mod registers;
+mod shadow;
+mod sharded;
 mod sqe;
 mod stats;
 mod storage;

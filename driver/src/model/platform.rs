@@ -59,8 +59,7 @@ impl ModelPlatform {
         let core = self.core();
         validate_namespace(&ns, core.nn)?;
         let mut c = core.lock_ctrl();
-        {
-            let mut table = core.ns_write();
+        core.ns_write(|table| {
             if table.get(&ns.nsid).is_some_and(|n| n.is_attached()) {
                 return Err(ModelError::AlreadyAttached { nsid: ns.nsid });
             }
@@ -70,7 +69,8 @@ impl ModelPlatform {
                 });
             }
             table.insert(ns.nsid, Arc::new(ModelNamespace::new(&ns, core.cfg.seed)));
-        }
+            Ok(())
+        })?;
         core.ns_changed(&mut c, ns.nsid);
         Ok(())
     }
@@ -89,6 +89,13 @@ impl ModelPlatform {
     pub fn resize_namespace(&self, nsid: u32, blocks: u64) -> Result<(), ModelError> {
         if blocks == 0 {
             return Err(ModelError::EmptyNamespace { nsid });
+        }
+        if blocks.checked_mul(4096).is_none() {
+            return Err(ModelError::BadLimit {
+                what: "blocks",
+                value: blocks,
+                hint: "the namespace must be smaller than 2^64 bytes",
+            });
         }
         self.change(nsid, |ns| {
             ns.blocks.store(blocks, Ordering::Release);

@@ -61,7 +61,7 @@ pub(crate) fn walk(
         while i < data_entries {
             let k = (data_entries - i).min(LIST_CHUNK as u64) as usize;
             let bytes = &mut buf[..k * 8];
-            dma_engine::read(iommu, list + i * 8, bytes)
+            dma_engine::read(iommu, list.wrapping_add(i * 8), bytes)
                 .map_err(|_| Status::DATA_TRANSFER_ERROR)?;
             for e in bytes.chunks_exact(8) {
                 let mut a = [0u8; 8];
@@ -81,7 +81,7 @@ pub(crate) fn walk(
             return Ok(());
         }
         let mut next = [0u8; 8];
-        dma_engine::read(iommu, list + (in_page - 1) * 8, &mut next)
+        dma_engine::read(iommu, list.wrapping_add((in_page - 1) * 8), &mut next)
             .map_err(|_| Status::DATA_TRANSFER_ERROR)?;
         list = u64::from_le_bytes(next);
     }

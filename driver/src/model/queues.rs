@@ -17,6 +17,8 @@ pub(crate) struct Sq {
     pub size: u32,
     pub head: u32,
     pub tail: u32,
+    /// With shadow doorbells: the model polls this queue's shadow tail (no MMIO needed).
+    pub awake: bool,
 }
 
 impl Sq {
@@ -28,6 +30,7 @@ impl Sq {
             size,
             head: 0,
             tail: 0,
+            awake: false,
         }
     }
     /// Whether `tail` is a legal new tail: inside the ring and not past the free slots.
@@ -39,7 +42,8 @@ impl Sq {
         let mut raw = [0u8; SQE_BYTES];
         dma_engine::read(
             iommu,
-            self.base + u64::from(self.head) * SQE_BYTES as u64,
+            self.base
+                .wrapping_add(u64::from(self.head) * SQE_BYTES as u64),
             &mut raw,
         )?;
         self.head = (self.head + 1) % self.size;
@@ -92,6 +96,8 @@ pub(crate) struct Cq {
     scratch: Vec<Pending>,
     /// The submission queues that complete here.
     pub sqs: Vec<u16>,
+    /// With shadow doorbells: the host keeps the shadow head current (see `Core::set_cq_head`).
+    pub shadow_ok: bool,
 }
 
 impl Cq {
@@ -107,6 +113,7 @@ impl Cq {
             rng: splitmix(seed ^ u64::from(qid).wrapping_mul(0x1000_0001)),
             scratch: Vec::new(),
             sqs: Vec::new(),
+            shadow_ok: true,
         }
     }
 
@@ -160,7 +167,7 @@ impl Cq {
         let dw2 = u32::from(p.sqhd) | u32::from(p.sqid) << 16;
         dma_engine::write_cqe(
             iommu,
-            self.base + u64::from(self.tail) * CQE_BYTES,
+            self.base.wrapping_add(u64::from(self.tail) * CQE_BYTES),
             [p.dw0, 0, dw2, dw3],
         )?;
         self.tail += 1;

@@ -78,6 +78,7 @@ impl Status {
     pub const INVALID_OPCODE: Status = generic(0x01, true);
     pub const INVALID_FIELD: Status = generic(0x02, true);
     pub const DATA_TRANSFER_ERROR: Status = generic(0x04, false);
+    pub const INVALID_FORMAT: Status = generic(0x0A, true);
     pub const INVALID_NAMESPACE: Status = generic(0x0B, true);
     pub const COMMAND_SEQUENCE_ERROR: Status = generic(0x0C, true);
     pub const INVALID_PRP_OFFSET: Status = generic(0x13, true);
@@ -89,6 +90,7 @@ impl Status {
     pub const INVALID_INTERRUPT_VECTOR: Status = specific(0x08);
     pub const INVALID_LOG_PAGE: Status = specific(0x09);
     pub const INVALID_QUEUE_DELETION: Status = specific(0x0C);
+    pub const NSID_UNAVAILABLE: Status = specific(0x16);
     pub const NS_ALREADY_ATTACHED: Status = specific(0x18);
     pub const NS_NOT_ATTACHED: Status = specific(0x1A);
     pub const CONTROLLER_LIST_INVALID: Status = specific(0x1C);

@@ -1,8 +1,30 @@
 //! Sparse RAM backing: 4 KiB pages allocated on first write, in shards so that queues on
 //! different threads rarely contend.
 
+use super::namespaces::splitmix;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Mutex, MutexGuard};
+
+/// A fast hasher for page numbers (SipHash is needlessly slow for u64 keys from the model).
+#[derive(Default)]
+pub(crate) struct PageHasher(u64);
+
+impl Hasher for PageHasher {
+    fn finish(&self) -> u64 {
+        splitmix(self.0)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 ^= v;
+    }
+}
+
+type PageMap = HashMap<u64, Page, BuildHasherDefault<PageHasher>>;
 
 const PAGE: u64 = 4096;
 const SHARDS: u64 = 16;
@@ -12,17 +34,19 @@ type Page = Box<[u8; PAGE as usize]>;
 /// Byte-addressed sparse storage; unwritten bytes read as zero.
 #[derive(Debug)]
 pub(crate) struct SparseStore {
-    shards: Box<[Mutex<HashMap<u64, Page>>]>,
+    shards: Box<[Mutex<PageMap>]>,
 }
 
 impl SparseStore {
     pub fn new() -> Self {
         SparseStore {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(PageMap::default()))
+                .collect(),
         }
     }
 
-    fn shard(&self, page: u64) -> MutexGuard<'_, HashMap<u64, Page>> {
+    fn shard(&self, page: u64) -> MutexGuard<'_, PageMap> {
         // `SHARDS` entries exist and `page % SHARDS` is below it.
         self.shards[(page % SHARDS) as usize]
             .lock()

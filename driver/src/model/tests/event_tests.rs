@@ -143,3 +143,54 @@ fn reset_drops_outstanding_aers() {
         "the queued event completes the new AER"
     );
 }
+
+#[test]
+fn namespace_management_create_attach_delete() {
+    let mut b = Bench::new(ModelConfig {
+        namespaces: vec![ram_ns(1, 100, 512), ram_ns(3, 100, 512)],
+        nn: 4,
+        ..config()
+    });
+    let mut data = b.p.dma().alloc(4096).unwrap();
+    data.as_mut_slice()[..8].copy_from_slice(&4242u64.to_le_bytes());
+    data.as_mut_slice()[26] = 1; // 4 KiB format
+    let c = b.admin(0x0D, 0, data.iova(), 0, [0, 0, 0, 0, 0, 0]);
+    assert_eq!((c.status, c.dw0), (0, 2), "lowest free nsid");
+    let (_, active) = b.identify(2, 0);
+    assert_eq!(
+        &active.as_slice()[..12],
+        &[1, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0],
+        "created detached"
+    );
+    let (_, allocated) = b.identify(0x10, 0);
+    assert_eq!(allocated.as_slice()[4], 2);
+    let (_, ns) = b.identify(0x11, 2);
+    assert_eq!(ns.as_slice()[..2], 4242u16.to_le_bytes());
+    let mut list = b.p.dma().alloc(4096).unwrap();
+    list.as_mut_slice()[..4].copy_from_slice(&[1, 0, 1, 0]);
+    assert_eq!(b.admin(0x15, 2, list.iova(), 0, [0; 6]).status, 0);
+    assert_eq!(changed_list(&mut b, false), [2]);
+    let c = b.admin(0x0D, 0, data.iova(), 0, [0; 6]);
+    assert_eq!(c.dw0, 4);
+    assert_eq!(
+        b.admin(0x0D, 0, data.iova(), 0, [0; 6]).status,
+        0x116,
+        "NN reached"
+    );
+    assert_eq!(b.admin(0x0D, 2, 0, 0, [1, 0, 0, 0, 0, 0]).status, 0);
+    assert_eq!(
+        changed_list(&mut b, false),
+        [2],
+        "deleting an attached namespace"
+    );
+    assert_eq!(
+        b.admin(0x0D, 2, 0, 0, [1, 0, 0, 0, 0, 0]).status,
+        sc::INVALID_NAMESPACE
+    );
+    data.as_mut_slice()[26] = 5;
+    assert_eq!(
+        b.admin(0x0D, 0, data.iova(), 0, [0; 6]).status,
+        0x0A,
+        "invalid format"
+    );
+}

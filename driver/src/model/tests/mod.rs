@@ -6,6 +6,7 @@ mod event_tests;
 mod io_tests;
 mod queue_tests;
 mod register_tests;
+mod robustness_tests;
 
 use super::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 use crate::platform::{Platform, RegisterIo};

@@ -116,6 +116,11 @@ fn completions_wait_for_free_cq_slots() {
         assert!(q.reap(&b.p).is_none(), "held: the CQ is full");
         b.p.relax();
     }
+    // The host frees one slot: exactly one more completion is posted.
+    b.p.regs().write32(0x1000 + 8 + 4, 1);
+    got.extend(q.reap(&b.p).map(|c| c.cid));
+    assert!(q.reap(&b.p).is_none(), "only one slot was free");
+    assert_eq!(got, [0, 1, 2, 3]);
     q.ack_head(&b.p);
     while let Some(c) = q.reap(&b.p) {
         got.push(c.cid);
@@ -179,48 +184,178 @@ fn io_latency_is_virtual_and_parallel() {
     assert_eq!(b.p.now_ns(), t0 + 40_000);
 }
 
+fn need_event(event_idx: u16, new: u16, old: u16) -> bool {
+    new.wrapping_sub(event_idx).wrapping_sub(1) < new.wrapping_sub(old)
+}
+
+fn le32_at(b: &DmaBuffer, off: usize) -> u32 {
+    u32::from_le_bytes(b.as_slice()[off..off + 4].try_into().unwrap())
+}
+
+/// A host that writes shadow doorbells and rings MMIO only when EventIdx asks for it.
+struct ShadowHost {
+    shadow: DmaBuffer,
+    eventidx: DmaBuffer,
+    old_tail: u32,
+}
+
+impl ShadowHost {
+    fn commit(&mut self, p: &ModelPlatform, q: &Ring) {
+        let at = 8 * usize::from(q.qid);
+        self.shadow.as_mut_slice()[at..at + 4].copy_from_slice(&q.tail.to_le_bytes());
+        let ei = le32_at(&self.eventidx, at) as u16;
+        if need_event(ei, q.tail as u16, self.old_tail as u16) {
+            q.ring(p);
+        }
+        self.old_tail = q.tail;
+    }
+    fn cq_head(&mut self, q: &Ring) {
+        let at = 8 * usize::from(q.qid) + 4;
+        self.shadow.as_mut_slice()[at..at + 4].copy_from_slice(&q.head.to_le_bytes());
+    }
+}
+
 #[test]
-fn shadow_doorbells_replace_mmio_for_io_queues() {
+fn shadow_doorbells_save_mmio_while_the_model_polls() {
     let mut b = Bench::new(config());
     let shadow = b.p.dma().alloc(4096).unwrap();
     let eventidx = b.p.dma().alloc(4096).unwrap();
+    let (s, e) = (shadow.iova(), eventidx.iova());
+    assert_eq!(b.admin(0x7C, 0, s + 8, e, [0; 6]).status, sc::INVALID_FIELD);
+    assert_eq!(b.admin(0x7C, 0, s, e, [0; 6]).status, 0);
+    let mut q = b.qpair(1, 16);
+    q.ack = false;
+    let mut host = ShadowHost {
+        shadow,
+        eventidx,
+        old_tail: 0,
+    };
+    let buf = b.p.dma().alloc(512).unwrap();
+    let mmio = |p: &ModelPlatform| p.stats().sq_doorbell_writes;
+    let base = mmio(&b.p);
+
+    // Idle queue: the first batch needs the MMIO doorbell.
+    q.put(read_cmd(1, 0, &buf));
+    q.put(read_cmd(2, 0, &buf));
+    host.commit(&b.p, &q);
+    assert_eq!(mmio(&b.p), base + 1);
     assert_eq!(
-        b.admin(0x7C, 0, shadow.iova() + 8, eventidx.iova(), [0; 6])
-            .status,
-        sc::INVALID_FIELD
+        le32_at(&host.eventidx, 8),
+        1,
+        "awake: EventIdx one behind the tail"
     );
+    // While completions are in flight the model polls the shadow: no MMIO for batch two.
+    q.put(read_cmd(3, 0, &buf));
+    host.commit(&b.p, &q);
+    assert_eq!(mmio(&b.p), base + 1);
+    let mut cids = vec![];
+    for _ in 0..3 {
+        cids.push(q.wait(&b.p).cid);
+        host.cq_head(&q);
+    }
+    assert_eq!(cids, [1, 2, 3]);
+    // Idle again: a poll that finds nothing puts the model to sleep; the next batch rings.
+    assert!(q.reap(&b.p).is_none());
+    assert_eq!(le32_at(&host.eventidx, 8), 3, "asleep: EventIdx = tail");
+    q.put(read_cmd(4, 0, &buf));
+    host.commit(&b.p, &q);
+    assert_eq!(mmio(&b.p), base + 2);
+    assert_eq!(q.wait(&b.p).cid, 4);
+    host.cq_head(&q);
+    // The CQ head only ever goes through the shadow; the model keeps reading it.
+    let s = b.p.stats();
+    let admin_commands: u64 = s.admin_completed.values().sum();
+    assert_eq!(s.cq_doorbell_writes, admin_commands, "admin CQ only");
+    b.p.before_poll(1);
+    assert_eq!(
+        le32_at(&host.eventidx, 12),
+        3,
+        "CQ EventIdx one behind the head"
+    );
+    let s = b.p.stats();
+    assert!(s.shadow_doorbell_reads > 0 && s.shadow_doorbell_updates >= 4);
+}
+
+#[test]
+fn shadow_doorbells_fill_a_queue_without_mmio() {
+    // Many batches while work is in flight: one MMIO write in total.
+    let mut b = Bench::new(ModelConfig {
+        io_latency_ns: 100_000,
+        ..config()
+    });
+    let shadow = b.p.dma().alloc(4096).unwrap();
+    let eventidx = b.p.dma().alloc(4096).unwrap();
     assert_eq!(
         b.admin(0x7C, 0, shadow.iova(), eventidx.iova(), [0; 6])
             .status,
         0
     );
     let mut q = b.qpair(1, 64);
-    let buf = b.p.dma().alloc(512).unwrap();
-    let mmio_before = b.p.stats().sq_doorbell_writes;
-    // The host updates the shadow SQ tail only (no MMIO) ...
-    q.put(read_cmd(9, 0, &buf));
-    q.put(read_cmd(10, 0, &buf));
-    let mut shadow = shadow;
-    shadow.as_mut_slice()[8..12].copy_from_slice(&q.tail.to_le_bytes());
     q.ack = false;
-    // ... and the model picks it up when the host polls.
-    let c1 = q.wait(&b.p);
-    let c2 = q.wait(&b.p);
-    assert_eq!((c1.cid, c2.cid), (9, 10));
-    let s = b.p.stats();
-    assert_eq!(s.sq_doorbell_writes, mmio_before, "no MMIO doorbell");
-    assert!(s.shadow_doorbell_reads > 0 && s.shadow_doorbell_updates >= 1);
-    let ei = eventidx.as_slice();
+    let mut host = ShadowHost {
+        shadow,
+        eventidx,
+        old_tail: 0,
+    };
+    let buf = b.p.dma().alloc(512).unwrap();
+    let base = b.p.stats().sq_doorbell_writes;
+    let mut done = 0;
+    for i in 0..200u16 {
+        q.put(read_cmd(i, 0, &buf));
+        host.commit(&b.p, &q);
+        // Keep up to 8 in flight.
+        if i >= 8 {
+            assert_eq!(q.wait(&b.p).cid, done);
+            host.cq_head(&q);
+            done += 1;
+        }
+    }
+    while done < 200 {
+        assert_eq!(q.wait(&b.p).cid, done);
+        host.cq_head(&q);
+        done += 1;
+    }
+    assert_eq!(b.p.stats().sq_doorbell_writes - base, 1);
+    assert_eq!(b.p.stats().io(0x02), 200);
+}
+
+#[test]
+fn busy_time_is_measured_only_on_request() {
+    for measure in [false, true] {
+        let mut b = Bench::new(ModelConfig {
+            measure_busy_time: measure,
+            ..config()
+        });
+        let mut q = b.qpair(1, 16);
+        let buf = b.p.dma().alloc(512).unwrap();
+        for cid in 0..20 {
+            q.run(&b.p, read_cmd(cid, 0, &buf));
+        }
+        assert_eq!(b.p.stats().busy_ns > 0, measure);
+    }
+}
+
+#[test]
+fn a_host_that_ignores_the_shadow_buffer_still_works() {
+    // Doorbell Buffer Config sent, but the host only ever rings MMIO doorbells.
+    let mut b = Bench::new(config());
+    let shadow = b.p.dma().alloc(4096).unwrap();
+    let eventidx = b.p.dma().alloc(4096).unwrap();
     assert_eq!(
-        u32::from_le_bytes(ei[8..12].try_into().unwrap()),
-        2,
-        "SQ1 EventIdx = consumed tail"
+        b.admin(0x7C, 0, shadow.iova(), eventidx.iova(), [0; 6])
+            .status,
+        0
     );
-    // The CQ head goes through the shadow too.
-    shadow.as_mut_slice()[12..16].copy_from_slice(&q.head.to_le_bytes());
-    b.p.before_poll(1);
+    let mut q = b.qpair(1, 8);
+    let buf = b.p.dma().alloc(512).unwrap();
+    for cid in 0..40 {
+        let c = q.run(&b.p, read_cmd(cid, 0, &buf));
+        assert_eq!((c.cid, c.status), (cid, 0));
+    }
     assert_eq!(
-        u32::from_le_bytes(eventidx.as_slice()[12..16].try_into().unwrap()),
-        2
+        b.p.stats().io(0x02),
+        40,
+        "no stale shadow value replayed old entries"
     );
+    assert_eq!(b.p.stats().invalid_doorbell_writes, 0);
 }

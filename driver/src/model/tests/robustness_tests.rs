@@ -1,0 +1,94 @@
+use super::*;
+
+struct Xorshift(u64);
+impl Xorshift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Random SQE bytes on the admin and an I/O queue, random doorbells, CC toggles: the model must
+/// neither panic nor touch memory outside its mappings.
+#[test]
+fn random_commands_and_doorbells_never_panic() {
+    let mut b = Bench::new(ModelConfig {
+        mdts: 0,
+        ..config()
+    });
+    let mut q = b.qpair(1, 64);
+    let mut rng = Xorshift(0x9E37_79B9_7F4A_7C15);
+    let mapped = q.sq.iova();
+    for round in 0..3000 {
+        let ring = if round % 3 == 0 { &mut b.admin } else { &mut q };
+        let mut e = [0u8; 64];
+        for chunk in e.chunks_exact_mut(8) {
+            chunk.copy_from_slice(&rng.next().to_le_bytes());
+        }
+        // Keep some commands plausible: small opcodes, PRPs near mapped memory.
+        e[0] %= 0x20;
+        e[1] = 0;
+        if rng.next().is_multiple_of(2) {
+            e[24..32].copy_from_slice(&(mapped + ((rng.next() % 8192) & !3)).to_le_bytes());
+        }
+        ring.put(e);
+        ring.ring(&b.p);
+        let _ = ring.reap(&b.p);
+        if rng.next().is_multiple_of(7) {
+            let off = 0x1000 + (rng.next() % 40) as usize * 4;
+            b.p.regs().write32(off, rng.next() as u32 % 128);
+        }
+        b.p.relax();
+    }
+    // CC toggles with random fields and addresses.
+    for _ in 0..200 {
+        let r = b.p.regs();
+        r.write64(0x28, rng.next());
+        r.write64(0x30, rng.next() & !4095);
+        r.write32(0x24, rng.next() as u32);
+        r.write32(0x14, rng.next() as u32);
+        r.write32(0x1000, rng.next() as u32 % 64);
+        b.p.before_poll(0);
+        b.p.relax();
+    }
+}
+
+#[test]
+fn queue_pairs_on_several_threads() {
+    let mut b = Bench::new(config());
+    let rings: Vec<Ring> = (1..=4).map(|qid| b.qpair(qid, 32)).collect();
+    let p = b.p.clone();
+    let handles: Vec<_> = rings
+        .into_iter()
+        .map(|mut q| {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                let lba0 = u64::from(q.qid) * 1000;
+                for i in 0..50u64 {
+                    let mut w = p.dma().alloc(4096).unwrap();
+                    w.as_mut_slice().fill((q.qid as u8) ^ (i as u8));
+                    let lba = lba0 + i * 8;
+                    let c = q.run(
+                        &p,
+                        sqe(0x01, i as u16, 1, w.iova(), 0, [lba as u32, 0, 7, 0, 0, 0]),
+                    );
+                    assert_eq!(c.status, 0);
+                    let r = p.dma().alloc(4096).unwrap();
+                    let c = q.run(
+                        &p,
+                        sqe(0x02, i as u16, 1, r.iova(), 0, [lba as u32, 0, 7, 0, 0, 0]),
+                    );
+                    assert_eq!((c.status, c.sqid), (0, q.qid));
+                    assert_eq!(r.as_slice(), w.as_slice());
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let s = p.stats();
+    assert_eq!((s.io(0x01), s.io(0x02)), (200, 200));
+}
