@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds libvfnvme.so and ffi/examples/hello.c against the committed header; with --run, runs
+# it against the controller model. Output: target/ffi-examples/hello.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+target=${CARGO_TARGET_DIR:-$root/target}
+profile=${PROFILE:-release}
+if [[ "$profile" == release ]]; then
+    cargo build -q --release -p vfnvme-ffi --manifest-path "$root/Cargo.toml"
+else
+    cargo build -q -p vfnvme-ffi --manifest-path "$root/Cargo.toml"
+fi
+mkdir -p "$target/ffi-examples"
+${CC:-gcc} -std=c11 -O2 -Wall -Wextra -Werror -I"$root/ffi/include" \
+    -o "$target/ffi-examples/hello" "$root/ffi/examples/hello.c" \
+    -L"$target/$profile" -lvfnvme -Wl,-rpath,"$target/$profile"
+echo "$target/ffi-examples/hello"
+if [[ "${1:-}" == --run ]]; then
+    "$target/ffi-examples/hello" --model
+fi

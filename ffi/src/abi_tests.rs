@@ -1,0 +1,375 @@
+//! Host tests: the C ABI exercised from Rust against the in-memory controller model: the same calls a C
+//! program makes, with their error codes.
+
+use crate::ctrl::*;
+use crate::error::{vfnvme_last_error, vfnvme_strerror};
+use crate::qpair::*;
+use crate::types::{Cpl, CtrlInfo, ModelOpts, NsInfo, Range};
+use crate::Status;
+use std::ffi::{c_void, CStr};
+use std::ptr::{null, null_mut};
+
+const OK: i32 = 0;
+
+fn code(s: Status) -> i32 {
+    s.code()
+}
+
+fn last_error() -> String {
+    // SAFETY: never NULL, NUL-terminated.
+    unsafe { CStr::from_ptr(vfnvme_last_error()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Completions recorded by `record`.
+#[derive(Default)]
+struct Log {
+    cpls: Vec<(usize, Cpl)>,
+}
+
+struct Arg {
+    log: *mut Log,
+    id: usize,
+}
+
+unsafe extern "C" fn record(arg: *mut c_void, cpl: *const Cpl) {
+    // SAFETY: `arg` is an `Arg` that the test keeps alive until its completion; `cpl` is valid
+    // during the call.
+    unsafe {
+        let a = &*(arg as *const Arg);
+        (*a.log).cpls.push((a.id, *cpl));
+    }
+}
+
+fn model(namespaces: u32, lba_size: u32, blocks: u64) -> *mut Ctrl {
+    let opts = ModelOpts {
+        namespaces,
+        lba_size,
+        blocks,
+        ..ModelOpts::default()
+    };
+    let mut ctrl = null_mut();
+    // SAFETY: valid pointers.
+    let rc = unsafe { vfnvme_ctrl_open_model(&opts, &mut ctrl) };
+    assert_eq!(rc, OK, "{}", last_error());
+    assert!(!ctrl.is_null());
+    ctrl
+}
+
+fn alloc(ctrl: *mut Ctrl, len: usize) -> (*mut u8, u64) {
+    let mut p = null_mut();
+    let mut iova = 0;
+    // SAFETY: valid pointers.
+    assert_eq!(
+        unsafe { vfnvme_dma_alloc(ctrl, len, &mut p, &mut iova) },
+        OK
+    );
+    (p.cast(), iova)
+}
+
+/// Polls until `n` completions are logged.
+fn wait(qp: *mut Qpair, log: &Log, n: usize) {
+    for _ in 0..100_000 {
+        if log.cpls.len() >= n {
+            return;
+        }
+        // SAFETY: a live queue pair used by this thread.
+        let r = unsafe { vfnvme_qpair_process_completions(qp, 0) };
+        assert!(r >= 0, "{}", last_error());
+    }
+    panic!("only {} of {n} completions arrived", log.cpls.len());
+}
+
+#[test]
+fn lists_namespaces_and_info() {
+    let ctrl = model(3, 512, 2048);
+    // SAFETY: valid pointers and sizes throughout.
+    unsafe {
+        assert_eq!(vfnvme_ctrl_namespaces(ctrl, null_mut(), 0), 3);
+        let mut ns = [NsInfo::default(); 2];
+        assert_eq!(
+            vfnvme_ctrl_namespaces(ctrl, ns.as_mut_ptr(), 2),
+            3,
+            "total even if cap is smaller"
+        );
+        assert_eq!(
+            ns[0],
+            NsInfo {
+                nsid: 1,
+                lba_size: 512,
+                blocks: 2048
+            }
+        );
+        assert_eq!(ns[1].nsid, 2);
+        let mut one = NsInfo::default();
+        assert_eq!(vfnvme_ctrl_namespace(ctrl, 3, &mut one), OK);
+        assert_eq!(one.nsid, 3);
+        assert_eq!(
+            vfnvme_ctrl_namespace(ctrl, 9, &mut one),
+            code(Status::VfnvmeErrNotFound)
+        );
+        assert!(last_error().contains("namespace 9"), "{}", last_error());
+        let mut info = CtrlInfo::default();
+        assert_eq!(vfnvme_ctrl_info(ctrl, &mut info), OK);
+        assert!(info.max_transfer >= 4096 && info.max_queue_depth >= 2);
+        assert!(info.serial[0] != 0, "serial is filled");
+        assert_eq!(
+            vfnvme_ctrl_namespace(null(), 1, &mut one),
+            code(Status::VfnvmeErrInvalidArgument)
+        );
+        assert_eq!(vfnvme_ctrl_close(ctrl), OK);
+    }
+}
+
+#[test]
+fn write_read_verify_and_every_command() {
+    let ctrl = model(1, 4096, 1024);
+    let (w, w_iova) = alloc(ctrl, 8192);
+    let (r, _) = alloc(ctrl, 8192);
+    let mut log = Log::default();
+    let args: Vec<Arg> = (0..8).map(|id| Arg { log: &mut log, id }).collect();
+    let arg = |i: usize| &args[i] as *const Arg as *mut c_void;
+    // SAFETY: buffers from vfnvme_dma_alloc, live until freed below; args outlive completions.
+    unsafe {
+        let mut translated = 0;
+        assert_eq!(
+            vfnvme_dma_translate(ctrl, w.add(100).cast(), &mut translated),
+            OK
+        );
+        assert_eq!(translated, w_iova + 100);
+        for i in 0..8192 {
+            *w.add(i) = (i % 251) as u8;
+        }
+        let mut qp = null_mut();
+        assert_eq!(vfnvme_qpair_alloc(ctrl, 16, &mut qp), OK);
+        assert_eq!(
+            vfnvme_qpair_write(qp, 1, w.cast(), 10, 2, Some(record), arg(0)),
+            OK
+        );
+        assert_eq!(vfnvme_qpair_commit(qp), OK);
+        wait(qp, &log, 1);
+        assert_eq!(
+            vfnvme_qpair_read(qp, 1, r.cast(), 10, 2, Some(record), arg(1)),
+            OK
+        );
+        wait(qp, &log, 2);
+        assert_eq!(
+            std::slice::from_raw_parts(r, 8192),
+            std::slice::from_raw_parts(w, 8192)
+        );
+        assert!(log.cpls.iter().all(|(_, c)| c.status == 0 && c.rc == 0));
+
+        // Write Zeroes, then the block reads back as zeroes.
+        assert_eq!(
+            vfnvme_qpair_write_zeroes(qp, 1, 10, 1, Some(record), arg(2)),
+            OK
+        );
+        assert_eq!(vfnvme_qpair_flush(qp, 1, Some(record), arg(3)), OK);
+        wait(qp, &log, 4);
+        assert_eq!(
+            vfnvme_qpair_read(qp, 1, r.cast(), 10, 2, Some(record), arg(4)),
+            OK
+        );
+        wait(qp, &log, 5);
+        assert!(std::slice::from_raw_parts(r, 4096).iter().all(|&b| b == 0));
+        assert_eq!(*r.add(4096), *w.add(4096), "the second block is untouched");
+
+        // Deallocate (the model reads deallocated blocks as zeroes).
+        let ranges = [Range { lba: 11, blocks: 1 }];
+        assert_eq!(
+            vfnvme_qpair_deallocate(qp, 1, ranges.as_ptr(), 1, Some(record), arg(5)),
+            OK
+        );
+        wait(qp, &log, 6);
+        assert_eq!(
+            vfnvme_qpair_read(qp, 1, r.cast(), 11, 1, Some(record), arg(6)),
+            OK
+        );
+        wait(qp, &log, 7);
+        assert!(std::slice::from_raw_parts(r, 4096).iter().all(|&b| b == 0));
+        let ids: Vec<usize> = log.cpls.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, vec![0, 1, 2, 3, 4, 5, 6]);
+        assert!(
+            log.cpls.iter().all(|(_, c)| c.status == 0 && c.rc == 0),
+            "{:?}",
+            log.cpls
+        );
+
+        assert_eq!(
+            vfnvme_ctrl_close(ctrl),
+            code(Status::VfnvmeErrBusy),
+            "qpair still alive"
+        );
+        assert_eq!(vfnvme_qpair_free(qp), OK);
+        assert_eq!(vfnvme_dma_free(ctrl, w.cast()), OK);
+        assert_eq!(vfnvme_dma_free(ctrl, r.cast()), OK);
+        assert_eq!(
+            vfnvme_dma_free(ctrl, r.cast()),
+            code(Status::VfnvmeErrBadBuffer),
+            "double free"
+        );
+        assert_eq!(vfnvme_ctrl_close(ctrl), OK);
+    }
+}
+
+#[test]
+fn rejects_bad_buffers_ranges_and_arguments() {
+    let ctrl = model(1, 4096, 64);
+    let (buf, _) = alloc(ctrl, 4096);
+    let mut stack = [0u8; 4096];
+    // SAFETY: valid pointers; rejected calls queue nothing.
+    unsafe {
+        let mut qp = null_mut();
+        assert_eq!(
+            vfnvme_qpair_alloc(ctrl, 1, &mut qp),
+            code(Status::VfnvmeErrInvalidArgument)
+        );
+        assert_eq!(
+            vfnvme_qpair_alloc(ctrl, 1 << 20, &mut qp),
+            code(Status::VfnvmeErrInvalidArgument)
+        );
+        assert_eq!(vfnvme_qpair_alloc(ctrl, 4, &mut qp), OK);
+        let rc = vfnvme_qpair_write(qp, 1, stack.as_mut_ptr().cast(), 0, 1, None, null_mut());
+        assert_eq!(rc, code(Status::VfnvmeErrBadBuffer));
+        assert!(
+            last_error().contains("vfnvme_dma_alloc"),
+            "{}",
+            last_error()
+        );
+        let rc = vfnvme_qpair_read(qp, 1, buf.cast(), 64, 1, None, null_mut());
+        assert_eq!(rc, code(Status::VfnvmeErrOutOfRange));
+        let rc = vfnvme_qpair_read(qp, 1, buf.cast(), u64::MAX, 2, None, null_mut());
+        assert_eq!(rc, code(Status::VfnvmeErrOutOfRange));
+        let rc = vfnvme_qpair_read(qp, 1, buf.cast(), 0, 0, None, null_mut());
+        assert_eq!(rc, code(Status::VfnvmeErrOutOfRange));
+        let rc = vfnvme_qpair_read(qp, 2, buf.cast(), 0, 1, None, null_mut());
+        assert_eq!(rc, code(Status::VfnvmeErrNotFound));
+        let rc = vfnvme_qpair_read(null_mut(), 1, buf.cast(), 0, 1, None, null_mut());
+        assert_eq!(rc, code(Status::VfnvmeErrInvalidArgument));
+        assert_eq!(
+            vfnvme_qpair_deallocate(qp, 1, null(), 1, None, null_mut()),
+            code(Status::VfnvmeErrInvalidArgument)
+        );
+        assert_eq!(
+            vfnvme_qpair_outstanding(qp),
+            0,
+            "rejected commands are not queued"
+        );
+        assert_eq!(
+            vfnvme_dma_free(ctrl, stack.as_mut_ptr().cast()),
+            code(Status::VfnvmeErrBadBuffer)
+        );
+        let mut p = null_mut();
+        assert_eq!(
+            vfnvme_dma_alloc(ctrl, 0, &mut p, null_mut()),
+            code(Status::VfnvmeErrInvalidArgument)
+        );
+
+        // The queue fills up: depth 4 holds at most 3 commands in flight.
+        let mut n = 0;
+        let mut rc = OK;
+        while rc == OK && n < 10 {
+            rc = vfnvme_qpair_read(qp, 1, buf.cast(), 0, 1, None, null_mut());
+            n += 1;
+        }
+        assert_eq!(rc, code(Status::VfnvmeErrQueueFull));
+        assert_eq!(n - 1, 3);
+        assert_eq!(vfnvme_qpair_free(qp), code(Status::VfnvmeErrBusy));
+        while vfnvme_qpair_outstanding(qp) > 0 {
+            assert!(vfnvme_qpair_process_completions(qp, 0) >= 0);
+        }
+        assert_eq!(vfnvme_qpair_free(qp), OK);
+        assert_eq!(vfnvme_ctrl_close(ctrl), OK);
+        assert_eq!(vfnvme_ctrl_close(null_mut()), OK);
+    }
+    // SAFETY: static strings.
+    let s = unsafe { CStr::from_ptr(vfnvme_strerror(code(Status::VfnvmeErrQueueFull))) };
+    assert!(s.to_string_lossy().contains("queue full"));
+}
+
+struct Chain {
+    qp: *mut Qpair,
+    buf: *mut u8,
+    remaining: u32,
+    done: u32,
+    nested_rc: i32,
+}
+
+unsafe extern "C" fn resubmit(arg: *mut c_void, cpl: *const Cpl) {
+    // SAFETY: `arg` is the test's `Chain`, alive until the chain ends; `cpl` valid in the call.
+    unsafe {
+        let c = &mut *(arg as *mut Chain);
+        assert_eq!((*cpl).status, 0);
+        c.done += 1;
+        c.nested_rc = vfnvme_qpair_process_completions(c.qp, 0);
+        if c.remaining > 0 {
+            c.remaining -= 1;
+            let rc = vfnvme_qpair_read(
+                c.qp,
+                1,
+                c.buf.cast(),
+                u64::from(c.remaining),
+                1,
+                Some(resubmit),
+                arg,
+            );
+            assert_eq!(rc, 0);
+        }
+    }
+}
+
+#[test]
+fn callbacks_may_submit_but_not_poll() {
+    let ctrl = model(1, 512, 64);
+    let (buf, _) = alloc(ctrl, 4096);
+    // SAFETY: valid pointers; `chain` outlives every completion (polled to the end).
+    unsafe {
+        let mut qp = null_mut();
+        assert_eq!(vfnvme_qpair_alloc(ctrl, 2, &mut qp), OK);
+        let mut chain = Chain {
+            qp,
+            buf,
+            remaining: 20,
+            done: 0,
+            nested_rc: 0,
+        };
+        let arg = &mut chain as *mut Chain as *mut c_void;
+        assert_eq!(
+            vfnvme_qpair_read(qp, 1, buf.cast(), 0, 1, Some(resubmit), arg),
+            OK
+        );
+        while vfnvme_qpair_outstanding(qp) > 0 {
+            assert!(vfnvme_qpair_process_completions(qp, 1) >= 0);
+        }
+        assert_eq!(chain.done, 21, "each callback submitted the next read");
+        assert_eq!(
+            chain.nested_rc,
+            code(Status::VfnvmeErrBusy),
+            "polling from a callback is refused"
+        );
+        assert_eq!(vfnvme_qpair_free(qp), OK);
+        assert_eq!(vfnvme_ctrl_close(ctrl), OK);
+    }
+}
+
+#[test]
+fn open_rejects_bad_pci_addresses() {
+    let mut ctrl = null_mut();
+    // SAFETY: valid C strings and out pointer.
+    unsafe {
+        assert_eq!(
+            vfnvme_ctrl_open(c"zz:zz".as_ptr(), null(), &mut ctrl),
+            code(Status::VfnvmeErrInvalidArgument)
+        );
+        assert!(last_error().contains("pci_addr"), "{}", last_error());
+        // A well-formed address with no device behind it is a device error, not a crash.
+        let rc = vfnvme_ctrl_open(c"0000.00.1f.7".as_ptr(), null(), &mut ctrl);
+        assert_eq!(rc, code(Status::VfnvmeErrDevice), "{}", last_error());
+        assert!(ctrl.is_null());
+        assert_eq!(
+            vfnvme_ctrl_open(null(), null(), &mut ctrl),
+            code(Status::VfnvmeErrInvalidArgument)
+        );
+    }
+}

@@ -1,0 +1,96 @@
+//! The boundary between the C ABI and the generic driver: object-safe traits over
+//! `Controller<P>`/`QueuePair<P>`, so one opaque C type serves every platform (VFIO, model).
+//! Dynamic dispatch happens here only, once per call.
+
+use crate::error::FfiResult;
+use nvme::dma::DmaPool;
+use nvme::namespace::Namespace;
+use std::sync::Arc;
+
+/// A data buffer already translated to the device's address space: `len` bytes at `iova`,
+/// inside a DMA buffer whose lifetime the C caller guarantees until the completion.
+#[derive(Debug, Clone, Copy)]
+pub struct RawIova {
+    /// Device address of the first byte.
+    pub iova: u64,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+/// One I/O command as the ABI layer hands it to a queue pair.
+#[derive(Debug, Clone, Copy)]
+pub enum IoCmd<'a> {
+    /// Read `blocks` blocks at `lba` into `buf`.
+    Read {
+        /// First block.
+        lba: u64,
+        /// Block count.
+        blocks: u32,
+        /// Destination.
+        buf: RawIova,
+    },
+    /// Write `blocks` blocks at `lba` from `buf`.
+    Write {
+        /// First block.
+        lba: u64,
+        /// Block count.
+        blocks: u32,
+        /// Source.
+        buf: RawIova,
+    },
+    /// Flush the volatile write cache.
+    Flush,
+    /// Write zeroes to `blocks` blocks at `lba`.
+    WriteZeroes {
+        /// First block.
+        lba: u64,
+        /// Block count.
+        blocks: u32,
+    },
+    /// Deallocate (TRIM) ranges.
+    Deallocate {
+        /// The ranges.
+        ranges: &'a [crate::types::Range],
+    },
+}
+
+/// One completion as a queue pair reports it.
+#[derive(Debug, Clone, Copy)]
+pub struct RawCompletion {
+    /// The tag given at submission.
+    pub tag: u64,
+    /// NVMe status field (without phase), 0 = success.
+    pub status: u16,
+    /// Dword 0.
+    pub cdw0: u32,
+    /// 0, or a negative status code for a driver-side failure.
+    pub rc: i32,
+}
+
+/// What the ABI needs from a controller.
+pub trait CtrlOps: Send + Sync {
+    /// All active namespaces, ordered by nsid.
+    fn namespaces(&self) -> Vec<Arc<Namespace>>;
+    /// One namespace.
+    fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>>;
+    /// The DMA pool of the controller.
+    fn dma(&self) -> &DmaPool;
+    /// A new I/O queue pair of `depth` entries.
+    fn alloc_qpair(&self, depth: u32) -> FfiResult<Box<dyn QpairOps>>;
+    /// A short name (PCI address or "model").
+    fn name(&self) -> String;
+    /// What the controller reported at bring-up.
+    fn info(&self) -> crate::types::CtrlInfo;
+}
+
+/// What the ABI needs from a queue pair. `Send`, used by one thread at a time.
+pub trait QpairOps: Send {
+    /// Queues one command on namespace `ns` (not yet visible to the device until `commit`).
+    fn submit(&mut self, ns: &Namespace, cmd: IoCmd<'_>, tag: u64) -> FfiResult<()>;
+    /// Rings the submission doorbell once for everything queued.
+    fn commit(&mut self);
+    /// Reaps up to `max` completions, calling `f` for each; returns how many.
+    fn poll(&mut self, max: u32, f: &mut dyn FnMut(RawCompletion)) -> usize;
+    /// Commands submitted and not yet completed.
+    fn outstanding(&self) -> u32;
+}

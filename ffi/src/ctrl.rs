@@ -1,0 +1,315 @@
+//! Controllers: open (VFIO or model), namespaces, DMA buffers, close.
+
+use crate::backend::CtrlOps;
+use crate::error::{guard, FfiError, FfiResult, Status};
+use crate::types::{CtrlInfo, CtrlOpts, ModelOpts, NsInfo};
+use nvme::dma::DmaBuffer;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// An open controller (opaque). Thread-safe: share it between threads freely.
+pub struct Ctrl {
+    pub(crate) ops: Arc<dyn CtrlOps>,
+    bufs: Mutex<HashMap<usize, DmaBuffer>>,
+    pub(crate) qpairs: AtomicUsize,
+}
+
+impl Ctrl {
+    fn new(ops: Arc<dyn CtrlOps>) -> Self {
+        Ctrl {
+            ops,
+            bufs: Mutex::new(HashMap::new()),
+            qpairs: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// Turns a C pointer into a reference, or fails with INVALID_ARGUMENT.
+pub(crate) fn deref<'a, T>(p: *const T, what: &'static str) -> FfiResult<&'a T> {
+    // SAFETY: the C caller passes a pointer returned by vfnvme (or NULL, rejected here) and keeps
+    // it valid for the duration of the call, as the header documents.
+    unsafe { p.as_ref() }.ok_or_else(|| {
+        FfiError::new(
+            Status::VfnvmeErrInvalidArgument,
+            format!("{what} is NULL; pass a valid pointer"),
+        )
+    })
+}
+
+fn out_ptr<'a, T>(p: *mut T, what: &'static str) -> FfiResult<&'a mut T> {
+    // SAFETY: as in `deref`; output pointers point to caller-owned storage of type T.
+    unsafe { p.as_mut() }.ok_or_else(|| {
+        FfiError::new(
+            Status::VfnvmeErrInvalidArgument,
+            format!("{what} is NULL; pass where to store the result"),
+        )
+    })
+}
+
+fn publish(ops: Arc<dyn CtrlOps>, out: &mut *mut Ctrl) -> i32 {
+    *out = Box::into_raw(Box::new(Ctrl::new(ops)));
+    Status::VfnvmeOk.code()
+}
+
+/// Opens the NVMe controller at PCI address `pci_addr` ("0000:00:10.0"; "0000.00.10.0" also
+/// works), which must be bound to vfio-pci, brings it up and scans its namespaces. `opts` may be
+/// NULL. On success stores the controller in `*out`.
+///
+/// Thread safety: thread-safe; each controller can be opened once per process.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_ctrl_open(
+    pci_addr: *const c_char,
+    opts: *const CtrlOpts,
+    out: *mut *mut Ctrl,
+) -> i32 {
+    guard("vfnvme_ctrl_open", || {
+        let out = out_ptr(out, "out")?;
+        let addr = deref(pci_addr, "pci_addr")?;
+        // SAFETY: `pci_addr` is a NUL-terminated C string (header contract), non-NULL here.
+        let addr = unsafe { CStr::from_ptr(addr) }.to_str().map_err(|_| {
+            FfiError::new(
+                Status::VfnvmeErrInvalidArgument,
+                "pci_addr is not UTF-8; pass e.g. \"0000:00:10.0\"",
+            )
+        })?;
+        // SAFETY: NULL or a valid CtrlOpts (header contract).
+        let opts = unsafe { opts.as_ref() }.copied().unwrap_or_default();
+        let addr = nvme::dma::PciAddress::parse(addr).map_err(|e| {
+            FfiError::new(Status::VfnvmeErrInvalidArgument, format!("pci_addr: {e}"))
+        })?;
+        let ops = crate::open::open_vfio(addr, &opts)?;
+        Ok(publish(ops, out))
+    })
+}
+
+/// Opens an in-memory NVMe controller model (for tests and benchmarks without hardware; data is
+/// kept in memory, time is virtual). `opts` may be NULL. On success stores it in `*out`.
+///
+/// Thread safety: thread-safe.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_ctrl_open_model(
+    opts: *const ModelOpts,
+    out: *mut *mut Ctrl,
+) -> i32 {
+    guard("vfnvme_ctrl_open_model", || {
+        let out = out_ptr(out, "out")?;
+        // SAFETY: NULL or a valid ModelOpts (header contract).
+        let opts = unsafe { opts.as_ref() }.copied().unwrap_or_default();
+        let ops = crate::open::open_model(&opts)?;
+        Ok(publish(ops, out))
+    })
+}
+
+/// Shuts the controller down cleanly and frees it, with every DMA buffer still allocated from
+/// it. Fails with VFNVME_ERR_BUSY (and changes nothing) while queue pairs of it exist. NULL is a
+/// no-op.
+///
+/// Thread safety: not thread-safe with respect to other calls on the same controller; call it
+/// once, after every other thread is done with the controller.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_ctrl_close(ctrl: *mut Ctrl) -> i32 {
+    guard("vfnvme_ctrl_close", || {
+        if ctrl.is_null() {
+            return Ok(0);
+        }
+        let live = deref(ctrl, "ctrl")?.qpairs.load(Ordering::Acquire);
+        if live != 0 {
+            return Err(FfiError::new(
+                Status::VfnvmeErrBusy,
+                format!("controller still has {live} queue pair(s); free them with vfnvme_qpair_free first"),
+            ));
+        }
+        // SAFETY: `ctrl` came from Box::into_raw in vfnvme_ctrl_open*, and the caller gives up
+        // every use of it with this call.
+        drop(unsafe { Box::from_raw(ctrl) });
+        Ok(0)
+    })
+}
+
+/// Fills `*out` with what the controller reported at bring-up (transfer limit, queue limits,
+/// identity). Size queue pairs for split I/O with `max_transfer`: an I/O of B bytes takes
+/// ceil(B / max_transfer) entries.
+///
+/// Thread safety: thread-safe.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_ctrl_info(ctrl: *const Ctrl, out: *mut CtrlInfo) -> i32 {
+    guard("vfnvme_ctrl_info", || {
+        let ctrl = deref(ctrl, "ctrl")?;
+        let out = out_ptr(out, "out")?;
+        *out = ctrl.ops.info();
+        Ok(0)
+    })
+}
+
+fn info(ns: &nvme::namespace::Namespace) -> NsInfo {
+    NsInfo {
+        nsid: ns.nsid(),
+        lba_size: ns.lba_size(),
+        blocks: ns.blocks(),
+    }
+}
+
+/// Lists the active namespaces in nsid order: writes up to `cap` entries to `out` (which may be
+/// NULL when `cap` is 0) and returns the total number of active namespaces (which may exceed
+/// `cap`: call again with a larger array), or a negative status.
+///
+/// Thread safety: thread-safe.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_ctrl_namespaces(
+    ctrl: *const Ctrl,
+    out: *mut NsInfo,
+    cap: usize,
+) -> i32 {
+    guard("vfnvme_ctrl_namespaces", || {
+        let ctrl = deref(ctrl, "ctrl")?;
+        let all = ctrl.ops.namespaces();
+        if cap > 0 {
+            if out.is_null() {
+                return Err(FfiError::new(
+                    Status::VfnvmeErrInvalidArgument,
+                    "out is NULL but cap > 0; pass an array of cap entries",
+                ));
+            }
+            // SAFETY: the caller provides `cap` writable entries at `out` (header contract).
+            let dst = unsafe { std::slice::from_raw_parts_mut(out, cap) };
+            for (d, ns) in dst.iter_mut().zip(all.iter()) {
+                *d = info(ns);
+            }
+        }
+        Ok(i32::try_from(all.len()).unwrap_or(i32::MAX))
+    })
+}
+
+/// Fills `*out` with the geometry of namespace `nsid`; VFNVME_ERR_NOT_FOUND if it is not active.
+///
+/// Thread safety: thread-safe.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_ctrl_namespace(
+    ctrl: *const Ctrl,
+    nsid: u32,
+    out: *mut NsInfo,
+) -> i32 {
+    guard("vfnvme_ctrl_namespace", || {
+        let ctrl = deref(ctrl, "ctrl")?;
+        let out = out_ptr(out, "out")?;
+        let ns = ctrl.ops.namespace(nsid).ok_or_else(|| {
+            FfiError::new(
+                Status::VfnvmeErrNotFound,
+                format!(
+                    "namespace {nsid} is not active on {}; list them with vfnvme_ctrl_namespaces",
+                    ctrl.ops.name()
+                ),
+            )
+        })?;
+        *out = info(&ns);
+        Ok(0)
+    })
+}
+
+/// Allocates a zeroed DMA buffer of at least `len` bytes (4 KiB aligned, physically contiguous
+/// for the device) and stores its address in `*ptr` and its device address in `*iova` (`iova`
+/// may be NULL). Only memory from this function may be passed to the submit functions.
+///
+/// Thread safety: thread-safe (takes a lock: a control-path call, not for the I/O path).
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_dma_alloc(
+    ctrl: *const Ctrl,
+    len: usize,
+    ptr: *mut *mut c_void,
+    iova: *mut u64,
+) -> i32 {
+    guard("vfnvme_dma_alloc", || {
+        let ctrl = deref(ctrl, "ctrl")?;
+        let ptr = out_ptr(ptr, "ptr")?;
+        let buf = ctrl.ops.dma().alloc(len).map_err(|e| {
+            let status = match e {
+                nvme::dma::DmaError::BadBufferSize { .. } => Status::VfnvmeErrInvalidArgument,
+                _ => Status::VfnvmeErrNoMemory,
+            };
+            FfiError::new(status, format!("vfnvme_dma_alloc({len}): {e}"))
+        })?;
+        *ptr = buf.as_ptr().cast();
+        // SAFETY: NULL or a writable u64 (header contract).
+        if let Some(iova) = unsafe { iova.as_mut() } {
+            *iova = buf.iova();
+        }
+        let mut bufs = ctrl.bufs.lock().unwrap_or_else(|e| e.into_inner());
+        bufs.insert(buf.as_ptr() as usize, buf);
+        Ok(0)
+    })
+}
+
+/// Frees a buffer from vfnvme_dma_alloc. The device must no longer use it (no command using it
+/// in flight). NULL is a no-op; any other pointer not from vfnvme_dma_alloc of this controller
+/// fails with VFNVME_ERR_BAD_BUFFER.
+///
+/// Thread safety: thread-safe (takes a lock).
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_dma_free(ctrl: *const Ctrl, ptr: *mut c_void) -> i32 {
+    guard("vfnvme_dma_free", || {
+        let ctrl = deref(ctrl, "ctrl")?;
+        if ptr.is_null() {
+            return Ok(0);
+        }
+        let mut bufs = ctrl.bufs.lock().unwrap_or_else(|e| e.into_inner());
+        match bufs.remove(&(ptr as usize)) {
+            Some(_) => Ok(0),
+            None => Err(FfiError::new(
+                Status::VfnvmeErrBadBuffer,
+                format!("vfnvme_dma_free({ptr:p}): not a buffer from vfnvme_dma_alloc of this controller"),
+            )),
+        }
+    })
+}
+
+/// Translates an address inside DMA memory of this controller to its device address; stores it
+/// in `*iova`. VFNVME_ERR_BAD_BUFFER for any other address.
+///
+/// Thread safety: thread-safe, lock-free.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_dma_translate(
+    ctrl: *const Ctrl,
+    ptr: *const c_void,
+    iova: *mut u64,
+) -> i32 {
+    guard("vfnvme_dma_translate", || {
+        let ctrl = deref(ctrl, "ctrl")?;
+        let iova = out_ptr(iova, "iova")?;
+        *iova = ctrl.ops.dma().translate(ptr.cast()).ok_or_else(|| {
+            FfiError::new(
+                Status::VfnvmeErrBadBuffer,
+                format!("{ptr:p} is not inside DMA memory of this controller; allocate with vfnvme_dma_alloc"),
+            )
+        })?;
+        Ok(0)
+    })
+}

@@ -1,0 +1,153 @@
+//! [`CtrlOps`]/[`QpairOps`] over the generic driver (`Controller<P>`, `QueuePair<P>`), for any
+//! platform.
+
+use crate::backend::{CtrlOps, IoCmd, QpairOps, RawCompletion};
+use crate::error::{FfiError, FfiResult, Status};
+use crate::types::{copy_cstr, CtrlInfo};
+use nvme::dma::DmaPool;
+use nvme::namespace::Namespace;
+use nvme::platform::Platform;
+use nvme::queue::Direction;
+use nvme::spec::command::DsmRange;
+use nvme::{Controller, Error, QpairOptions, QueuePair, SubmitErrorKind};
+use std::sync::Arc;
+
+/// The status code for a driver error.
+pub fn status_of(e: &Error) -> Status {
+    match e {
+        Error::QueueDepthTooLarge { .. } | Error::QueueDepthTooSmall { .. } => {
+            Status::VfnvmeErrInvalidArgument
+        }
+        Error::NoFreeQueue { .. } | Error::QueueBusy { .. } => Status::VfnvmeErrBusy,
+        Error::NoSuchNamespace { .. } => Status::VfnvmeErrNotFound,
+        Error::Unsupported { .. } => Status::VfnvmeErrUnsupported,
+        Error::Dma(_) => Status::VfnvmeErrNoMemory,
+        Error::Submit(k) => status_of_submit(k),
+        _ => Status::VfnvmeErrDevice,
+    }
+}
+
+fn status_of_submit(k: &SubmitErrorKind) -> Status {
+    match k {
+        SubmitErrorKind::QueueFull { .. } => Status::VfnvmeErrQueueFull,
+        SubmitErrorKind::LbaOutOfRange { .. } => Status::VfnvmeErrOutOfRange,
+        SubmitErrorKind::NamespaceNotActive { .. } => Status::VfnvmeErrNotFound,
+        SubmitErrorKind::BufferTooSmall { .. } | SubmitErrorKind::Prp(_) => {
+            Status::VfnvmeErrBadBuffer
+        }
+        _ => Status::VfnvmeErrInvalidArgument,
+    }
+}
+
+/// A driver error as an ABI error.
+pub fn ffi_error(what: &str, e: &Error) -> FfiError {
+    FfiError::new(status_of(e), format!("{what}: {e}"))
+}
+
+impl<P: Platform> CtrlOps for Controller<P> {
+    fn namespaces(&self) -> Vec<Arc<Namespace>> {
+        Controller::namespaces(self)
+    }
+    fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {
+        Controller::namespace(self, nsid)
+    }
+    fn dma(&self) -> &DmaPool {
+        Controller::dma(self)
+    }
+    fn alloc_qpair(&self, depth: u32) -> FfiResult<Box<dyn QpairOps>> {
+        let qp = Controller::alloc_qpair(
+            self,
+            QpairOptions {
+                depth,
+                ..QpairOptions::default()
+            },
+        )
+        .map_err(|e| {
+            ffi_error(
+                &format!("{}: queue pair of depth {depth}", self.platform().name()),
+                &e,
+            )
+        })?;
+        Ok(Box::new(qp))
+    }
+    fn name(&self) -> String {
+        self.platform().name()
+    }
+    fn info(&self) -> CtrlInfo {
+        let i = self.identify();
+        let mut out = CtrlInfo {
+            max_transfer: u32::try_from(i.max_transfer_bytes).unwrap_or(u32::MAX),
+            max_queue_depth: i.max_queue_depth,
+            io_queues: u32::from(i.io_queue_pairs),
+            nn: i.nn(),
+            ..CtrlInfo::default()
+        };
+        copy_cstr(&mut out.serial, i.serial());
+        copy_cstr(&mut out.model, i.model());
+        copy_cstr(&mut out.firmware, i.firmware());
+        out
+    }
+}
+
+impl<P: Platform> QpairOps for QueuePair<P> {
+    #[inline]
+    fn submit(&mut self, ns: &Namespace, cmd: IoCmd<'_>, tag: u64) -> FfiResult<()> {
+        let r = match cmd {
+            // SAFETY: `buf` was translated from a pointer inside this controller's DMA memory
+            // (ffi::qpair checks both ends); the C caller keeps the buffer allocated and leaves
+            // it alone until the completion callback, as the header requires.
+            IoCmd::Read { lba, blocks, buf } => unsafe {
+                self.submit_raw(ns, Direction::Read, lba, blocks, buf.iova, buf.len, tag)
+            },
+            // SAFETY: as for reads.
+            IoCmd::Write { lba, blocks, buf } => unsafe {
+                self.submit_raw(ns, Direction::Write, lba, blocks, buf.iova, buf.len, tag)
+            },
+            IoCmd::Flush => self.flush(ns, tag),
+            IoCmd::WriteZeroes { lba, blocks } => self.write_zeroes(ns, lba, blocks, tag),
+            IoCmd::Deallocate { ranges } => {
+                let mut list = [DsmRange::default(); 256];
+                let n = ranges.len().min(list.len());
+                for (d, r) in list.iter_mut().zip(ranges) {
+                    *d = DsmRange {
+                        attributes: 0,
+                        blocks: r.blocks,
+                        slba: r.lba,
+                    };
+                }
+                self.deallocate(ns, &list[..n], tag)
+            }
+        };
+        r.map_err(|e| match e.kind {
+            // Hot path under load: no formatting.
+            SubmitErrorKind::QueueFull { .. } => FfiError::new(Status::VfnvmeErrQueueFull, ""),
+            k => FfiError::new(
+                status_of_submit(&k),
+                format!("submit on namespace {}: {k}", ns.nsid()),
+            ),
+        })
+    }
+    #[inline]
+    fn commit(&mut self) {
+        QueuePair::commit(self)
+    }
+    #[inline]
+    fn poll(&mut self, max: u32, f: &mut dyn FnMut(RawCompletion)) -> usize {
+        QueuePair::poll(self, max as usize, |c| {
+            let field = u16::from(c.status.sc)
+                | (u16::from(c.status.sct & 0x7) << 8)
+                | (u16::from(c.status.more) << 13)
+                | (u16::from(c.status.dnr) << 14);
+            f(RawCompletion {
+                tag: c.tag,
+                status: field,
+                cdw0: 0,
+                rc: 0,
+            })
+        })
+    }
+    #[inline]
+    fn outstanding(&self) -> u32 {
+        u32::try_from(QueuePair::outstanding(self)).unwrap_or(u32::MAX)
+    }
+}

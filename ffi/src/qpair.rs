@@ -1,0 +1,468 @@
+//! Queue pairs: allocation, the submit functions, commit and completion polling.
+//!
+//! The I/O path allocates nothing and takes no lock: callback slots are a preallocated table
+//! with a free stack, completions are gathered into a preallocated array before the callbacks
+//! run (so that a callback may submit on the same queue pair).
+
+use crate::backend::{IoCmd, QpairOps, RawCompletion, RawIova};
+use crate::ctrl::{deref, Ctrl};
+use crate::error::{guard, FfiError, FfiResult, Status};
+use crate::types::{Callback, Cpl, Range};
+use nvme::namespace::{Namespace, NamespaceState};
+use std::ffi::c_void;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Largest queue depth accepted by vfnvme_qpair_alloc.
+const MAX_DEPTH: u32 = 65536;
+
+#[derive(Clone, Copy)]
+struct Slot {
+    cb: Callback,
+    arg: *mut c_void,
+}
+
+struct Done {
+    cb: Callback,
+    arg: *mut c_void,
+    cpl: Cpl,
+}
+
+/// An I/O queue pair (opaque). Use it from one thread at a time (it may move between threads).
+pub struct Qpair {
+    inner: Box<dyn QpairOps>,
+    ctrl: *const Ctrl,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    done: Vec<Done>,
+    ns_cache: Vec<Option<Arc<Namespace>>>,
+    in_callbacks: bool,
+}
+
+impl Qpair {
+    fn ctrl(&self) -> &Ctrl {
+        // SAFETY: the controller outlives its queue pairs: vfnvme_ctrl_close refuses while any
+        // exists (counted in `Ctrl::qpairs`).
+        unsafe { &*self.ctrl }
+    }
+
+    fn namespace(&mut self, nsid: u32) -> FfiResult<Arc<Namespace>> {
+        let idx = nsid as usize;
+        if let Some(Some(ns)) = self.ns_cache.get(idx) {
+            if ns.state() == NamespaceState::Active {
+                return Ok(ns.clone());
+            }
+        }
+        let ns = self
+            .ctrl()
+            .ops
+            .namespace(nsid)
+            .filter(|ns| ns.state() == NamespaceState::Active)
+            .ok_or_else(|| {
+                FfiError::new(
+                    Status::VfnvmeErrNotFound,
+                    format!(
+                        "namespace {nsid} is not active; list them with vfnvme_ctrl_namespaces"
+                    ),
+                )
+            })?;
+        if idx < 4096 {
+            if self.ns_cache.len() <= idx {
+                self.ns_cache.resize(idx + 1, None);
+            }
+            self.ns_cache[idx] = Some(ns.clone());
+        }
+        Ok(ns)
+    }
+
+    fn buffer(&self, buf: *const c_void, len: u64) -> FfiResult<RawIova> {
+        let bad = || {
+            FfiError::new(
+                Status::VfnvmeErrBadBuffer,
+                "data buffer is not inside DMA memory of this controller; allocate it with vfnvme_dma_alloc",
+            )
+        };
+        let len = usize::try_from(len).map_err(|_| bad())?;
+        let dma = self.ctrl().ops.dma();
+        let start = dma.translate(buf.cast()).ok_or_else(bad)?;
+        let last = (buf as usize).checked_add(len - 1).ok_or_else(bad)?;
+        match dma.translate(last as *const u8) {
+            Some(end) if end == start + (len as u64 - 1) => Ok(RawIova { iova: start, len }),
+            _ => Err(bad()),
+        }
+    }
+
+    fn submit(
+        &mut self,
+        nsid: u32,
+        cmd: impl FnOnce(&Self, &Namespace) -> FfiResult<IoCmd<'static>>,
+        cb: Callback,
+        arg: *mut c_void,
+    ) -> FfiResult<i32> {
+        let ns = self.namespace(nsid)?;
+        let cmd = cmd(self, &ns)?;
+        self.submit_cmd(&ns, cmd, cb, arg)
+    }
+
+    fn submit_cmd(
+        &mut self,
+        ns: &Namespace,
+        cmd: IoCmd<'_>,
+        cb: Callback,
+        arg: *mut c_void,
+    ) -> FfiResult<i32> {
+        let slot = self
+            .free
+            .pop()
+            .ok_or(FfiError::new(Status::VfnvmeErrQueueFull, ""))?;
+        if let Some(s) = self.slots.get_mut(slot as usize) {
+            *s = Slot { cb, arg };
+        }
+        match self.inner.submit(ns, cmd, u64::from(slot)) {
+            Ok(()) => Ok(0),
+            Err(e) => {
+                self.free.push(slot);
+                Err(e)
+            }
+        }
+    }
+}
+
+fn check_range(ns: &Namespace, lba: u64, blocks: u32) -> FfiResult<()> {
+    let end = lba.checked_add(u64::from(blocks));
+    if blocks == 0 || end.is_none_or(|e| e > ns.blocks()) {
+        return Err(FfiError::new(
+            Status::VfnvmeErrOutOfRange,
+            format!(
+                "LBA range {lba}+{blocks} is empty or outside namespace {} ({} blocks)",
+                ns.nsid(),
+                ns.blocks()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn qp_mut<'a>(qp: *mut Qpair) -> FfiResult<&'a mut Qpair> {
+    // SAFETY: a pointer from vfnvme_qpair_alloc, used by one thread at a time (header contract);
+    // no other reference to it is live during this call (callbacks run without one).
+    unsafe { qp.as_mut() }.ok_or_else(|| {
+        FfiError::new(
+            Status::VfnvmeErrInvalidArgument,
+            "qpair is NULL; pass one from vfnvme_qpair_alloc",
+        )
+    })
+}
+
+/// Allocates an I/O queue pair with `depth` entries (commands in flight at most: `depth`; the
+/// driver may round it to what the controller supports) and stores it in `*out`.
+///
+/// Thread safety: thread-safe (takes the controller's admin lock). The queue pair itself must
+/// then be used by one thread at a time.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_qpair_alloc(
+    ctrl: *const Ctrl,
+    depth: u32,
+    out: *mut *mut Qpair,
+) -> i32 {
+    guard("vfnvme_qpair_alloc", || {
+        let c = deref(ctrl, "ctrl")?;
+        // SAFETY: NULL (rejected) or a writable pointer slot (header contract).
+        let out = unsafe { out.as_mut() }
+            .ok_or_else(|| FfiError::new(Status::VfnvmeErrInvalidArgument, "out is NULL"))?;
+        if !(2..=MAX_DEPTH).contains(&depth) {
+            return Err(FfiError::new(
+                Status::VfnvmeErrInvalidArgument,
+                format!("queue depth {depth} is out of range; use 2..={MAX_DEPTH}"),
+            ));
+        }
+        let inner = c.ops.alloc_qpair(depth)?;
+        let qp = Qpair {
+            inner,
+            ctrl,
+            slots: vec![
+                Slot {
+                    cb: None,
+                    arg: std::ptr::null_mut()
+                };
+                depth as usize
+            ],
+            free: (0..depth).rev().collect(),
+            done: Vec::with_capacity(depth as usize),
+            ns_cache: Vec::with_capacity(64),
+            in_callbacks: false,
+        };
+        c.qpairs.fetch_add(1, Ordering::AcqRel);
+        *out = Box::into_raw(Box::new(qp));
+        Ok(0)
+    })
+}
+
+/// Frees a queue pair (deleting its queues on the controller). Fails with VFNVME_ERR_BUSY while
+/// commands are in flight: poll them to completion first. NULL is a no-op. Never call it from
+/// a completion callback.
+///
+/// Thread safety: the thread using the queue pair calls it.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_qpair_free(qp: *mut Qpair) -> i32 {
+    guard("vfnvme_qpair_free", || {
+        if qp.is_null() {
+            return Ok(0);
+        }
+        let q = qp_mut(qp)?;
+        let outstanding = q.inner.outstanding();
+        if outstanding != 0 || q.in_callbacks {
+            return Err(FfiError::new(
+                Status::VfnvmeErrBusy,
+                format!("{outstanding} command(s) in flight; poll them to completion, then free (never from a callback)"),
+            ));
+        }
+        // SAFETY: `qp` came from Box::into_raw in vfnvme_qpair_alloc; the caller gives it up.
+        let q = unsafe { Box::from_raw(qp) };
+        let ctrl = q.ctrl;
+        drop(q);
+        // SAFETY: the controller outlives its queue pairs (see Qpair::ctrl).
+        unsafe { &*ctrl }.qpairs.fetch_sub(1, Ordering::AcqRel);
+        Ok(0)
+    })
+}
+
+/// Queues a read of `blocks` blocks at `lba` of namespace `nsid` into `buf` (which must lie in
+/// DMA memory from vfnvme_dma_alloc and hold blocks * lba_size bytes). The command reaches the
+/// device at the next vfnvme_qpair_commit or vfnvme_qpair_process_completions; `cb(arg, cpl)`
+/// runs when it completes. `cb` may be NULL. VFNVME_ERR_QUEUE_FULL: poll, then retry.
+///
+/// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_qpair_read(
+    qp: *mut Qpair,
+    nsid: u32,
+    buf: *mut c_void,
+    lba: u64,
+    blocks: u32,
+    cb: Callback,
+    arg: *mut c_void,
+) -> i32 {
+    guard("vfnvme_qpair_read", || {
+        qp_mut(qp)?.submit(
+            nsid,
+            |q, ns| {
+                check_range(ns, lba, blocks)?;
+                let buf = q.buffer(buf, u64::from(blocks) << ns.lba_shift())?;
+                Ok(IoCmd::Read { lba, blocks, buf })
+            },
+            cb,
+            arg,
+        )
+    })
+}
+
+/// Queues a write of `blocks` blocks at `lba` of namespace `nsid` from `buf`; otherwise as
+/// vfnvme_qpair_read. Don't modify `buf` until the completion.
+///
+/// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_qpair_write(
+    qp: *mut Qpair,
+    nsid: u32,
+    buf: *const c_void,
+    lba: u64,
+    blocks: u32,
+    cb: Callback,
+    arg: *mut c_void,
+) -> i32 {
+    guard("vfnvme_qpair_write", || {
+        qp_mut(qp)?.submit(
+            nsid,
+            |q, ns| {
+                check_range(ns, lba, blocks)?;
+                let buf = q.buffer(buf, u64::from(blocks) << ns.lba_shift())?;
+                Ok(IoCmd::Write { lba, blocks, buf })
+            },
+            cb,
+            arg,
+        )
+    })
+}
+
+/// Queues a flush of namespace `nsid` (the volatile write cache); otherwise as vfnvme_qpair_read.
+///
+/// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_qpair_flush(
+    qp: *mut Qpair,
+    nsid: u32,
+    cb: Callback,
+    arg: *mut c_void,
+) -> i32 {
+    guard("vfnvme_qpair_flush", || {
+        qp_mut(qp)?.submit(nsid, |_, _| Ok(IoCmd::Flush), cb, arg)
+    })
+}
+
+/// Queues a Write Zeroes of `blocks` blocks at `lba`; otherwise as vfnvme_qpair_read.
+///
+/// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_qpair_write_zeroes(
+    qp: *mut Qpair,
+    nsid: u32,
+    lba: u64,
+    blocks: u32,
+    cb: Callback,
+    arg: *mut c_void,
+) -> i32 {
+    guard("vfnvme_qpair_write_zeroes", || {
+        qp_mut(qp)?.submit(
+            nsid,
+            |_, ns| {
+                check_range(ns, lba, blocks)?;
+                Ok(IoCmd::WriteZeroes { lba, blocks })
+            },
+            cb,
+            arg,
+        )
+    })
+}
+
+/// Queues a Dataset Management deallocate (TRIM) of `count` ranges (1..=256) read from
+/// `ranges` during this call; otherwise as vfnvme_qpair_read.
+///
+/// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_qpair_deallocate(
+    qp: *mut Qpair,
+    nsid: u32,
+    ranges: *const Range,
+    count: u32,
+    cb: Callback,
+    arg: *mut c_void,
+) -> i32 {
+    guard("vfnvme_qpair_deallocate", || {
+        let q = qp_mut(qp)?;
+        if ranges.is_null() || count == 0 || count > 256 {
+            return Err(FfiError::new(
+                Status::VfnvmeErrInvalidArgument,
+                format!("deallocate needs 1..=256 ranges, got {count} (ranges {ranges:p})"),
+            ));
+        }
+        // SAFETY: the caller provides `count` readable ranges (header contract), read only
+        // during this call.
+        let ranges = unsafe { std::slice::from_raw_parts(ranges, count as usize) };
+        let ns = q.namespace(nsid)?;
+        for r in ranges {
+            check_range(&ns, r.lba, r.blocks)?;
+        }
+        q.submit_cmd(&ns, IoCmd::Deallocate { ranges }, cb, arg)
+    })
+}
+
+/// Rings the submission doorbell once for every command queued since the last commit. (Polling
+/// also commits, so a submit-then-poll loop needs no explicit commit.)
+///
+/// Thread safety: the queue pair's thread only; one MMIO write, no syscall.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_qpair_commit(qp: *mut Qpair) -> i32 {
+    guard("vfnvme_qpair_commit", || {
+        qp_mut(qp)?.inner.commit();
+        Ok(0)
+    })
+}
+
+/// Commits queued commands, reaps up to `max` completions (0: as many as are ready) and calls
+/// their callbacks; returns how many completed (>= 0) or a negative status. Never blocks.
+/// VFNVME_ERR_BUSY if called from a completion callback.
+///
+/// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_qpair_process_completions(qp: *mut Qpair, max: u32) -> i32 {
+    guard("vfnvme_qpair_process_completions", || {
+        let mut done = {
+            let q = qp_mut(qp)?;
+            if q.in_callbacks {
+                return Err(FfiError::new(
+                    Status::VfnvmeErrBusy,
+                    "vfnvme_qpair_process_completions called from a completion callback; return from the callback instead",
+                ));
+            }
+            let cap = q.slots.len() as u32;
+            let max = if max == 0 || max > cap { cap } else { max };
+            let mut done = std::mem::take(&mut q.done);
+            let Qpair {
+                inner, slots, free, ..
+            } = q;
+            inner.poll(max, &mut |c: RawCompletion| {
+                let idx = c.tag as usize;
+                if let Some(s) = slots.get(idx) {
+                    free.push(idx as u32);
+                    let mut cpl = Cpl::from_status(c.status, c.cdw0);
+                    cpl.rc = c.rc;
+                    done.push(Done {
+                        cb: s.cb,
+                        arg: s.arg,
+                        cpl,
+                    });
+                }
+            });
+            q.in_callbacks = true;
+            done
+        };
+        // No reference into the queue pair is live while callbacks run: they may submit on it.
+        for d in &done {
+            if let Some(cb) = d.cb {
+                // SAFETY: a C function pointer given at submission with its argument; the
+                // completion lives for the duration of the call.
+                unsafe { cb(d.arg, &d.cpl) };
+            }
+        }
+        let n = done.len();
+        done.clear();
+        let q = qp_mut(qp)?;
+        q.done = done;
+        q.in_callbacks = false;
+        Ok(i32::try_from(n).unwrap_or(i32::MAX))
+    })
+}
+
+/// Commands submitted on this queue pair and not yet completed (0 for NULL).
+///
+/// Thread safety: the queue pair's thread only.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_qpair_outstanding(qp: *const Qpair) -> u32 {
+    let n = guard("vfnvme_qpair_outstanding", || {
+        // SAFETY: NULL or a live queue pair used by this thread (header contract).
+        let n = unsafe { qp.as_ref() }.map_or(0, |q| q.inner.outstanding());
+        Ok(i32::try_from(n).unwrap_or(i32::MAX))
+    });
+    u32::try_from(n).unwrap_or(0)
+}

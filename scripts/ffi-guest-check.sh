@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The C ABI and the fio engine on real (emulated) devices: boots one guest (scenario `pair`:
+# two raw-image controllers on vfio-pci) and runs ffi/examples/hello against 00:10.0, then a
+# fio crc32c verify job spanning both controllers (one file each) and a short randread.
+# Exits non-zero on failure.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+if [[ "${1:-}" == --guest ]]; then
+    hello=$2 engine=$3
+    cd "${VFNVME_OUT_DIR:?run this through vfnvme vm}"
+    "$hello" 0000:00:10.0
+    fio --ioengine=external:"$engine" --thread=1 --name=verify-two-controllers \
+        "--filename=trtype=PCIe traddr=0000.00.10.0 ns=1:0000.00.11.0/1" \
+        --rw=randwrite --bsrange=512-256k --iodepth=16 --size=32m \
+        --verify=crc32c --verify_fatal=1 --output-format=json --output=verify.json
+    fio --ioengine=external:"$engine" --thread=1 --name=randread \
+        "--filename=trtype=PCIe traddr=0000.00.10.0 ns=1" --rw=randread --bs=4k --iodepth=32 \
+        --time_based=1 --runtime=2 --output-format=json --output=randread.json
+    python3 - <<'PY'
+import json
+for name in ("verify", "randread"):
+    text = open(f"{name}.json").read()
+    for j in json.loads(text[text.index("{"):])["jobs"]:
+        print(f'{j["jobname"]}: error {j["error"]}, read {j["read"]["io_bytes"] >> 10} KiB, '
+              f'write {j["write"]["io_bytes"] >> 10} KiB, read IOPS {j["read"]["iops"]:.0f}')
+        assert j["error"] == 0 and j["read"]["io_bytes"] > 0, f"{name} failed"
+PY
+    echo "ffi-guest-check: OK"
+    exit 0
+fi
+
+cd "$root"
+cargo build -q -p vfnvme-tools
+hello=$("$root/ffi/build-example.sh" | tail -n1)
+engine=$("$root/ffi/fio/build.sh" | tail -n1)
+"${VFNVME_VM:-$root/target/debug/vfnvme}" vm --scenario pair -- "$root/scripts/ffi-guest-check.sh" --guest "$hello" "$engine"
