@@ -27,9 +27,28 @@ step "build (debug)"
 vfnvme=$(build_vfnvme debug)
 [ -x "$vfnvme" ] || { echo "error: could not find the built vfnvme binary" >&2; exit 1; }
 
+failed=0
+summary=()
+
+# Runs one named check; its failure fails the run (after the others have run).
+check() {
+    local name=$1 start=$SECONDS
+    shift
+    step "$name"
+    if "$@"; then
+        summary+=("ok    $name $((SECONDS - start)) s")
+    else
+        summary+=("FAIL  $name $((SECONDS - start)) s")
+        failed=1
+    fi
+}
+
 if [ "$guest_only" -eq 0 ]; then
     step "host tests: cargo test --workspace (guest tests print SKIPPED (host) here)"
     cargo test --workspace
+    check "C ABI: header up to date" ffi/check-header.sh
+    check "C ABI: example on the model" ffi/build-example.sh --run
+    check "fio engine: host jobs on the model" scripts/fio-host-check.sh
 fi
 
 step "prepare the guest (installs QEMU, busybox, fio and a kernel if missing)"
@@ -74,8 +93,6 @@ while IFS= read -r line; do
 done < <(grep '"reason":"compiler-artifact"' "$artifacts" | grep '"kind":\["test"\]')
 echo "${#guest_tests[@]} guest test binaries"
 
-failed=0
-summary=()
 logdir=target/test-all-logs
 mkdir -p "$logdir"
 for entry in "${guest_tests[@]}"; do
@@ -103,7 +120,14 @@ for entry in "${guest_tests[@]}"; do
     fi
 done
 
-step "guest test summary"
+if [ "${#filters[@]}" -eq 0 ]; then
+    export VFNVME_VM=$vfnvme
+    check "C ABI + fio engine in the guest (scenario pair)" scripts/ffi-guest-check.sh
+    check "fio side by side, short, in the guest (scenario sidebyside)" \
+        env SBS_SECONDS="${SBS_SECONDS:-3}" scripts/fio-side-by-side.sh
+fi
+
+step "test summary"
 if [ "${#summary[@]}" -eq 0 ]; then
     echo "no guest tests ran"
 fi
