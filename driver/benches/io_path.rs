@@ -11,7 +11,10 @@
 //! - with `--instructions`: instructions per I/O from valgrind's callgrind, re-running this
 //!   binary under it, split into driver and model the same way.
 //!
-//! Run: `cargo bench -p vfnvme --bench io_path -- [--ios N] [--qd 1,32,128] [--instructions] [--json PATH]`
+//! Rows come with shadow doorbells off (MMIO doorbells, as on most SSDs) and on.
+//!
+//! Run: `cargo bench -p vfnvme --bench io_path -- [--ios N] [--qd 1,32,128] [--shadow on|off|both]
+//! [--instructions] [--json PATH]`
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -142,7 +145,7 @@ struct Setup {
     bufs: Vec<DmaBuffer>,
 }
 
-fn setup(qd: usize) -> Setup {
+fn setup(qd: usize, shadow: bool) -> Setup {
     let model = ModelPlatform::new(ModelConfig {
         namespaces: vec![ModelNamespaceConfig {
             nsid: 1,
@@ -158,7 +161,11 @@ fn setup(qd: usize) -> Setup {
         model: model.clone(),
         regs: MarkedRegs(model.clone()),
     });
-    let ctrl = Controller::new(marked, ControllerOptions::default()).expect("bring-up");
+    let options = ControllerOptions {
+        shadow_doorbells: shadow,
+        ..ControllerOptions::default()
+    };
+    let ctrl = Controller::new(marked, options).expect("bring-up");
     let qp = ctrl
         .alloc_qpair(QpairOptions {
             depth: (qd as u32 + 1).max(256),
@@ -230,6 +237,7 @@ fn measured_loop(s: &mut Setup, ios: u64) -> u64 {
 #[derive(Debug, Default, Clone)]
 struct Row {
     qd: usize,
+    shadow: bool,
     ios: u64,
     total_ns_per_io: f64,
     driver_ns_per_io: f64,
@@ -242,8 +250,8 @@ struct Row {
     model_instr_per_io: Option<f64>,
 }
 
-fn run_wall(qd: usize, ios: u64) -> Row {
-    let mut s = setup(qd);
+fn run_wall(qd: usize, shadow: bool, ios: u64) -> Row {
+    let mut s = setup(qd, shadow);
     measured_loop(&mut s, ios / 10 + 1); // warm up
     let before = s.model.stats();
     MODEL_NS.with(|m| m.set(0));
@@ -264,6 +272,7 @@ fn run_wall(qd: usize, ios: u64) -> Row {
     let n = ios as f64;
     Row {
         qd,
+        shadow,
         ios,
         total_ns_per_io: elapsed / n,
         driver_ns_per_io: (elapsed - model_ns) / n,
@@ -278,11 +287,11 @@ fn run_wall(qd: usize, ios: u64) -> Row {
 
 /// Runs the loop once under callgrind, collecting only inside `measured_loop`, and splits the
 /// instructions into the model's (inclusive cost of the wrapper's entry points) and the rest.
-fn run_callgrind(qd: usize, ios: u64) -> Option<(f64, f64)> {
+fn run_callgrind(qd: usize, shadow: bool, ios: u64) -> Option<(f64, f64)> {
     let exe = std::env::current_exe().ok()?;
     let dir = std::env::temp_dir().join(format!("vfnvme-io-path-{}", std::process::id()));
     std::fs::create_dir_all(&dir).ok()?;
-    let out = dir.join(format!("callgrind.qd{qd}"));
+    let out = dir.join(format!("callgrind.qd{qd}.{shadow}"));
     let status = std::process::Command::new("valgrind")
         .arg("--tool=callgrind")
         .arg("--toggle-collect=*measured_loop*")
@@ -294,6 +303,8 @@ fn run_callgrind(qd: usize, ios: u64) -> Option<(f64, f64)> {
             &qd.to_string(),
             "--ios",
             &ios.to_string(),
+            "--shadow",
+            if shadow { "on" } else { "off" },
         ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -349,25 +360,34 @@ fn main() {
         // Under callgrind: one run of the loop, nothing else measured.
         TIME_MODEL.store(false, Ordering::Relaxed);
         let qd = qds.first().copied().unwrap_or(1);
-        let mut s = setup(qd);
+        let shadow = arg_value(&args, "--shadow").as_deref() != Some("off");
+        let mut s = setup(qd, shadow);
         measured_loop(&mut s, ios);
         return;
     }
     let instructions = args.iter().any(|a| a == "--instructions");
+    let shadows: Vec<bool> = match arg_value(&args, "--shadow").as_deref() {
+        Some("on") => vec![true],
+        Some("off") => vec![false],
+        _ => vec![false, true],
+    };
     let mut rows = Vec::new();
-    for &qd in &qds {
-        let mut row = run_wall(qd, ios);
-        if instructions {
-            if let Some((d, m)) = run_callgrind(qd, 200_000) {
-                row.driver_instr_per_io = Some(d);
-                row.model_instr_per_io = Some(m);
+    for &shadow in &shadows {
+        for &qd in &qds {
+            let mut row = run_wall(qd, shadow, ios);
+            if instructions {
+                if let Some((d, m)) = run_callgrind(qd, shadow, 200_000) {
+                    row.driver_instr_per_io = Some(d);
+                    row.model_instr_per_io = Some(m);
+                }
             }
+            rows.push(row);
         }
-        rows.push(row);
     }
     println!("4 KiB random reads, model null namespace, one thread ({ios} I/Os per row)");
     println!(
-        "{:>5} | {:>10} | {:>11} | {:>10} | {:>12} | {:>12} | {:>9} | {:>9} | {:>12} | {:>12}",
+        "{:>6} | {:>5} | {:>10} | {:>11} | {:>10} | {:>12} | {:>12} | {:>9} | {:>9} | {:>12} | {:>12}",
+        "shadow",
         "QD",
         "ns/IO all",
         "ns/IO drv",
@@ -382,7 +402,8 @@ fn main() {
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
     for r in &rows {
         println!(
-            "{:>5} | {:>10.1} | {:>11.1} | {:>11.1} | {:>12} | {:>12} | {:>9.4} | {:>9.4} | {:>12.3} | {:>12.3}",
+            "{:>6} | {:>5} | {:>10.1} | {:>11.1} | {:>11.1} | {:>12} | {:>12} | {:>9.4} | {:>9.4} | {:>12.3} | {:>12.3}",
+            if r.shadow { "on" } else { "off" },
             r.qd,
             r.total_ns_per_io,
             r.driver_ns_per_io,
@@ -401,8 +422,8 @@ fn main() {
             .map(|r| {
                 let o = |v: Option<f64>| v.map_or("null".to_string(), |v| format!("{v:.2}"));
                 format!(
-                    "{{\"qd\":{},\"ios\":{},\"ns_per_io_total\":{:.2},\"ns_per_io_driver\":{:.2},\"ns_per_io_model\":{:.2},\"instructions_per_io_driver\":{},\"instructions_per_io_model\":{},\"sq_doorbells_per_io\":{:.4},\"cq_doorbells_per_io\":{:.4},\"allocs_per_io_driver\":{:.4},\"allocs_per_io_model\":{:.4}}}",
-                    r.qd, r.ios, r.total_ns_per_io, r.driver_ns_per_io, r.model_ns_per_io,
+                    "{{\"shadow_doorbells\":{},\"qd\":{},\"ios\":{},\"ns_per_io_total\":{:.2},\"ns_per_io_driver\":{:.2},\"ns_per_io_model\":{:.2},\"instructions_per_io_driver\":{},\"instructions_per_io_model\":{},\"sq_doorbells_per_io\":{:.4},\"cq_doorbells_per_io\":{:.4},\"allocs_per_io_driver\":{:.4},\"allocs_per_io_model\":{:.4}}}",
+                    r.shadow, r.qd, r.ios, r.total_ns_per_io, r.driver_ns_per_io, r.model_ns_per_io,
                     o(r.driver_instr_per_io), o(r.model_instr_per_io), r.sq_doorbells_per_io, r.cq_doorbells_per_io,
                     r.driver_allocs_per_io, r.model_allocs_per_io
                 )
