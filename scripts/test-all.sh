@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Every test of vfnvme: the host tests (`cargo test --workspace`, against the in-memory
+# controller model), then each guest test binary inside a QEMU guest of its scenario.
+#
+# Usage: scripts/test-all.sh [--guest-only] [FILTER...]
+#   --guest-only  skip the host tests
+#   FILTER        run only the guest test binaries whose name contains one of these words
+#
+# Guest tests are tests/tests/guest_<scenario>[_<what>].rs (see docs/testing.md). Runs as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+
+guest_only=0
+filters=()
+for arg in "$@"; do
+    case "$arg" in
+        --guest-only) guest_only=1 ;;
+        -h | --help) sed -n '2,10p' "$0"; exit 0 ;;
+        *) filters+=("$arg") ;;
+    esac
+done
+
+require_root
+
+step "build (debug)"
+vfnvme=$(build_vfnvme debug)
+[ -x "$vfnvme" ] || { echo "error: could not find the built vfnvme binary" >&2; exit 1; }
+
+if [ "$guest_only" -eq 0 ]; then
+    step "host tests: cargo test --workspace (guest tests print SKIPPED (host) here)"
+    cargo test --workspace
+fi
+
+step "prepare the guest (installs QEMU, busybox, fio and a kernel if missing)"
+"$vfnvme" vm --prepare
+
+# Scenario names, longest first, so guest_data4k_* picks data4k, not data.
+mapfile -t scenarios < <("$vfnvme" vm --list-scenarios | awk '/^[^ ]/ { print length($1), $1 }' |
+    sort -rn | awk '{ print $2 }')
+
+scenario_of() {
+    local stem=${1#guest_} s
+    for s in "${scenarios[@]}"; do
+        if [ "$stem" = "$s" ] || [[ "$stem" == "${s}_"* ]]; then
+            echo "$s"
+            return
+        fi
+    done
+}
+
+wanted() {
+    [ "${#filters[@]}" -eq 0 ] && return 0
+    local f
+    for f in "${filters[@]}"; do
+        [[ "$1" == *"$f"* ]] && return 0
+    done
+    return 1
+}
+
+step "list guest test binaries"
+artifacts=target/test-all-artifacts.json
+mkdir -p target
+cargo test --workspace --no-run --message-format=json-render-diagnostics > "$artifacts"
+guest_tests=()
+while IFS= read -r line; do
+    name=$(sed -n 's/.*"target":{"kind":\["test"\],[^}]*"name":"\([^"]*\)".*/\1/p' <<< "$line")
+    exe=$(sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' <<< "$line")
+    manifest=$(sed -n 's/.*"manifest_path":"\([^"]*\)".*/\1/p' <<< "$line")
+    [[ "$name" == guest_* ]] || continue
+    [ -n "$exe" ] || continue
+    wanted "$name" || continue
+    guest_tests+=("$name|$exe|$(dirname "$manifest")")
+done < <(grep '"reason":"compiler-artifact"' "$artifacts" | grep '"kind":\["test"\]')
+echo "${#guest_tests[@]} guest test binaries"
+
+failed=0
+summary=()
+logdir=target/test-all-logs
+mkdir -p "$logdir"
+for entry in "${guest_tests[@]}"; do
+    IFS='|' read -r name exe dir <<< "$entry"
+    scenario=$(scenario_of "$name")
+    if [ -z "$scenario" ]; then
+        echo "error: $name: no scenario matches its name (guest_<scenario>_*.rs; scenarios: ${scenarios[*]})" >&2
+        summary+=("FAIL  $name: no such scenario")
+        failed=1
+        continue
+    fi
+    step "guest test $name (scenario $scenario)"
+    log="$logdir/$name.log"
+    start=$SECONDS
+    set +e
+    (cd "$dir" && "$vfnvme" vm --scenario "$scenario" -- "$exe") 2>&1 | tee "$log"
+    status=${PIPESTATUS[0]}
+    set -e
+    result=$(grep -E '^test result:' "$log" | tail -n 1 || true)
+    if [ "$status" -eq 0 ]; then
+        summary+=("ok    $name [$scenario] $((SECONDS - start)) s: ${result:-no test summary}")
+    else
+        summary+=("FAIL  $name [$scenario] status $status, $((SECONDS - start)) s: ${result:-no test summary} (log: $log)")
+        failed=1
+    fi
+done
+
+step "guest test summary"
+if [ "${#summary[@]}" -eq 0 ]; then
+    echo "no guest tests ran"
+fi
+for line in "${summary[@]}"; do
+    echo "$line"
+done
+if [ "$failed" -ne 0 ]; then
+    echo "guest tests FAILED" >&2
+    exit 1
+fi
+echo "all tests passed"

@@ -1,0 +1,185 @@
+//! Runs QEMU, streams the guest console, finds the exit marker, enforces the timeout.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use super::init_script::parse_marker;
+
+/// Lines of console kept for the report after a timeout or crash.
+pub const TAIL_LINES: usize = 200;
+
+/// How long QEMU may take to exit after the guest reported its status.
+const POWEROFF_GRACE: Duration = Duration::from_secs(30);
+
+/// How a guest run ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The guest reported the command's exit status.
+    Exited(u8),
+    /// QEMU ended without the marker: the guest crashed or QEMU failed.
+    NoMarker,
+    /// The timeout struck; QEMU was killed.
+    TimedOut,
+}
+
+/// The result of one run: the outcome plus the console's last lines.
+pub struct RunResult {
+    /// How it ended.
+    pub outcome: Outcome,
+    /// The last [`TAIL_LINES`] console lines.
+    pub tail: Vec<String>,
+}
+
+/// Starts `qemu` with `args`, streams its console (if `echo`) and writes it to `log_path`.
+pub fn run_guest(
+    qemu: &str,
+    args: &[String],
+    nonce: &str,
+    timeout: Duration,
+    log_path: &Path,
+    echo: bool,
+) -> Result<RunResult> {
+    let mut log = File::create(log_path)
+        .with_context(|| format!("creating console log {}", log_path.display()))?;
+    let mut child = Command::new(qemu)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| {
+            format!("starting {qemu}; install it with `apt-get install qemu-system-x86`")
+        })?;
+    let stdout = child
+        .stdout
+        .take()
+        .context("QEMU's console pipe is missing")?;
+    let stderr = child
+        .stderr
+        .take()
+        .context("QEMU's error pipe is missing")?;
+    let errors = thread::spawn(move || forward_stderr(stderr));
+    let (tx, rx) = mpsc::channel::<String>();
+    let reader = thread::spawn(move || {
+        let mut lines = BufReader::new(stdout);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match lines.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let text = String::from_utf8_lossy(&buf);
+                    let line = text.trim_end_matches(['\n', '\r']).replace('\r', "");
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+
+    let mut deadline = Instant::now() + timeout;
+    let mut tail: VecDeque<String> = VecDeque::with_capacity(TAIL_LINES);
+    let mut status: Option<u8> = None;
+    let mut timed_out = false;
+    let stdout = std::io::stdout();
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            timed_out = status.is_none();
+            let _ = child.kill();
+            break;
+        }
+        match rx.recv_timeout(deadline - now) {
+            Ok(line) => {
+                let _ = writeln!(log, "{line}");
+                if status.is_none() {
+                    if let Some(code) = parse_marker(&line, nonce) {
+                        status = Some(code);
+                        // The guest powers off next; don't wait long if it hangs doing so.
+                        deadline = deadline.min(Instant::now() + POWEROFF_GRACE);
+                        continue;
+                    }
+                }
+                if echo {
+                    let mut out = stdout.lock();
+                    let _ = writeln!(out, "{line}");
+                    let _ = out.flush();
+                }
+                if tail.len() == TAIL_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(line);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let _ = child.wait();
+    let _ = reader.join();
+    let _ = errors.join();
+    let outcome = match (timed_out, status) {
+        (true, _) => Outcome::TimedOut,
+        (false, Some(code)) => Outcome::Exited(code),
+        (false, None) => Outcome::NoMarker,
+    };
+    Ok(RunResult {
+        outcome,
+        tail: tail.into(),
+    })
+}
+
+/// Forwards QEMU's messages to our stderr, less the warning our own `-fw_cfg` option causes.
+fn forward_stderr(stderr: impl std::io::Read) {
+    for line in BufReader::new(stderr).lines() {
+        let Ok(line) = line else { break };
+        if !line.contains("etc/sercon-port") {
+            eprintln!("{line}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(tag: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("vfnvme-console-{tag}-{}.log", std::process::id()))
+    }
+
+    // `sh` stands in for QEMU: the console logic only sees a process and its output.
+    #[test]
+    fn marker_gives_status_and_is_stripped() {
+        let args = vec![
+            "-c".to_string(),
+            "echo hello; echo 'VFNVME-GUEST-EXIT nonce=n1 status=7'".to_string(),
+        ];
+        let path = log("marker");
+        let r = run_guest("sh", &args, "n1", Duration::from_secs(30), &path, false).unwrap();
+        assert!(matches!(r.outcome, Outcome::Exited(7)));
+        assert_eq!(r.tail, ["hello"]);
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn missing_marker_and_timeout() {
+        let path = log("none");
+        let args = vec!["-c".to_string(), "echo crashed".to_string()];
+        let r = run_guest("sh", &args, "n1", Duration::from_secs(30), &path, false).unwrap();
+        assert!(matches!(r.outcome, Outcome::NoMarker));
+        // A process that never ends is killed at the deadline.
+        let args = vec!["-c".to_string(), "echo start; exec sleep 60".to_string()];
+        let r = run_guest("sh", &args, "n1", Duration::from_millis(300), &path, false).unwrap();
+        assert!(matches!(r.outcome, Outcome::TimedOut));
+        assert_eq!(r.tail, ["start"]);
+        let _ = std::fs::remove_file(path);
+    }
+}

@@ -1,0 +1,117 @@
+//! The facts a scenario promises, as `VFNVME_*` environment variables for guest tests.
+//!
+//! - `VFNVME_SCENARIO`: the scenario's name.
+//! - `VFNVME_VFIO_DEVICES` / `VFNVME_KERNEL_DEVICES`: comma-separated PCI addresses.
+//! - `VFNVME_EXPECT_MODEL`: the model string (`QEMU NVMe Ctrl`).
+//! - `VFNVME_EXPECT_MDTS`: MDTS as a power of two of 4 KiB pages.
+//! - `VFNVME_EXPECT_SERIAL` / `VFNVME_EXPECT_NS`: of the first vfio-pci controller.
+//! - `VFNVME_EXPECT_SERIAL_<SLOT>` / `VFNVME_EXPECT_NS_<SLOT>`: per controller, slot in hex
+//!   (e.g. `VFNVME_EXPECT_NS_11`).
+//! - `VFNVME_EXPECT_SUBNQN`: the subsystem NQN, when the scenario has a subsystem.
+//!
+//! A namespace list is `nsid:blocks:lba_size` items joined by commas.
+
+use super::scenarios::{Binding, Controller, Scenario, QEMU_DEFAULT_MDTS, QEMU_MODEL};
+
+/// The environment variables describing `scenario`, with `extra_vfio` (from `--vfio`) added
+/// to the vfio-pci device list.
+pub fn scenario_env(scenario: &Scenario, extra_vfio: &[String]) -> Vec<(String, String)> {
+    let vfio: Vec<String> = scenario
+        .controllers_on(Binding::Vfio)
+        .map(Controller::bdf)
+        .chain(extra_vfio.iter().cloned())
+        .collect();
+    let kernel: Vec<String> = scenario
+        .controllers_on(Binding::Kernel)
+        .map(Controller::bdf)
+        .collect();
+    let mut env = vec![
+        ("VFNVME_SCENARIO".to_string(), scenario.name.to_string()),
+        ("VFNVME_VFIO_DEVICES".to_string(), vfio.join(",")),
+        ("VFNVME_KERNEL_DEVICES".to_string(), kernel.join(",")),
+        ("VFNVME_EXPECT_MODEL".to_string(), QEMU_MODEL.to_string()),
+        (
+            "VFNVME_EXPECT_MDTS".to_string(),
+            QEMU_DEFAULT_MDTS.to_string(),
+        ),
+    ];
+    if let Some(first) = scenario.controllers_on(Binding::Vfio).next() {
+        env.push(("VFNVME_EXPECT_SERIAL".into(), first.serial.into()));
+        env.push(("VFNVME_EXPECT_NS".into(), ns_list(scenario, first)));
+    }
+    for c in scenario.controllers {
+        env.push((
+            format!("VFNVME_EXPECT_SERIAL_{:02X}", c.slot),
+            c.serial.into(),
+        ));
+        env.push((
+            format!("VFNVME_EXPECT_NS_{:02X}", c.slot),
+            ns_list(scenario, c),
+        ));
+    }
+    if let Some(s) = &scenario.subsystem {
+        env.push((
+            "VFNVME_EXPECT_SUBNQN".into(),
+            format!("nqn.2019-08.org.qemu:{}", s.nqn),
+        ));
+    }
+    env
+}
+
+fn ns_list(scenario: &Scenario, c: &Controller) -> String {
+    scenario
+        .namespaces_of(c)
+        .iter()
+        .map(|n| format!("{}:{}:{}", n.nsid, n.blocks(), n.lba_size))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::scenarios::find;
+    use super::*;
+
+    fn get<'a>(env: &'a [(String, String)], key: &str) -> &'a str {
+        env.iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_else(|| panic!("{key} missing"))
+    }
+
+    #[test]
+    fn data_facts() {
+        let env = scenario_env(find("data").unwrap(), &[]);
+        assert_eq!(get(&env, "VFNVME_VFIO_DEVICES"), "0000:00:10.0");
+        assert_eq!(get(&env, "VFNVME_KERNEL_DEVICES"), "");
+        assert_eq!(get(&env, "VFNVME_EXPECT_SERIAL"), "VFNVME-DATA");
+        assert_eq!(get(&env, "VFNVME_EXPECT_NS"), "1:131072:512");
+    }
+
+    #[test]
+    fn sidebyside_and_extra_vfio() {
+        let extra = vec!["0000:00:12.0".to_string()];
+        let env = scenario_env(find("sidebyside").unwrap(), &extra);
+        assert_eq!(
+            get(&env, "VFNVME_VFIO_DEVICES"),
+            "0000:00:10.0,0000:00:12.0"
+        );
+        assert_eq!(get(&env, "VFNVME_KERNEL_DEVICES"), "0000:00:11.0");
+        assert_eq!(get(&env, "VFNVME_EXPECT_SERIAL_11"), "VFNVME-SBS-KERNEL");
+        assert_eq!(get(&env, "VFNVME_EXPECT_NS_11"), "1:262144:4096");
+    }
+
+    #[test]
+    fn multipath_shares_namespaces_and_names_subsystem() {
+        let env = scenario_env(find("multipath").unwrap(), &[]);
+        assert_eq!(
+            get(&env, "VFNVME_EXPECT_NS_10"),
+            get(&env, "VFNVME_EXPECT_NS_11")
+        );
+        assert_eq!(get(&env, "VFNVME_EXPECT_NS"), "1:32768:512,2:2048:4096");
+        assert_eq!(
+            get(&env, "VFNVME_EXPECT_SUBNQN"),
+            "nqn.2019-08.org.qemu:vfnvme-mp"
+        );
+    }
+}

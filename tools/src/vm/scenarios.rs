@@ -1,0 +1,386 @@
+//! The guest scenarios: which emulated NVMe controllers a guest gets and where they are bound.
+//!
+//! Scenarios are plain data. `devices.rs` turns one into QEMU arguments, `expect.rs` into the
+//! `VFNVME_EXPECT_*` facts that guest tests check identify data against.
+
+const MIB: u64 = 1024 * 1024;
+const GIB: u64 = 1024 * MIB;
+
+/// The driver a controller is bound to in the guest before the command runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Binding {
+    /// Bound to vfio-pci (for vfnvme), one device at a time through `driver_override`.
+    Vfio,
+    /// Left to the kernel's nvme driver (a baseline, or a data cross-check).
+    Kernel,
+}
+
+/// What stores a namespace's blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backing {
+    /// A sparse raw image file, fresh for every run: keeps data, starts as zeroes.
+    Raw,
+    /// QEMU's `null-co` with `read-zeroes=on`: fast, keeps nothing, reads return zeroes.
+    Null,
+}
+
+/// One namespace.
+#[derive(Clone, Copy, Debug)]
+pub struct Namespace {
+    /// Namespace ID.
+    pub nsid: u32,
+    /// Backing store.
+    pub backing: Backing,
+    /// Size in bytes (a multiple of `lba_size`).
+    pub bytes: u64,
+    /// Logical block size in bytes (512 or 4096).
+    pub lba_size: u32,
+}
+
+impl Namespace {
+    const fn new(nsid: u32, backing: Backing, bytes: u64, lba_size: u32) -> Self {
+        Self {
+            nsid,
+            backing,
+            bytes,
+            lba_size,
+        }
+    }
+
+    /// Number of logical blocks.
+    pub fn blocks(&self) -> u64 {
+        self.bytes / u64::from(self.lba_size)
+    }
+}
+
+/// A set of namespaces, listed or generated.
+#[derive(Clone, Copy, Debug)]
+pub enum Namespaces {
+    /// Exactly these.
+    List(&'static [Namespace]),
+    /// `count` identical namespaces with nsids 1..=count.
+    Uniform {
+        /// How many (at most 256 per QEMU controller).
+        count: u32,
+        /// Backing of each.
+        backing: Backing,
+        /// Size of each in bytes.
+        bytes: u64,
+        /// LBA size of each.
+        lba_size: u32,
+    },
+}
+
+impl Namespaces {
+    /// The namespaces, in nsid order.
+    pub fn expand(&self) -> Vec<Namespace> {
+        match *self {
+            Namespaces::List(list) => list.to_vec(),
+            Namespaces::Uniform {
+                count,
+                backing,
+                bytes,
+                lba_size,
+            } => (1..=count)
+                .map(|nsid| Namespace::new(nsid, backing, bytes, lba_size))
+                .collect(),
+        }
+    }
+}
+
+/// One NVMe controller (QEMU `nvme` device).
+#[derive(Clone, Copy, Debug)]
+pub struct Controller {
+    /// PCI slot on bus 0 (`addr=`); the guest sees it at `0000:00:<slot>.0`.
+    pub slot: u8,
+    /// Serial number reported by Identify Controller.
+    pub serial: &'static str,
+    /// Driver in the guest.
+    pub binding: Binding,
+    /// Private namespaces of this controller (the subsystem's shared ones come on top).
+    pub namespaces: Namespaces,
+}
+
+impl Controller {
+    /// PCI address in the guest, e.g. `0000:00:10.0`.
+    pub fn bdf(&self) -> String {
+        format!("0000:00:{:02x}.0", self.slot)
+    }
+}
+
+/// An NVMe subsystem whose namespaces every controller in the scenario shares.
+#[derive(Clone, Copy, Debug)]
+pub struct Subsystem {
+    /// The NQN suffix given to QEMU (`nqn=`).
+    pub nqn: &'static str,
+    /// Namespaces attached to all controllers (`shared=on`).
+    pub namespaces: Namespaces,
+}
+
+/// A named set of controllers for one guest.
+#[derive(Clone, Copy, Debug)]
+pub struct Scenario {
+    /// Name used with `--scenario` and in guest test file names (`guest_<name>_*.rs`).
+    pub name: &'static str,
+    /// One line for `--list-scenarios`.
+    pub description: &'static str,
+    /// Subsystem joining all controllers, if any.
+    pub subsystem: Option<Subsystem>,
+    /// The controllers, each with a fixed slot.
+    pub controllers: &'static [Controller],
+}
+
+impl Scenario {
+    /// Namespaces the controller `c` shows: its own plus the subsystem's shared ones.
+    pub fn namespaces_of(&self, c: &Controller) -> Vec<Namespace> {
+        let mut all = c.namespaces.expand();
+        if let Some(s) = &self.subsystem {
+            all.extend(s.namespaces.expand());
+        }
+        all.sort_by_key(|n| n.nsid);
+        all
+    }
+
+    /// Controllers bound to `binding`.
+    pub fn controllers_on(&self, binding: Binding) -> impl Iterator<Item = &Controller> {
+        self.controllers
+            .iter()
+            .filter(move |c| c.binding == binding)
+    }
+}
+
+/// The model string QEMU's NVMe controller reports.
+pub const QEMU_MODEL: &str = "QEMU NVMe Ctrl";
+
+/// QEMU's default MDTS (as a power of two of the 4 KiB minimum page size).
+pub const QEMU_DEFAULT_MDTS: u32 = 7;
+
+/// The scenario used when `--scenario` is not given.
+pub const DEFAULT_SCENARIO: &str = "data";
+
+const fn one(serial: &'static str, binding: Binding, ns: &'static [Namespace]) -> Controller {
+    Controller {
+        slot: 0x10,
+        serial,
+        binding,
+        namespaces: Namespaces::List(ns),
+    }
+}
+
+const NONE: Namespaces = Namespaces::List(&[]);
+
+/// Every scenario.
+pub const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "data",
+        description: "one controller on vfio-pci, 1 namespace: 64 MiB raw image, 512 B LBAs",
+        subsystem: None,
+        controllers: &[one(
+            "VFNVME-DATA",
+            Binding::Vfio,
+            &[Namespace::new(1, Backing::Raw, 64 * MIB, 512)],
+        )],
+    },
+    Scenario {
+        name: "data4k",
+        description: "one controller on vfio-pci, 1 namespace: 64 MiB raw image, 4096 B LBAs",
+        subsystem: None,
+        controllers: &[one(
+            "VFNVME-DATA4K",
+            Binding::Vfio,
+            &[Namespace::new(1, Backing::Raw, 64 * MIB, 4096)],
+        )],
+    },
+    Scenario {
+        name: "multins",
+        description: "one controller on vfio-pci, 4 raw namespaces of different sizes and LBA sizes",
+        subsystem: None,
+        controllers: &[one(
+            "VFNVME-MULTINS",
+            Binding::Vfio,
+            &[
+                Namespace::new(1, Backing::Raw, 16 * MIB, 512),
+                Namespace::new(2, Backing::Raw, 32 * MIB, 4096),
+                Namespace::new(3, Backing::Raw, 8 * MIB, 512),
+                Namespace::new(4, Backing::Raw, 4 * MIB, 4096),
+            ],
+        )],
+    },
+    Scenario {
+        name: "null",
+        description: "one null-co controller (1 GiB, 4 KiB LBAs, reads zeroes) on vfio-pci: for speed",
+        subsystem: None,
+        controllers: &[one(
+            "VFNVME-NULL",
+            Binding::Vfio,
+            &[Namespace::new(1, Backing::Null, GIB, 4096)],
+        )],
+    },
+    Scenario {
+        name: "sidebyside",
+        description: "two identical null-co 4 KiB controllers: 00:10.0 on vfio-pci, 00:11.0 on the kernel nvme driver",
+        subsystem: None,
+        controllers: &[
+            Controller {
+                slot: 0x10,
+                serial: "VFNVME-SBS-VFIO",
+                binding: Binding::Vfio,
+                namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
+            },
+            Controller {
+                slot: 0x11,
+                serial: "VFNVME-SBS-KERNEL",
+                binding: Binding::Kernel,
+                namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
+            },
+        ],
+    },
+    Scenario {
+        name: "pair",
+        description: "two raw-image controllers (64 MiB, 512 B LBAs), both on vfio-pci",
+        subsystem: None,
+        controllers: &[
+            Controller {
+                slot: 0x10,
+                serial: "VFNVME-PAIR-A",
+                binding: Binding::Vfio,
+                namespaces: Namespaces::List(&[Namespace::new(1, Backing::Raw, 64 * MIB, 512)]),
+            },
+            Controller {
+                slot: 0x11,
+                serial: "VFNVME-PAIR-B",
+                binding: Binding::Vfio,
+                namespaces: Namespaces::List(&[Namespace::new(1, Backing::Raw, 64 * MIB, 512)]),
+            },
+        ],
+    },
+    Scenario {
+        name: "crosscheck",
+        description: "one raw-image controller (64 MiB, 512 B) on vfio-pci that the test rebinds to nvme",
+        subsystem: None,
+        controllers: &[one(
+            "VFNVME-XCHECK",
+            Binding::Vfio,
+            &[Namespace::new(1, Backing::Raw, 64 * MIB, 512)],
+        )],
+    },
+    Scenario {
+        name: "multipath",
+        description: "nvme-subsys with two controllers (00:10.0, 00:11.0, both vfio-pci) sharing 2 raw namespaces",
+        subsystem: Some(Subsystem {
+            nqn: "vfnvme-mp",
+            namespaces: Namespaces::List(&[
+                Namespace::new(1, Backing::Raw, 16 * MIB, 512),
+                Namespace::new(2, Backing::Raw, 8 * MIB, 4096),
+            ]),
+        }),
+        controllers: &[
+            Controller {
+                slot: 0x10,
+                serial: "VFNVME-MP",
+                binding: Binding::Vfio,
+                namespaces: NONE,
+            },
+            Controller {
+                slot: 0x11,
+                serial: "VFNVME-MP",
+                binding: Binding::Vfio,
+                namespaces: NONE,
+            },
+        ],
+    },
+    Scenario {
+        name: "ns256",
+        description: "one controller on vfio-pci with 256 namespaces (1 MiB raw images, 512 B LBAs)",
+        subsystem: None,
+        controllers: &[Controller {
+            slot: 0x10,
+            serial: "VFNVME-NS256",
+            binding: Binding::Vfio,
+            namespaces: Namespaces::Uniform {
+                count: 256,
+                backing: Backing::Raw,
+                bytes: MIB,
+                lba_size: 512,
+            },
+        }],
+    },
+];
+
+/// Finds a scenario by name.
+pub fn find(name: &str) -> Option<&'static Scenario> {
+    SCENARIOS.iter().find(|s| s.name == name)
+}
+
+/// The table printed by `--list-scenarios`.
+pub fn listing() -> String {
+    let mut out = String::new();
+    for s in SCENARIOS {
+        out.push_str(&format!("{:<11} {}\n", s.name, s.description));
+        for c in s.controllers {
+            let ns = s.namespaces_of(c);
+            let on = match c.binding {
+                Binding::Vfio => "vfio-pci",
+                Binding::Kernel => "nvme",
+            };
+            out.push_str(&format!(
+                "{:<11}   {} serial {} on {}, {} namespace(s)\n",
+                "",
+                c.bdf(),
+                c.serial,
+                on,
+                ns.len()
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_default_exists() {
+        for (i, a) in SCENARIOS.iter().enumerate() {
+            for b in &SCENARIOS[i + 1..] {
+                assert_ne!(a.name, b.name);
+            }
+        }
+        assert!(find(DEFAULT_SCENARIO).is_some());
+    }
+
+    #[test]
+    fn slots_unique_sizes_whole_blocks_nsids_unique() {
+        for s in SCENARIOS {
+            for (i, a) in s.controllers.iter().enumerate() {
+                for b in &s.controllers[i + 1..] {
+                    assert_ne!(a.slot, b.slot, "{}", s.name);
+                }
+                let ns = s.namespaces_of(a);
+                assert!(
+                    !ns.is_empty(),
+                    "{}: a controller without namespaces",
+                    s.name
+                );
+                assert!(ns.len() <= 256, "{}", s.name);
+                for (j, n) in ns.iter().enumerate() {
+                    assert_eq!(n.bytes % u64::from(n.lba_size), 0, "{}", s.name);
+                    assert!(n.nsid >= 1);
+                    if let Some(next) = ns.get(j + 1) {
+                        assert_ne!(n.nsid, next.nsid, "{}", s.name);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ns256_expands_to_256() {
+        let s = find("ns256").unwrap();
+        let ns = s.namespaces_of(&s.controllers[0]);
+        assert_eq!(ns.len(), 256);
+        assert_eq!(ns[255].nsid, 256);
+        assert_eq!(ns[0].blocks(), 2048);
+    }
+}
