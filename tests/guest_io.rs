@@ -157,3 +157,111 @@ pub fn expect_success(qp: &mut Qpair, what: &str) {
         assert!(c.is_ok(), "{what} failed with status {:?}", c.status);
     }
 }
+
+/// Submits `count` requests of `len` bytes each at `first_lba` + i * len (I/O `i` gets tag `i`),
+/// keeping as many in flight as the queue pair allows, and hands each completion to `done`.
+/// `write` chooses the direction; `fill(i, buf)` fills a write's buffer (reads start poisoned).
+#[allow(clippy::too_many_arguments)]
+pub fn pipelined(
+    ctrl: &Ctrl,
+    qp: &mut Qpair,
+    ns: &Namespace,
+    first_lba: u64,
+    len: usize,
+    count: usize,
+    write: bool,
+    mut fill: impl FnMut(usize, &mut [u8]),
+    mut done: impl FnMut(IoCompletion),
+) {
+    let blocks = blocks_of(ns, len);
+    let start = Instant::now();
+    let mut next = 0usize;
+    let mut completed = 0usize;
+    while completed < count {
+        while next < count && qp.free_slots() > 0 {
+            let mut buf = dma_buffer(ctrl, len);
+            if write {
+                fill(next, buf.as_mut_slice());
+            } else {
+                buf.as_mut_slice().fill(0xa5);
+            }
+            let lba = first_lba + next as u64 * u64::from(blocks);
+            let r = if write {
+                qp.write(ns, lba, blocks, buf, next as u64)
+            } else {
+                qp.read(ns, lba, blocks, buf, next as u64)
+            };
+            r.unwrap_or_else(|e| panic!("submitting I/O {next} at LBA {lba}: {}", e.kind));
+            next += 1;
+        }
+        completed += qp.poll(usize::MAX, &mut done);
+        if start.elapsed() > IO_DEADLINE {
+            panic!("only {completed} of {count} requests completed within {IO_DEADLINE:?}");
+        }
+    }
+}
+
+/// Writes `count` random chunks of `len` bytes from `seed` (chunk `i` from `seed + i`) at
+/// `first_lba` onwards, pipelined, then reads them back pipelined and compares every byte.
+pub fn pipelined_write_read_verify(
+    ctrl: &Ctrl,
+    qp: &mut Qpair,
+    ns: &Namespace,
+    first_lba: u64,
+    len: usize,
+    count: usize,
+    seed: u64,
+) {
+    pipelined(
+        ctrl,
+        qp,
+        ns,
+        first_lba,
+        len,
+        count,
+        true,
+        |i, buf| Prng::new(seed + i as u64).fill(buf),
+        |c| assert!(c.is_ok(), "write {} failed: {:?}", c.tag, c.status),
+    );
+    verify_pipelined(ctrl, qp, ns, first_lba, len, count, seed);
+}
+
+/// Reads back what [`pipelined_write_read_verify`] wrote with `seed` and compares every byte.
+pub fn verify_pipelined(
+    ctrl: &Ctrl,
+    qp: &mut Qpair,
+    ns: &Namespace,
+    first_lba: u64,
+    len: usize,
+    count: usize,
+    seed: u64,
+) {
+    let lba_size = ns.lba_size();
+    let mut seen = vec![false; count];
+    pipelined(
+        ctrl,
+        qp,
+        ns,
+        first_lba,
+        len,
+        count,
+        false,
+        |_, _| {},
+        |c| {
+            assert!(c.is_ok(), "read {} failed: {:?}", c.tag, c.status);
+            let i = c.tag as usize;
+            let buf = c.buffer.as_ref().expect("a read gives its buffer back");
+            let expected = random_bytes(len, seed + i as u64);
+            assert_same(
+                &expected,
+                buf.as_slice(),
+                lba_size,
+                &format!("chunk {i} of {len} bytes at LBA {first_lba}+"),
+            );
+            let slot = seen.get_mut(i).expect("tag within the submitted range");
+            assert!(!*slot, "completion for I/O {i} delivered twice");
+            *slot = true;
+        },
+    );
+    assert!(seen.iter().all(|s| *s), "a read completion is missing");
+}
