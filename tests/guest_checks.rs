@@ -140,7 +140,10 @@ pub fn check_large_io(ctrl: &Ctrl, nsid: u32, seed: u64) {
     let max = qp.max_transfer();
     assert_eq!(
         max as u64,
-        ctrl.identify().mdts_bytes().expect("QEMU reports MDTS").min(2 << 20),
+        ctrl.identify()
+            .mdts_bytes()
+            .expect("QEMU reports MDTS")
+            .min(2 << 20),
         "per-command limit follows MDTS"
     );
     let sizes = [

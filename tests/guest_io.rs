@@ -98,7 +98,11 @@ fn dma_buffer(ctrl: &Ctrl, len: usize) -> DmaBuffer {
 
 fn blocks_of(ns: &Namespace, len: usize) -> u32 {
     let lba = ns.lba_size() as usize;
-    assert_eq!(len % lba, 0, "{len} bytes is not a whole number of {lba}-byte blocks");
+    assert_eq!(
+        len % lba,
+        0,
+        "{len} bytes is not a whole number of {lba}-byte blocks"
+    );
     u32::try_from(len / lba).expect("block count fits in u32")
 }
 

@@ -34,7 +34,9 @@ fn threads_with_one_qpair_each_write_and_verify() {
             s.spawn(move || {
                 let first = 1000 + t as u64 * blocks_per_thread;
                 let seed = 0x5eed_0000 + (t as u64) * 0x1_0000;
-                guest_io::pipelined_write_read_verify(ctrl, &mut qp, ns, first, CHUNK, CHUNKS, seed);
+                guest_io::pipelined_write_read_verify(
+                    ctrl, &mut qp, ns, first, CHUNK, CHUNKS, seed,
+                );
                 assert_eq!(qp.outstanding(), 0);
             });
         }
