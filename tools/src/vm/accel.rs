@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::console::Outcome;
+use super::qemu::QEMU;
 use super::{AccelChoice, Boot, Guest};
 
 /// How long a KVM guest may take to boot and run `true`.
@@ -24,12 +25,30 @@ pub fn choose(choice: AccelChoice, guest: &Guest<'_>) -> Result<&'static str> {
     }
 }
 
+/// Size and modification time of the QEMU binary found in PATH (changes when QEMU is updated).
+fn qemu_stamp() -> String {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(QEMU))
+        .find_map(|p| fs::metadata(p).ok())
+        .map(|m| {
+            let mtime = m
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_secs());
+            format!("{}-{mtime}", m.len())
+        })
+        .unwrap_or_else(|| "none".into())
+}
+
 fn auto(guest: &Guest<'_>) -> Result<&'static str> {
     if !Path::new("/dev/kvm").exists() {
         return Ok("tcg");
     }
     let cache = guest.dirs.root.join("accel-probe");
-    let key = guest.initramfs.to_string_lossy().into_owned();
+    // KVM working or not is a property of the host, its QEMU and the guest kernel.
+    let key = format!("{}:{}", guest.kernel.display(), qemu_stamp());
     if let Ok(text) = fs::read_to_string(&cache) {
         if let Some((cached_key, accel)) = text.trim().rsplit_once(' ') {
             if cached_key == key {
@@ -43,7 +62,8 @@ fn auto(guest: &Guest<'_>) -> Result<&'static str> {
         cache.display()
     );
     let run = guest.dirs.new_run()?;
-    let command = vec!["true".to_string()];
+    let command = vec!["/bin/true".to_string()];
+    let env = vec![("PATH".to_string(), "/usr/bin:/bin".to_string())];
     let result = guest.boot(
         &run,
         &Boot {
@@ -52,7 +72,7 @@ fn auto(guest: &Guest<'_>) -> Result<&'static str> {
             extra_qemu: &[],
             vfio: &[],
             kernel_devices: &[],
-            env: &[],
+            env: &env,
             command: &command,
             timeout: PROBE_TIMEOUT,
             echo: false,

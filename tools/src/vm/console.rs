@@ -66,7 +66,7 @@ pub fn run_guest(
         .stderr
         .take()
         .context("QEMU's error pipe is missing")?;
-    let errors = thread::spawn(move || forward_stderr(stderr));
+    let errors = thread::spawn(move || forward_stderr(stderr, echo));
     let (tx, rx) = mpsc::channel::<String>();
     let reader = thread::spawn(move || {
         let mut lines = BufReader::new(stdout);
@@ -137,11 +137,12 @@ pub fn run_guest(
     })
 }
 
-/// Forwards QEMU's messages to our stderr, less the warning our own `-fw_cfg` option causes.
-fn forward_stderr(stderr: impl std::io::Read) {
+/// Forwards QEMU's messages to our stderr (if `echo`), less the warning our own `-fw_cfg`
+/// option causes.
+fn forward_stderr(stderr: impl std::io::Read, echo: bool) {
     for line in BufReader::new(stderr).lines() {
         let Ok(line) = line else { break };
-        if !line.contains("etc/sercon-port") {
+        if echo && !line.contains("etc/sercon-port") {
             eprintln!("{line}");
         }
     }

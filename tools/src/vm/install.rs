@@ -48,8 +48,8 @@ pub fn ensure_packages() -> Result<()> {
         "vfnvme vm: installing missing packages: {} (apt-get update + apt-get install -y)",
         missing.join(" ")
     );
-    run_apt(&["update"])?;
-    let mut args = vec!["install", "-y"];
+    run_apt(&["-q", "update"])?;
+    let mut args = vec!["-q", "install", "-y"];
     args.extend(missing.iter().copied());
     run_apt(&args)?;
     for p in &missing {

@@ -51,6 +51,7 @@ impl VmDirs {
             fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
         }
         prune(&dirs.out, KEEP_RUNS);
+        remove_orphaned_images(&dirs.images);
         Ok(dirs)
     }
 
@@ -111,5 +112,22 @@ fn prune(dir: &Path, keep: usize) {
     let excess = names.len().saturating_sub(keep);
     for old in names.iter().take(excess) {
         let _ = fs::remove_dir_all(old);
+    }
+}
+
+/// Deletes image folders of runs whose process is gone (killed before it could clean up).
+/// A run folder's name ends with `-<pid>`.
+fn remove_orphaned_images(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.rsplit('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !Path::new("/proc").join(pid.to_string()).exists() {
+            let _ = fs::remove_dir_all(entry.path());
+        }
     }
 }

@@ -85,7 +85,8 @@ pub fn run_script(plan: &RunPlan<'_>) -> String {
     for arg in plan.command {
         let _ = write!(s, " {}", quote(arg));
     }
-    s.push_str("\nstatus=$?\nsave_dmesg\nexit $status\n");
+    // The console gets no input: a command reading stdin would wait forever.
+    s.push_str(" < /dev/null\nstatus=$?\nsave_dmesg\nexit $status\n");
     s
 }
 
