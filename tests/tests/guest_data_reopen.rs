@@ -61,3 +61,47 @@ fn drop_shuts_down_and_reopen_finds_the_data() {
         drop(platform);
     }
 }
+
+#[test]
+fn dropping_a_queue_pair_with_io_in_flight_is_clean() {
+    if !guest::in_guest("guest_data_reopen::dropping_a_queue_pair_with_io_in_flight_is_clean") {
+        return;
+    }
+    let ctrl = guest_io::open(&guest::vfio_devices()[0]);
+    let ns = guest_io::namespace(&ctrl, 1);
+    for round in 0..3 {
+        let mut qp = guest_io::qpair(&ctrl, 32);
+        for i in 0..31u64 {
+            let buf = ctrl.dma().alloc(64 * 1024).expect("DMA buffer");
+            qp.read(&ns, i * 128, 128, buf, i).expect("submit");
+        }
+        qp.commit();
+        drop(qp); // deletes the queues on the controller with the reads still queued
+                  // The controller goes on: a new queue pair (the same qid again) moves data.
+        let mut qp = guest_io::qpair(&ctrl, 8);
+        let data = guest_io::random_bytes(8192, round);
+        guest_io::write_read_verify(&ctrl, &mut qp, &ns, 70_000, &data);
+    }
+}
+
+#[test]
+fn four_kib_pages_instead_of_hugepages() {
+    if !guest::in_guest("guest_data_reopen::four_kib_pages_instead_of_hugepages") {
+        return;
+    }
+    let platform = VfioPlatform::open(
+        &guest::vfio_devices()[0],
+        VfioOptions {
+            page_size: vfnvme::dma::PageSize::Small4K,
+        },
+    )
+    .expect("open with 4 KiB pages");
+    let ctrl = Controller::new(platform, ControllerOptions::default()).expect("bring-up");
+    let ns = guest_io::namespace(&ctrl, 1);
+    let mut qp = guest_io::qpair(&ctrl, 16);
+    // Buffers of many 4 KiB pages: contiguous for the device only through the IOMMU.
+    for (i, len) in [4096usize, 64 * 1024, 1 << 20].into_iter().enumerate() {
+        let data = guest_io::random_bytes(len, 0x4b + i as u64);
+        guest_io::write_read_verify(&ctrl, &mut qp, &ns, 80_000, &data);
+    }
+}
