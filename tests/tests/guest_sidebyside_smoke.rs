@@ -13,7 +13,9 @@ fn vfnvme_and_the_kernel_side_by_side() {
     }
     let kernel = guest::kernel_devices();
     assert_eq!(kernel.len(), 1, "one controller on the kernel driver");
-    let nvme_dir = Path::new("/sys/bus/pci/devices").join(&kernel[0]).join("nvme");
+    let nvme_dir = Path::new("/sys/bus/pci/devices")
+        .join(&kernel[0])
+        .join("nvme");
     let ctrls: Vec<_> = fs::read_dir(&nvme_dir)
         .unwrap_or_else(|e| panic!("{}: {e}", nvme_dir.display()))
         .flatten()
