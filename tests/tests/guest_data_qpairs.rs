@@ -49,3 +49,27 @@ fn threads_with_one_qpair_each_write_and_verify() {
         guest_io::verify_pipelined(&ctrl, &mut qp, &ns, first, CHUNK, CHUNKS, seed);
     }
 }
+
+#[test]
+fn threads_create_and_delete_queue_pairs_concurrently() {
+    if !guest::in_guest("guest_data_qpairs::threads_create_and_delete_queue_pairs_concurrently") {
+        return;
+    }
+    let ctrl = guest_io::open(&guest::vfio_devices()[0]);
+    let ns = guest_io::namespace(&ctrl, 1);
+    // Each thread creates a queue pair, moves data, drops it, five times over: admin commands
+    // from several threads interleave, and qids (with their shadow doorbell slots) are reused.
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (ctrl, ns) = (&ctrl, &ns);
+            s.spawn(move || {
+                for round in 0..5u64 {
+                    let mut qp = guest_io::qpair(ctrl, 16);
+                    let first = 100_000 + t as u64 * 1024;
+                    let seed = 0xc4e0_0000 + t as u64 * 100 + round;
+                    guest_io::pipelined_write_read_verify(ctrl, &mut qp, ns, first, 8192, 24, seed);
+                }
+            });
+        }
+    });
+}

@@ -105,3 +105,68 @@ fn four_kib_pages_instead_of_hugepages() {
         guest_io::write_read_verify(&ctrl, &mut qp, &ns, 80_000, &data);
     }
 }
+
+const DIE_MID_IO: &str = "VFNVME_TEST_DIE_MID_IO";
+const CHILD_EXIT: i32 = 17;
+
+#[test]
+fn a_process_that_dies_mid_io_leaves_the_device_usable() {
+    if !guest::in_guest("guest_data_reopen::a_process_that_dies_mid_io_leaves_the_device_usable") {
+        return;
+    }
+    let bdf = guest::vfio_devices()[0].clone();
+    if std::env::var_os(DIE_MID_IO).is_some() {
+        // The child: write, flush, queue reads, and exit without any clean-up (no queue
+        // deletion, no shutdown): as if killed.
+        let ctrl = guest_io::open(&bdf);
+        let ns = guest_io::namespace(&ctrl, 1);
+        let mut qp = guest_io::qpair(&ctrl, 64);
+        guest_io::write(
+            &ctrl,
+            &mut qp,
+            &ns,
+            90_000,
+            &guest_io::random_bytes(64 * 1024, 0xdead),
+        );
+        qp.flush_sync(&ns).expect("flush");
+        for i in 0..63u64 {
+            let buf = ctrl.dma().alloc(32 * 1024).expect("DMA buffer");
+            qp.read(&ns, i * 64, 64, buf, i).expect("submit");
+        }
+        qp.commit();
+        std::process::exit(CHILD_EXIT);
+    }
+    let exe = std::env::current_exe().expect("own executable");
+    let status = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "a_process_that_dies_mid_io_leaves_the_device_usable",
+            "--nocapture",
+        ])
+        .env(DIE_MID_IO, "1")
+        .status()
+        .expect("run the child");
+    assert_eq!(
+        status.code(),
+        Some(CHILD_EXIT),
+        "the child ran to its exit: {status}"
+    );
+    // The device, left enabled with queues and I/O by the dead process, comes up again.
+    let ctrl = guest_io::open(&bdf);
+    let ns = guest_io::namespace(&ctrl, 1);
+    let mut qp = guest_io::qpair(&ctrl, 16);
+    let got = guest_io::read(&ctrl, &mut qp, &ns, 90_000, 64 * 1024);
+    guest_io::assert_same(
+        &guest_io::random_bytes(64 * 1024, 0xdead),
+        &got,
+        ns.lba_size(),
+        "what the dead process wrote and flushed",
+    );
+    guest_io::write_read_verify(
+        &ctrl,
+        &mut qp,
+        &ns,
+        91_000,
+        &guest_io::random_bytes(8192, 2),
+    );
+}
