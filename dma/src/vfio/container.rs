@@ -28,7 +28,7 @@ pub(crate) fn open_node(path: &std::path::Path) -> Result<File, DmaError> {
                 path: path.display().to_string(),
                 source: std::io::Error::new(
                     e.kind(),
-                    "busy: another process (QEMU, another vfnvme) has this VFIO group open; stop it first",
+                    "busy: this VFIO group is already open, by another process (QEMU, another vfnvme) or by an earlier open in this process that is still alive; close that first",
                 ),
             },
             _ => io_error(path, e),

@@ -37,6 +37,24 @@ struct ShadowSlot {
 }
 
 impl ShadowSlot {
+    /// Zeroes the queue's shadow doorbell and EventIdx, as for a queue that never ran. Must
+    /// happen before the queue is created on the controller: a queue id used before (queue
+    /// pair dropped, then a new one created) otherwise inherits the old queue's values, and a
+    /// stale EventIdx makes [`need_event`] skip the MMIO doorbell the controller waits for
+    /// (QEMU then never looks at the queue), while a stale CQ head makes the CQ look full.
+    fn reset(&self) {
+        // SAFETY: as in `update`; the controller does not touch the slots of a queue that does
+        // not exist yet.
+        unsafe {
+            let db = self.buffers.doorbells.as_ptr().add(self.offset) as *mut u32;
+            std::ptr::write_volatile(db, 0);
+            let ei = self.buffers.event_idx.as_ptr().add(self.offset) as *mut u32;
+            std::ptr::write_volatile(ei, 0);
+        }
+        // Visible before the Create I/O queue commands that follow.
+        fence(Ordering::SeqCst);
+    }
+
     /// Writes the shadow value; returns whether the MMIO doorbell must be written too.
     #[inline(always)]
     fn update(&self, new: u32, old: u32) -> bool {
@@ -94,6 +112,10 @@ impl Rings {
                 })
             })
         };
+        let (shadow_sq, shadow_cq) = (slot(false), slot(true));
+        for s in shadow_sq.iter().chain(shadow_cq.iter()) {
+            s.reset();
+        }
         Ok(Rings {
             sq,
             cq,
@@ -105,8 +127,8 @@ impl Rings {
             phase: true,
             sq_db: doorbell_offset(qid, false, dstrd),
             cq_db: doorbell_offset(qid, true, dstrd),
-            shadow_sq: slot(false),
-            shadow_cq: slot(true),
+            shadow_sq,
+            shadow_cq,
         })
     }
 
@@ -434,5 +456,38 @@ pub(crate) mod tests {
             u32::from_le_bytes(shadow.doorbells.as_slice()[8..12].try_into().unwrap()),
             3
         );
+    }
+
+    #[test]
+    fn reused_queue_id_starts_from_clean_shadow_slots() {
+        // Found on QEMU 7.2: a queue pair dropped and created again with the same qid hung,
+        // because the new queue read the old queue's EventIdx and skipped the MMIO doorbell.
+        let pool = test_pool();
+        let regs = Doorbells::default();
+        let mut bufs = ShadowBuffers {
+            doorbells: pool.alloc(4096).unwrap(),
+            event_idx: pool.alloc(4096).unwrap(),
+        };
+        // What an earlier queue 1 left behind: SQ tail and CQ head 7, EventIdx 6 for both.
+        bufs.doorbells.as_mut_slice()[8..12].copy_from_slice(&7u32.to_le_bytes());
+        bufs.doorbells.as_mut_slice()[12..16].copy_from_slice(&7u32.to_le_bytes());
+        bufs.event_idx.as_mut_slice()[8..12].copy_from_slice(&6u32.to_le_bytes());
+        bufs.event_idx.as_mut_slice()[12..16].copy_from_slice(&6u32.to_le_bytes());
+        let shadow = Arc::new(bufs);
+        let mut r = Rings::new(&pool, 1, 16, 0, Some(&shadow)).unwrap();
+        let word = |b: &DmaBuffer, at: usize| {
+            u32::from_le_bytes(b.as_slice()[at..at + 4].try_into().unwrap())
+        };
+        assert_eq!(word(&shadow.doorbells, 12), 0, "CQ head shadow reset");
+        assert_eq!(word(&shadow.event_idx, 8), 0, "SQ EventIdx reset");
+        assert_eq!(word(&shadow.event_idx, 12), 0, "CQ EventIdx reset");
+        r.push(&Command::flush(1));
+        r.ring_sq(&regs);
+        assert_eq!(
+            regs.0.lock().unwrap().len(),
+            1,
+            "the first doorbell of a new queue reaches the controller"
+        );
+        assert_eq!(word(&shadow.doorbells, 8), 1);
     }
 }

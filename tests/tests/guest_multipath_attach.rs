@@ -1,0 +1,80 @@
+//! Scenario `multipath`: Namespace Attachment (which QEMU 7.2 implements): namespace 2 is
+//! detached from controller B only; B's rescan no longer finds it and B's I/O to it fails with
+//! a status, while A keeps it; attached again, B finds it and reads A's data.
+
+use vfnvme::controller::discover_namespaces;
+use vfnvme::spec::status::generic;
+use vfnvme::spec::Command;
+use vfnvme_tests::{guest, guest_io};
+
+fn attachment(ctrl: &guest_io::Ctrl, nsid: u32, attach: bool, cntlid: u16) {
+    let mut list = ctrl.dma().alloc(4096).expect("DMA buffer");
+    list.as_mut_slice()[0..2].copy_from_slice(&1u16.to_le_bytes());
+    list.as_mut_slice()[2..4].copy_from_slice(&cntlid.to_le_bytes());
+    ctrl.admin_sync(Command::namespace_attachment(nsid, attach, list.iova()))
+        .unwrap_or_else(|e| panic!("Namespace Attachment (attach {attach}) of ns {nsid}: {e}"));
+}
+
+#[test]
+fn detach_from_one_controller_then_attach_again() {
+    if !guest::in_guest("guest_multipath_attach::detach_from_one_controller_then_attach_again") {
+        return;
+    }
+    let devices = guest::vfio_devices();
+    let a = guest_io::open(&devices[0]);
+    let b = guest_io::open(&devices[1]);
+    let b_id = b.identify().identify.cntlid;
+    let ns_a = guest_io::namespace(&a, 2);
+    let ns_b = guest_io::namespace(&b, 2);
+    let mut qa = guest_io::qpair(&a, 8);
+    let mut qb = guest_io::qpair(&b, 8);
+    let lba = ns_a.lba_size() as usize;
+
+    attachment(&a, 2, false, b_id);
+    let on_b = discover_namespaces(&b).expect("rescan of B");
+    assert_eq!(
+        on_b.keys().copied().collect::<Vec<_>>(),
+        [1],
+        "B after the detach"
+    );
+    let on_a = discover_namespaces(&a).expect("rescan of A");
+    assert_eq!(
+        on_a.keys().copied().collect::<Vec<_>>(),
+        [1, 2],
+        "A keeps both"
+    );
+    // B's stale namespace handle: the device refuses the I/O (inactive nsid).
+    let buf = b.dma().alloc(lba).expect("DMA buffer");
+    qb.read(&ns_b, 0, 1, buf, 1)
+        .expect("the driver does not know yet");
+    let c = guest_io::wait_completions(&mut qb, 1)
+        .pop()
+        .expect("completion");
+    assert_eq!(
+        (c.status.sct, c.status.sc),
+        (0, generic::INVALID_FIELD),
+        "{:?}",
+        c.status
+    );
+    // A goes on writing to it meanwhile.
+    let data = guest_io::random_bytes(16 * lba, 0xa77);
+    guest_io::write_read_verify(&a, &mut qa, &ns_a, 100, &data);
+
+    attachment(&a, 2, true, b_id);
+    let on_b = discover_namespaces(&b).expect("rescan of B");
+    assert_eq!(
+        on_b.keys().copied().collect::<Vec<_>>(),
+        [1, 2],
+        "B after the attach"
+    );
+    b.set_namespaces(on_b);
+    let ns_b = guest_io::namespace(&b, 2);
+    assert_eq!(ns_b.identity(), ns_a.identity());
+    let got = guest_io::read(&b, &mut qb, &ns_b, 100, data.len());
+    guest_io::assert_same(
+        &data,
+        &got,
+        ns_b.lba_size(),
+        "A's data through B after re-attach",
+    );
+}
