@@ -1,10 +1,12 @@
 //! Scenario `multipath`: Namespace Attachment (which QEMU 7.2 implements): namespace 2 is
-//! detached from controller B only; B's rescan no longer finds it and B's I/O to it fails with
-//! a status, while A keeps it; attached again, B finds it and reads A's data.
+//! detached from controller B only; before B rescans, the device fails B's I/O to it with a
+//! status; after the rescan the driver refuses it with a typed error, while A keeps it; attached
+//! again, B finds it and reads A's data.
 
-use vfnvme::controller::discover_namespaces;
+use vfnvme::namespace::NamespaceState;
 use vfnvme::spec::status::generic;
 use vfnvme::spec::Command;
+use vfnvme::SubmitErrorKind;
 use vfnvme_tests::{guest, guest_io};
 
 fn attachment(ctrl: &guest_io::Ctrl, nsid: u32, attach: bool, cntlid: u16) {
@@ -31,19 +33,8 @@ fn detach_from_one_controller_then_attach_again() {
     let lba = ns_a.lba_size() as usize;
 
     attachment(&a, 2, false, b_id);
-    let on_b = discover_namespaces(&b).expect("rescan of B");
-    assert_eq!(
-        on_b.keys().copied().collect::<Vec<_>>(),
-        [1],
-        "B after the detach"
-    );
-    let on_a = discover_namespaces(&a).expect("rescan of A");
-    assert_eq!(
-        on_a.keys().copied().collect::<Vec<_>>(),
-        [1, 2],
-        "A keeps both"
-    );
-    // B's stale namespace handle: the device refuses the I/O (inactive nsid).
+    // B's namespace handle before B rescans: the driver still submits, the device refuses the
+    // I/O (inactive nsid).
     let buf = b.dma().alloc(lba).expect("DMA buffer");
     qb.read(&ns_b, 0, 1, buf, 1)
         .expect("the driver does not know yet");
@@ -56,18 +47,32 @@ fn detach_from_one_controller_then_attach_again() {
         "{:?}",
         c.status
     );
+    b.rescan().expect("rescan of B");
+    let nsids = |c: &guest_io::Ctrl| c.namespaces().iter().map(|n| n.nsid()).collect::<Vec<_>>();
+    assert_eq!(nsids(&b), [1], "B after the detach");
+    assert_ne!(
+        ns_b.state(),
+        NamespaceState::Active,
+        "B's handle is retired"
+    );
+    let buf = b.dma().alloc(lba).expect("DMA buffer");
+    let err = qb.read(&ns_b, 0, 1, buf, 2).expect_err("removed namespace");
+    assert!(
+        matches!(
+            err.kind,
+            SubmitErrorKind::NamespaceNotActive { nsid: 2, .. }
+        ),
+        "{err}"
+    );
+    a.rescan().expect("rescan of A");
+    assert_eq!(nsids(&a), [1, 2], "A keeps both");
     // A goes on writing to it meanwhile.
     let data = guest_io::random_bytes(16 * lba, 0xa77);
     guest_io::write_read_verify(&a, &mut qa, &ns_a, 100, &data);
 
     attachment(&a, 2, true, b_id);
-    let on_b = discover_namespaces(&b).expect("rescan of B");
-    assert_eq!(
-        on_b.keys().copied().collect::<Vec<_>>(),
-        [1, 2],
-        "B after the attach"
-    );
-    b.set_namespaces(on_b);
+    b.rescan().expect("rescan of B");
+    assert_eq!(nsids(&b), [1, 2], "B after the attach");
     let ns_b = guest_io::namespace(&b, 2);
     assert_eq!(ns_b.identity(), ns_a.identity());
     let got = guest_io::read(&b, &mut qb, &ns_b, 100, data.len());
