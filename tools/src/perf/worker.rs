@@ -40,6 +40,9 @@ pub struct WorkerPlan {
     pub time: Duration,
     /// Seed of the offset and read/write choices.
     pub seed: u64,
+    /// Time the I/Os of one completion batch in this many (1 = every I/O). Others are counted
+    /// but not timed, which saves clock reads where they are slow (e.g. HPET under emulation).
+    pub lat_sample: u32,
 }
 
 /// What one worker measured (only I/Os completed inside the measured window count).
@@ -164,8 +167,12 @@ pub fn run<P: Platform>(
         latency: Histogram::new(3)?,
         batches: 0,
     };
-    // Per slot: submission time in ns since `start`.
-    let mut submitted_at = vec![0u64; qd];
+    // Per slot: submission time in ns since `start`, or UNTIMED.
+    const UNTIMED: u64 = u64::MAX;
+    let mut submitted_at = vec![UNTIMED; qd];
+    let sample_every = u64::from(plan.lat_sample.max(1));
+    let mut batch_no: u64 = 0;
+    let mut now: u64 = 0;
     // Completions of one poll; capacity qd, so pushing never allocates.
     let mut reaped: Vec<(u64, Status, Option<DmaBuffer>)> = Vec::with_capacity(qd);
 
@@ -184,10 +191,9 @@ pub fn run<P: Platform>(
         }
     };
 
-    let now = 0;
     for (slot, buf) in buffers.into_iter().enumerate() {
         if let Some(t) = submitted_at.get_mut(slot) {
-            *t = now;
+            *t = 0;
         }
         submit(qp, &mut offsets, slot as u64, buf)?;
     }
@@ -201,7 +207,7 @@ pub fn run<P: Platform>(
             idle += 1;
             if idle >= IDLE_POLLS_PER_CLOCK_READ {
                 idle = 0;
-                let now = ns_since(Instant::now());
+                now = ns_since(Instant::now());
                 if now.saturating_sub(last_progress) > stall_ns {
                     bail!(
                         "no I/O completed for {} s with {} outstanding on queue {}: the controller stopped responding; reset it (`vfnvme setup --reset` then `vfnvme setup`)",
@@ -217,8 +223,17 @@ pub fn run<P: Platform>(
             continue;
         }
         idle = 0;
-        let now = ns_since(Instant::now());
-        last_progress = now;
+        batch_no += 1;
+        // Read the clock if this batch starts timed I/Os, or completes one.
+        let sample = batch_no % sample_every == 0;
+        if sample
+            || reaped.iter().any(|(tag, _, _)| {
+                submitted_at.get((tag & !WRITE_TAG) as usize) != Some(&UNTIMED)
+            })
+        {
+            now = ns_since(Instant::now());
+            last_progress = now;
+        }
         let measuring = now >= ramp_end && now < end;
         if measuring {
             res.batches += 1;
@@ -226,8 +241,10 @@ pub fn run<P: Platform>(
         for (tag, status, buf) in reaped.drain(..) {
             let slot = tag & !WRITE_TAG;
             if measuring {
-                let t0 = submitted_at.get(slot as usize).copied().unwrap_or(now);
-                latency.saturating_record(now.saturating_sub(t0).max(1));
+                let t0 = submitted_at.get(slot as usize).copied().unwrap_or(UNTIMED);
+                if t0 != UNTIMED {
+                    latency.saturating_record(now.saturating_sub(t0).max(1));
+                }
                 if tag & WRITE_TAG != 0 {
                     res.writes += 1;
                 } else {
@@ -241,7 +258,7 @@ pub fn run<P: Platform>(
             let Some(buf) = buf else { continue };
             if now < end {
                 if let Some(t) = submitted_at.get_mut(slot as usize) {
-                    *t = now;
+                    *t = if sample { now } else { UNTIMED };
                 }
                 submit(qp, &mut offsets, slot, buf)?;
             }
@@ -268,6 +285,7 @@ mod tests {
             ramp: Duration::ZERO,
             time: Duration::from_secs(1),
             seed: 7,
+            lat_sample: 1,
         }
     }
 
