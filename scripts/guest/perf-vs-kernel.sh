@@ -31,13 +31,13 @@ echo "vfnvme: $vfio_bdf (vfio-pci)   kernel: $kernel_bdf ($kdev, io_uring)   ${t
 for qd in $qds; do
     echo "-- QD $qd: vfnvme"
     "$vfnvme" perf --device "$vfio_bdf" --qd "$qd" --time "$time_s" --json "$out/vfnvme-$qd.json" | sed -n 2,3p
-    echo "-- QD $qd: vfnvme, shadow doorbells off"
-    "$vfnvme" perf --device "$vfio_bdf" --qd "$qd" --time "$time_s" --no-shadow-doorbells \
-        --json "$out/vfnvme-noshadow-$qd.json" | sed -n 2,3p
+    echo "-- QD $qd: vfnvme, shadow doorbells on"
+    "$vfnvme" perf --device "$vfio_bdf" --qd "$qd" --time "$time_s" --shadow-doorbells \
+        --json "$out/vfnvme-shadow-$qd.json" | sed -n 2,3p
     echo "-- QD $qd: fio io_uring on $kdev"
     fio --name=kernel --filename="$kdev" --ioengine=io_uring --direct=1 --rw=randread --bs=4k \
         --iodepth="$qd" --runtime="$time_s" --time_based --numjobs=1 \
-        --output-format=json --output="$out/fio-$qd.json"
+        --eta=never --output-format=json --output="$out/fio-$qd.json"
     jq -r '.jobs[0].read | "IOPS \(.iops | floor)  mean lat \(.lat_ns.mean / 1000 | floor) us"' "$out/fio-$qd.json"
 done
 
@@ -46,17 +46,17 @@ row() {
     case $1 in
         io_uring) jq -r --arg qd "$2" '.jobs[0].read | [$qd, .iops, .lat_ns.mean / 1000, .clat_ns.percentile["99.000000"] / 1000] | @tsv' "$out/fio-$2.json" ;;
         vfnvme) jq -r --arg qd "$2" '[$qd, .iops, .latency_ns.mean / 1000, .latency_ns.p99 / 1000] | @tsv' "$out/vfnvme-$2.json" ;;
-        vfnvme-noshadow) jq -r --arg qd "$2" '[$qd, .iops, .latency_ns.mean / 1000, .latency_ns.p99 / 1000] | @tsv' "$out/vfnvme-noshadow-$2.json" ;;
+        vfnvme-shadow) jq -r --arg qd "$2" '[$qd, .iops, .latency_ns.mean / 1000, .latency_ns.p99 / 1000] | @tsv' "$out/vfnvme-shadow-$2.json" ;;
     esac
 }
 echo
 printf '%-26s %4s %12s %14s %13s %12s\n' driver QD IOPS "mean lat (us)" "p99 lat (us)" "x io_uring"
 for qd in $qds; do
     base=$(row io_uring "$qd" | cut -f2)
-    for d in vfnvme vfnvme-noshadow io_uring; do
+    for d in vfnvme vfnvme-shadow io_uring; do
         row "$d" "$qd" | awk -F '\t' -v d="$d" -v base="$base" '{
             name = d; if (d == "vfnvme") name = "vfnvme (vfio, polled)";
-            if (d == "vfnvme-noshadow") name = "vfnvme, no shadow dbs";
+            if (d == "vfnvme-shadow") name = "vfnvme, shadow doorbells";
             if (d == "io_uring") name = "kernel nvme + io_uring";
             printf "%-26s %4s %12.0f %14.1f %13.1f %11.2fx\n", name, $1, $2, $3, $4, (base > 0 ? $2 / base : 0) }'
     done
