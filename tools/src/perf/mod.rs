@@ -1,6 +1,7 @@
 //! `vfnvme perf`: a polled I/O benchmark on controllers bound to vfio-pci, or on the in-memory
 //! model (`--model`) to try it on any host.
 
+pub mod clock;
 pub mod options;
 pub mod report;
 pub mod worker;
@@ -9,6 +10,7 @@ use crate::open;
 use anyhow::{Context, Result};
 use clap::Args;
 use hdrhistogram::Histogram;
+use clock::{Clock, ClockKind};
 use options::{Pattern, PerfInputError};
 use report::Summary;
 use std::path::PathBuf;
@@ -70,6 +72,10 @@ pub struct PerfArgs {
     /// reads where they are slow, e.g. the HPET clocksource of an emulated guest.
     #[arg(long = "lat-sample", value_name = "N", default_value_t = 1)]
     pub lat_sample: u32,
+    /// Clock of the I/O loop: auto = the TSC on x86_64 (rate measured against the system
+    /// clock), else the system clock (`Instant`).
+    #[arg(long, value_enum, default_value_t = ClockKind::Auto)]
+    pub clock: ClockKind,
     /// Seed of the random offsets.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -195,7 +201,7 @@ fn prepare_jobs<P: Platform>(
 }
 
 /// Runs every job on its own thread (the first on the calling thread).
-fn run_jobs<P: Platform>(jobs: Vec<Job<P>>) -> Result<Vec<WorkerResult>> {
+fn run_jobs<P: Platform>(jobs: Vec<Job<P>>, clock: &Clock) -> Result<Vec<WorkerResult>> {
     let mut jobs = jobs.into_iter();
     let Some(first) = jobs.next() else {
         return Ok(Vec::new());
@@ -203,11 +209,11 @@ fn run_jobs<P: Platform>(jobs: Vec<Job<P>>) -> Result<Vec<WorkerResult>> {
     std::thread::scope(|s| {
         let handles: Vec<_> = jobs
             .map(|mut j| {
-                s.spawn(move || worker::run(&mut j.qp, &j.ns, j.buffers, &j.plan))
+                s.spawn(move || worker::run(&mut j.qp, &j.ns, j.buffers, &j.plan, clock))
             })
             .collect();
         let mut first = first;
-        let mut results = vec![worker::run(&mut first.qp, &first.ns, first.buffers, &first.plan)?];
+        let mut results = vec![worker::run(&mut first.qp, &first.ns, first.buffers, &first.plan, clock)?];
         for h in handles {
             let r = h
                 .join()
@@ -261,13 +267,16 @@ pub fn run(args: &PerfArgs) -> Result<()> {
         first_error: None,
         batches: 0,
         latency: Histogram::new(3)?,
+        ns_per_unit: 1.0,
+        clock: "",
     };
+    let clock = Clock::start(args.clock);
     let results = if args.model {
         let platform = ModelPlatform::new(model_config()).context("creating the model")?;
         let ctrl = open::open_platform(platform, "model", controller_options(args))?;
         let jobs = prepare_jobs(&ctrl, "model", args, read_pct, args.seed)?;
         describe(&mut summary, "model".into(), &jobs);
-        run_jobs(jobs)?
+        run_jobs(jobs, &clock)?
     } else {
         let bdfs: Vec<&String> = args.devices.iter().chain(&args.positional).collect();
         let mut ctrls = Vec::new();
@@ -281,10 +290,16 @@ pub fn run(args: &PerfArgs) -> Result<()> {
             describe(&mut summary, bdf.to_string(), &j);
             jobs.append(&mut j);
         }
-        let results = run_jobs(jobs)?;
+        let results = run_jobs(jobs, &clock)?;
         drop(ctrls);
         results
     };
+    summary.ns_per_unit = clock.ns_per_unit();
+    // The measured window is `time` in clock units by the start-up rate estimate; in real
+    // seconds by the rate measured over the whole run.
+    summary.time_s =
+        clock.units(args.time.saturating_mul(1_000_000_000)) as f64 * summary.ns_per_unit / 1e9;
+    summary.clock = if clock.is_tsc() { "tsc" } else { "instant" };
     let summary = summary.merge(results)?;
     println!("{}", summary.text());
     if let Some(path) = &args.json {

@@ -38,8 +38,12 @@ pub struct Summary {
     pub first_error: Option<String>,
     /// Completion batches (polls that reaped something) in the measured window.
     pub batches: u64,
-    /// All latencies, ns.
+    /// All latencies, in clock units.
     pub latency: Histogram<u64>,
+    /// Nanoseconds per clock unit.
+    pub ns_per_unit: f64,
+    /// The clock used ("tsc" or "instant").
+    pub clock: &'static str,
 }
 
 impl Summary {
@@ -77,12 +81,28 @@ impl Summary {
         self.iops() * self.io_size as f64 / (1024.0 * 1024.0)
     }
 
+    fn ns(&self, units: u64) -> u64 {
+        (units as f64 * self.ns_per_unit).round() as u64
+    }
+
     fn percentile_ns(&self, p: f64) -> u64 {
         if self.latency.is_empty() {
             0
         } else {
-            self.latency.value_at_quantile(p)
+            self.ns(self.latency.value_at_quantile(p))
         }
+    }
+
+    fn min_ns(&self) -> u64 {
+        if self.latency.is_empty() {
+            0
+        } else {
+            self.ns(self.latency.min())
+        }
+    }
+
+    fn max_ns(&self) -> u64 {
+        self.ns(self.latency.max())
     }
 
     /// Mean latency in ns.
@@ -90,7 +110,7 @@ impl Summary {
         if self.latency.is_empty() {
             0.0
         } else {
-            self.latency.mean()
+            self.latency.mean() * self.ns_per_unit
         }
     }
 
@@ -105,7 +125,7 @@ impl Summary {
         format!(
             "{targets} ns {nsid}: {pattern}{mix} {size} B, QD {qd} x {workers} queue pair(s), {time:.1} s (ramp {ramp:.1} s), shadow doorbells {shadow}\n\
              IOPS {iops:.0} ({kiops:.1} K)   {mibs:.1} MiB/s   {ios} I/Os ({reads} reads, {writes} writes), {per_batch:.2} I/Os per doorbell batch\n\
-             latency (us): mean {mean:.2}   p50 {p50:.2}   p99 {p99:.2}   p99.9 {p999:.2}   max {max:.2}   min {min:.2}\n\
+             latency (us, {timed} timed, clock {clock}): mean {mean:.2}   p50 {p50:.2}   p99 {p99:.2}   p99.9 {p999:.2}   max {max:.2}   min {min:.2}\n\
              errors: {errors}{first}",
             targets = self.targets.join(","),
             nsid = self.nsid,
@@ -127,8 +147,10 @@ impl Summary {
             p50 = us(self.percentile_ns(0.5)),
             p99 = us(self.percentile_ns(0.99)),
             p999 = us(self.percentile_ns(0.999)),
-            max = us(self.latency.max()),
-            min = us(if self.latency.is_empty() { 0 } else { self.latency.min() }),
+            max = us(self.max_ns()),
+            min = us(self.min_ns()),
+            timed = self.latency.len(),
+            clock = self.clock,
             errors = self.errors,
             first = self
                 .first_error
@@ -159,12 +181,14 @@ impl Summary {
             "ios_per_batch": if self.batches > 0 { self.ios() as f64 / self.batches as f64 } else { 0.0 },
             "latency_ns": {
                 "mean": self.mean_ns(),
-                "min": if self.latency.is_empty() { 0 } else { self.latency.min() },
+                "min": self.min_ns(),
                 "p50": self.percentile_ns(0.5),
                 "p99": self.percentile_ns(0.99),
                 "p99_9": self.percentile_ns(0.999),
-                "max": self.latency.max(),
+                "max": self.max_ns(),
             },
+            "clock": self.clock,
+            "timed_ios": self.latency.len(),
             "errors": self.errors,
             "first_error": self.first_error,
         })
@@ -193,6 +217,8 @@ mod tests {
             first_error: None,
             batches: 0,
             latency: Histogram::new(3).unwrap(),
+            ns_per_unit: 1.0,
+            clock: "instant",
         }
     }
 

@@ -1,16 +1,17 @@
 //! The measuring loop of one queue pair: keep `qd` I/Os outstanding, reap completions in
 //! batches, resubmit their buffers at once and ring the doorbell once per batch.
 //!
-//! Clock reads: one `Instant::now()` per batch of completions (it is both the completion time
+//! Clock reads (see [`super::clock`]): one per batch of completions (it is both the completion time
 //! of the batch and the submission time of the I/Os resubmitted from it), plus one every
 //! [`IDLE_POLLS_PER_CLOCK_READ`] empty polls to notice the end of the run or a stall. (In a TCG
 //! guest the clocksource is the HPET: a clock read is a system call plus an emulated MMIO read,
 //! about 1.6 µs, and takes QEMU's global lock, which the NVMe emulation needs too.)
 
+use super::clock::Clock;
 use super::options::Pattern;
 use anyhow::{bail, Result};
 use hdrhistogram::Histogram;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use vfnvme::dma::DmaBuffer;
 use vfnvme::platform::Platform;
 use vfnvme::spec::Status;
@@ -22,8 +23,9 @@ const IDLE_POLLS_PER_CLOCK_READ: u32 = 1 << 14;
 /// How long without any completion before the run fails as stalled.
 const STALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Highest latency the histogram holds (larger values are clamped), in ns.
-const MAX_TRACKED_NS: u64 = 100_000_000_000;
+/// Highest latency the histogram holds (larger values are clamped), in clock units (100 s at
+/// up to 10 GHz).
+const MAX_TRACKED_UNITS: u64 = 1_000_000_000_000;
 
 /// What one worker does.
 #[derive(Debug, Clone, Copy)]
@@ -58,7 +60,7 @@ pub struct WorkerResult {
     pub errors: u64,
     /// The first error status seen.
     pub first_error: Option<Status>,
-    /// Latency of every measured I/O, in ns.
+    /// Latency of every measured I/O, in clock units (see `Clock::ns_per_unit`).
     pub latency: Histogram<u64>,
     /// Completion batches reaped (for I/Os per doorbell).
     pub batches: u64,
@@ -152,6 +154,7 @@ pub fn run<P: Platform>(
     ns: &Namespace,
     buffers: Vec<DmaBuffer>,
     plan: &WorkerPlan,
+    clock: &Clock,
 ) -> Result<WorkerResult> {
     let qd = buffers.len();
     if qd != plan.qd as usize || qd == 0 {
@@ -160,7 +163,7 @@ pub fn run<P: Platform>(
     let blocks_per_io = plan.io_size >> ns.lba_shift();
     let blocks = u32::try_from(blocks_per_io)?;
     let mut offsets = Offsets::new(plan, ns.blocks(), blocks_per_io);
-    let mut latency = Histogram::<u64>::new_with_bounds(1, MAX_TRACKED_NS, 3)?;
+    let mut latency = Histogram::<u64>::new_with_bounds(1, MAX_TRACKED_UNITS, 3)?;
     let mut res = WorkerResult {
         reads: 0,
         writes: 0,
@@ -174,15 +177,14 @@ pub fn run<P: Platform>(
     let mut submitted_at = vec![UNTIMED; qd];
     let sample_every = u64::from(plan.lat_sample.max(1));
     let mut batch_no: u64 = 0;
-    let mut now: u64 = 0;
     // Completions of one poll; capacity qd, so pushing never allocates.
     let mut reaped: Vec<(u64, Status, Option<DmaBuffer>)> = Vec::with_capacity(qd);
 
-    let start = Instant::now();
-    let ns_since = |t: Instant| u64::try_from(t.duration_since(start).as_nanos()).unwrap_or(0);
-    let ramp_end = u64::try_from(plan.ramp.as_nanos())?;
-    let end = ramp_end + u64::try_from(plan.time.as_nanos())?;
-    let stall_ns = u64::try_from(STALL_TIMEOUT.as_nanos())?;
+    let start = clock.now();
+    let ramp_end = start + clock.units(u64::try_from(plan.ramp.as_nanos())?);
+    let end = ramp_end + clock.units(u64::try_from(plan.time.as_nanos())?);
+    let stall_units = clock.units(u64::try_from(STALL_TIMEOUT.as_nanos())?);
+    let mut now = start;
 
     let submit = |qp: &mut QueuePair<P>, offsets: &mut Offsets, slot: u64, buf: DmaBuffer| {
         let (lba, read) = offsets.next_io();
@@ -195,13 +197,13 @@ pub fn run<P: Platform>(
 
     for (slot, buf) in buffers.into_iter().enumerate() {
         if let Some(t) = submitted_at.get_mut(slot) {
-            *t = 0;
+            *t = start;
         }
         submit(qp, &mut offsets, slot as u64, buf)?;
     }
     qp.commit();
 
-    let mut last_progress = 0u64;
+    let mut last_progress = start;
     let mut idle: u32 = 0;
     loop {
         let n = qp.poll(qd, |c| reaped.push((c.tag, c.status, c.buffer)));
@@ -209,8 +211,8 @@ pub fn run<P: Platform>(
             idle += 1;
             if idle >= IDLE_POLLS_PER_CLOCK_READ {
                 idle = 0;
-                now = ns_since(Instant::now());
-                if now.saturating_sub(last_progress) > stall_ns {
+                now = clock.now();
+                if now.saturating_sub(last_progress) > stall_units {
                     bail!(
                         "no I/O completed for {} s with {} outstanding on queue {}: the controller stopped responding; reset it (`vfnvme setup --reset` then `vfnvme setup`)",
                         STALL_TIMEOUT.as_secs(),
@@ -233,7 +235,7 @@ pub fn run<P: Platform>(
                 submitted_at.get((tag & !WRITE_TAG) as usize) != Some(&UNTIMED)
             })
         {
-            now = ns_since(Instant::now());
+            now = clock.now();
             last_progress = now;
         }
         let measuring = now >= ramp_end && now < end;
