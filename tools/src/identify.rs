@@ -38,7 +38,10 @@ pub fn describe<P: Platform>(ctrl: &Controller<P>, nsid: Option<u32>) -> Result<
             anyhow::anyhow!(
                 "namespace {n} is not active on {}: active namespaces are {:?}",
                 ctrl.platform().name(),
-                ctrl.namespaces().iter().map(|n| n.nsid()).collect::<Vec<_>>()
+                ctrl.namespaces()
+                    .iter()
+                    .map(|n| n.nsid())
+                    .collect::<Vec<_>>()
             )
         })?],
         None => ctrl.namespaces(),
@@ -186,7 +189,11 @@ mod tests {
             serial: "SER123".into(),
             ..ModelConfig::default()
         };
-        Controller::new(ModelPlatform::new(cfg).unwrap(), ControllerOptions::default()).unwrap()
+        Controller::new(
+            ModelPlatform::new(cfg).unwrap(),
+            ControllerOptions::default(),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -201,7 +208,10 @@ mod tests {
         assert_eq!(ns[1]["lba_size"], 4096);
         assert_eq!(ns[1]["size_bytes"], 409_600);
         let t = text(&v);
-        assert!(t.contains("SER123") && t.contains("ns 3: 100 blocks x 4096 B"), "{t}");
+        assert!(
+            t.contains("SER123") && t.contains("ns 3: 100 blocks x 4096 B"),
+            "{t}"
+        );
     }
 
     #[test]
@@ -210,7 +220,10 @@ mod tests {
         let v = describe(&ctrl, Some(1)).unwrap();
         assert_eq!(v["namespaces"].as_array().unwrap().len(), 1);
         let e = describe(&ctrl, Some(2)).unwrap_err().to_string();
-        assert!(e.contains("namespace 2 is not active") && e.contains("[1, 3]"), "{e}");
+        assert!(
+            e.contains("namespace 2 is not active") && e.contains("[1, 3]"),
+            "{e}"
+        );
     }
 
     #[test]

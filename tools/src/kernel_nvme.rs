@@ -15,13 +15,18 @@ fn controllers(paths: &SysPaths, addr: &PciAddress) -> Vec<std::path::PathBuf> {
 }
 
 fn read_trimmed(p: &Path) -> Option<String> {
-    std::fs::read_to_string(p).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(p)
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 /// Serial and model as the kernel driver reports them, if it has the controller.
 pub fn serial_and_model(paths: &SysPaths, addr: &PciAddress) -> Option<(String, String)> {
     let c = controllers(paths, addr).into_iter().next()?;
-    Some((read_trimmed(&c.join("serial"))?, read_trimmed(&c.join("model"))?))
+    Some((
+        read_trimmed(&c.join("serial"))?,
+        read_trimmed(&c.join("model"))?,
+    ))
 }
 
 /// The block devices (namespaces and their partitions, e.g. `nvme0n1`, `nvme0n1p2`) of the
@@ -55,7 +60,10 @@ pub fn block_devices(paths: &SysPaths, addr: &PciAddress) -> Vec<(String, bool)>
                     .collect();
                 parts.sort_by_key(|e| e.file_name());
                 for p in parts {
-                    out.push((p.file_name().to_string_lossy().into_owned(), held(&p.path())));
+                    out.push((
+                        p.file_name().to_string_lossy().into_owned(),
+                        held(&p.path()),
+                    ));
                 }
             }
         }
@@ -111,7 +119,11 @@ mod tests {
                       /dev/nvme10n1 /data xfs rw 0 0\n\
                       proc /proc proc rw 0 0\n\
                       /dev/nvme0n1p1 /boot/efi vfat rw 0 0\n";
-        let devs = vec!["nvme0n1".to_string(), "nvme0n1p1".into(), "nvme0n1p2".into()];
+        let devs = vec![
+            "nvme0n1".to_string(),
+            "nvme0n1p1".into(),
+            "nvme0n1p2".into(),
+        ];
         let m = mounted(&devs, mounts);
         assert_eq!(
             m,
@@ -142,7 +154,10 @@ mod tests {
         let addr = PciAddress::parse("0000:01:00.0").unwrap();
         assert_eq!(
             block_devices(&paths, &addr),
-            vec![("nvme0n1".to_string(), false), ("nvme0n1p1".to_string(), true)]
+            vec![
+                ("nvme0n1".to_string(), false),
+                ("nvme0n1p1".to_string(), true)
+            ]
         );
         assert_eq!(
             serial_and_model(&paths, &addr),

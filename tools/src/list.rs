@@ -126,7 +126,10 @@ mod tests {
         let t = table(&list);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 4, "{t}");
-        assert!(lines[1].contains("1b36:0010") && lines[1].ends_with(" 1"), "{t}");
+        assert!(
+            lines[1].contains("1b36:0010") && lines[1].ends_with(" 1"),
+            "{t}"
+        );
         assert!(lines[2].contains("nvme0n1"), "{t}");
         assert!(lines[3].contains("could not open: busy"), "{t}");
         assert!(table(&[]).contains("no NVMe controllers"));

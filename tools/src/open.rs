@@ -26,10 +26,7 @@ pub fn require_vfio(addr: &PciAddress) -> Result<()> {
 }
 
 /// Opens the controller at `bdf` through VFIO and brings it up.
-pub fn open_controller(
-    bdf: &str,
-    options: ControllerOptions,
-) -> Result<Controller<VfioPlatform>> {
+pub fn open_controller(bdf: &str, options: ControllerOptions) -> Result<Controller<VfioPlatform>> {
     let addr = parse_bdf(bdf)?;
     require_vfio(&addr)?;
     let platform = VfioPlatform::open(&addr.to_string(), VfioOptions::default())

@@ -32,8 +32,7 @@ pub struct SetupArgs {
 
 /// Whether the IOMMU is on: `/sys/kernel/iommu_groups` has entries.
 pub fn iommu_enabled(paths: &SysPaths) -> bool {
-    std::fs::read_dir(paths.sys.join("kernel/iommu_groups"))
-        .is_ok_and(|mut d| d.next().is_some())
+    std::fs::read_dir(paths.sys.join("kernel/iommu_groups")).is_ok_and(|mut d| d.next().is_some())
 }
 
 /// The advice when the IOMMU is off.
@@ -82,7 +81,8 @@ pub fn plan(args: &SetupArgs, paths: &SysPaths, mounts: &str) -> Result<Vec<Acti
             continue;
         }
         let why = kernel_nvme::in_use(paths, &addr, mounts);
-        if !why.is_empty() && !(named && args.force) {
+        let forced = named && args.force;
+        if !why.is_empty() && !forced {
             actions.push(Action::InUse(addr, why));
         } else {
             actions.push(Action::Bind(addr, driver));
@@ -118,7 +118,10 @@ pub fn run(args: &SetupArgs) -> Result<()> {
                 bound.push(*addr);
             }
             Action::InUse(addr, why) => {
-                println!("{addr}: NOT binding it, the system uses it: {}", why.join("; "));
+                println!(
+                    "{addr}: NOT binding it, the system uses it: {}",
+                    why.join("; ")
+                );
                 refused.push(*addr);
             }
             Action::Bind(addr, from) => {
@@ -140,10 +143,7 @@ pub fn run(args: &SetupArgs) -> Result<()> {
     }
     for addr in &bound {
         match pci_sysfs::iommu_group(&paths, addr) {
-            Ok(g) => println!(
-                "{addr}: IOMMU group {g}, {}",
-                paths.vfio_group(g).display()
-            ),
+            Ok(g) => println!("{addr}: IOMMU group {g}, {}", paths.vfio_group(g).display()),
             Err(e) => println!("{addr}: {e}"),
         }
     }
@@ -281,7 +281,10 @@ mod tests {
         f.device("0000:00:12.0", "nvme", None);
         let mounts = "/dev/nvme0n1 / ext4 rw 0 0\n";
         let p = plan(&args(&[], false), &f.paths(), mounts).unwrap();
-        assert!(matches!(&p[0], Action::InUse(x, why) if *x == a("0000:00:10.0") && why[0].contains("mounted on /")), "{p:?}");
+        assert!(
+            matches!(&p[0], Action::InUse(x, why) if *x == a("0000:00:10.0") && why[0].contains("mounted on /")),
+            "{p:?}"
+        );
         assert_eq!(p[1], Action::AlreadyBound(a("0000:00:11.0")));
         assert_eq!(p[2], Action::Bind(a("0000:00:12.0"), Some("nvme".into())));
         // --force does not apply without names.

@@ -20,7 +20,10 @@ fn fails_with(args: &[&str], status: i32, needle: &str) {
     let o = vfnvme(args);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(status), "{args:?}: {err}");
-    assert!(err.contains(needle), "{args:?}: expected {needle:?} in: {err}");
+    assert!(
+        err.contains(needle),
+        "{args:?}: expected {needle:?} in: {err}"
+    );
     assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
 }
 
@@ -32,7 +35,14 @@ fn temp_path(name: &str) -> std::path::PathBuf {
 fn perf_model_short_run_reports_iops_and_json() {
     let json = temp_path("perf.json");
     let o = vfnvme(&[
-        "perf", "--model", "--qd", "8", "--time", "1", "--json", json.to_str().unwrap(),
+        "perf",
+        "--model",
+        "--qd",
+        "8",
+        "--time",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
     ]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{out}\n{}", stderr(&o));
@@ -55,8 +65,22 @@ fn perf_model_short_run_reports_iops_and_json() {
 #[test]
 fn perf_model_mixed_writes_and_threads() {
     let o = vfnvme(&[
-        "perf", "--model", "--qd", "4", "--time", "1", "--threads", "2", "--pattern", "randrw",
-        "--rwmix-read", "50", "--io-size", "16k", "--json", "-",
+        "perf",
+        "--model",
+        "--qd",
+        "4",
+        "--time",
+        "1",
+        "--threads",
+        "2",
+        "--pattern",
+        "randrw",
+        "--rwmix-read",
+        "50",
+        "--io-size",
+        "16k",
+        "--json",
+        "-",
     ]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{out}\n{}", stderr(&o));
@@ -64,26 +88,68 @@ fn perf_model_mixed_writes_and_threads() {
     let v: serde_json::Value = serde_json::from_str(&out[start..]).expect("JSON parses");
     assert_eq!(v["queue_pairs"], 2);
     assert_eq!(v["io_size"], 16384);
-    assert!(v["reads"].as_u64().unwrap() > 0 && v["writes"].as_u64().unwrap() > 0, "{v}");
+    assert!(
+        v["reads"].as_u64().unwrap() > 0 && v["writes"].as_u64().unwrap() > 0,
+        "{v}"
+    );
 }
 
 #[test]
 fn perf_rejects_bad_input_clearly() {
     fails_with(&["perf"], 1, "--device BDF");
     fails_with(&["perf", "--model", "--qd", "0"], 1, "--qd 0");
-    fails_with(&["perf", "--model", "--qd", "5000", "--time", "1"], 1, "use --qd 1023 or less");
-    fails_with(&["perf", "--model", "--io-size", "1000"], 1, "multiple of 4096");
+    fails_with(
+        &["perf", "--model", "--qd", "5000", "--time", "1"],
+        1,
+        "use --qd 1023 or less",
+    );
+    fails_with(
+        &["perf", "--model", "--io-size", "1000"],
+        1,
+        "multiple of 4096",
+    );
     fails_with(&["perf", "--model", "--io-size", "16m"], 1, "8m or less");
     fails_with(&["perf", "--model", "--io-size", "4q"], 2, "not a size");
-    fails_with(&["perf", "--model", "--nsid", "9"], 1, "namespace 9 is not active");
+    fails_with(
+        &["perf", "--model", "--nsid", "9"],
+        1,
+        "namespace 9 is not active",
+    );
     fails_with(&["perf", "--model", "--time", "0"], 1, "--time 0");
     fails_with(&["perf", "--model", "--threads", "0"], 1, "--threads 0");
     fails_with(&["perf", "--model", "--threads", "64"], 1, "use --threads");
-    fails_with(&["perf", "--model", "--rwmix-read", "70"], 1, "only applies to --pattern randrw");
-    fails_with(&["perf", "--model", "--pattern", "randrw", "--rwmix-read", "101"], 1, "0 to 100");
-    fails_with(&["perf", "--model", "--pattern", "sideways"], 2, "invalid value");
-    fails_with(&["perf", "--model", "--qd", "1024", "--io-size", "1m"], 1, "lower --qd or --io-size");
-    fails_with(&["perf", "--model", "--device", "0000:00:10.0"], 2, "cannot be used with");
+    fails_with(
+        &["perf", "--model", "--rwmix-read", "70"],
+        1,
+        "only applies to --pattern randrw",
+    );
+    fails_with(
+        &[
+            "perf",
+            "--model",
+            "--pattern",
+            "randrw",
+            "--rwmix-read",
+            "101",
+        ],
+        1,
+        "0 to 100",
+    );
+    fails_with(
+        &["perf", "--model", "--pattern", "sideways"],
+        2,
+        "invalid value",
+    );
+    fails_with(
+        &["perf", "--model", "--qd", "1024", "--io-size", "1m"],
+        1,
+        "lower --qd or --io-size",
+    );
+    fails_with(
+        &["perf", "--model", "--device", "0000:00:10.0"],
+        2,
+        "cannot be used with",
+    );
     fails_with(&["perf", "--device", "bogus"], 1, "DDDD:BB:DD.F");
     fails_with(&["perf", "--device", "ffff:ff:1f.7"], 1, "no PCI device");
 }

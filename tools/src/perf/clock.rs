@@ -160,7 +160,10 @@ mod tests {
             let b = c.now();
             assert!(b > a, "{kind:?}: {a} then {b}");
             let ns = (b - a) as f64 * c.ns_per_unit();
-            assert!((4.0e6..5.0e8).contains(&ns), "{kind:?}: 5 ms measured as {ns} ns");
+            assert!(
+                (4.0e6..5.0e8).contains(&ns),
+                "{kind:?}: 5 ms measured as {ns} ns"
+            );
             assert_eq!(c.units(0), 0);
         }
         assert!(!Clock::start(ClockKind::Instant).is_tsc());

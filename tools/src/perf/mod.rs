@@ -9,8 +9,8 @@ pub mod worker;
 use crate::open;
 use anyhow::{Context, Result};
 use clap::Args;
-use hdrhistogram::Histogram;
 use clock::{Clock, ClockKind};
+use hdrhistogram::Histogram;
 use options::{Pattern, PerfInputError};
 use report::Summary;
 use std::path::PathBuf;
@@ -72,9 +72,10 @@ pub struct PerfArgs {
     /// reads where they are slow, e.g. the HPET clocksource of an emulated guest.
     #[arg(long = "lat-sample", value_name = "N", default_value_t = 1)]
     pub lat_sample: u32,
-    /// Clock of the I/O loop: auto = the TSC on x86_64 (rate measured against the system
-    /// clock), else the system clock (`Instant`).
-    #[arg(long, value_enum, default_value_t = ClockKind::Auto)]
+    /// Clock of the I/O loop: instant = the system clock (vDSO); tsc = the x86 time-stamp
+    /// counter, its rate measured against the system clock over the run (cheaper where the
+    /// system clock is slow, e.g. the HPET of an emulated guest); auto = tsc on x86_64.
+    #[arg(long, value_enum, default_value_t = ClockKind::Instant)]
     pub clock: ClockKind,
     /// Seed of the random offsets.
     #[arg(long, default_value_t = 1)]
@@ -108,9 +109,7 @@ fn check_args(args: &PerfArgs) -> Result<u8, PerfInputError> {
         return Err(PerfInputError::ZeroThreads);
     }
     if args.io_size > options::MAX_IO_SIZE {
-        return Err(PerfInputError::IoSizeTooLarge {
-            size: args.io_size,
-        });
+        return Err(PerfInputError::IoSizeTooLarge { size: args.io_size });
     }
     options::check_memory(args.qd, args.io_size)?;
     options::check_rwmix(args.pattern, args.rwmix_read)
@@ -142,13 +141,14 @@ fn prepare_jobs<P: Platform>(
                 },
             }
         })?,
-        None => ctrl
-            .namespaces()
-            .into_iter()
-            .next()
-            .ok_or_else(|| PerfInputError::NoNamespace {
-                device: name.to_string(),
-            })?,
+        None => {
+            ctrl.namespaces()
+                .into_iter()
+                .next()
+                .ok_or_else(|| PerfInputError::NoNamespace {
+                    device: name.to_string(),
+                })?
+        }
     };
     options::check_io_size(args.io_size, ns.nsid(), ns.lba_size(), ns.size_bytes())?;
     let info = ctrl.identify();
@@ -171,7 +171,12 @@ fn prepare_jobs<P: Platform>(
                 depth,
                 ..QpairOptions::default()
             })
-            .with_context(|| format!("creating I/O queue pair {} of depth {depth} on {name}", t + 1))?;
+            .with_context(|| {
+                format!(
+                    "creating I/O queue pair {} of depth {depth} on {name}",
+                    t + 1
+                )
+            })?;
         let buffers = (0..args.qd)
             .map(|_| ctrl.dma().alloc(io_size))
             .collect::<Result<Vec<_>, _>>()
@@ -208,12 +213,16 @@ fn run_jobs<P: Platform>(jobs: Vec<Job<P>>, clock: &Clock) -> Result<Vec<WorkerR
     };
     std::thread::scope(|s| {
         let handles: Vec<_> = jobs
-            .map(|mut j| {
-                s.spawn(move || worker::run(&mut j.qp, &j.ns, j.buffers, &j.plan, clock))
-            })
+            .map(|mut j| s.spawn(move || worker::run(&mut j.qp, &j.ns, j.buffers, &j.plan, clock)))
             .collect();
         let mut first = first;
-        let mut results = vec![worker::run(&mut first.qp, &first.ns, first.buffers, &first.plan, clock)?];
+        let mut results = vec![worker::run(
+            &mut first.qp,
+            &first.ns,
+            first.buffers,
+            &first.plan,
+            clock,
+        )?];
         for h in handles {
             let r = h
                 .join()

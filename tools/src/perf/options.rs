@@ -29,7 +29,10 @@ pub enum Pattern {
 impl Pattern {
     /// Whether offsets are random.
     pub fn is_random(self) -> bool {
-        matches!(self, Pattern::Randread | Pattern::Randwrite | Pattern::Randrw)
+        matches!(
+            self,
+            Pattern::Randread | Pattern::Randwrite | Pattern::Randrw
+        )
     }
 
     /// The percentage of reads.
@@ -194,7 +197,7 @@ pub fn check_io_size(
     ns_bytes: u64,
 ) -> Result<(), PerfInputError> {
     let lba = u64::from(lba_size.max(1));
-    if size == 0 || size % lba != 0 {
+    if size == 0 || !size.is_multiple_of(lba) {
         return Err(PerfInputError::IoSizeNotMultiple {
             size,
             nsid,
@@ -274,7 +277,15 @@ mod tests {
         assert_eq!(parse_size("1m"), Ok(1 << 20));
         assert_eq!(parse_size("2MiB"), Ok(2 << 20));
         assert_eq!(parse_size("1g"), Ok(1 << 30));
-        for bad in ["", "k", "4x", "-4k", "4.5k", "99999999999999999999g", "4 k k"] {
+        for bad in [
+            "",
+            "k",
+            "4x",
+            "-4k",
+            "4.5k",
+            "99999999999999999999g",
+            "4 k k",
+        ] {
             assert!(
                 matches!(parse_size(bad), Err(PerfInputError::BadSize { .. })),
                 "{bad:?}"
@@ -321,7 +332,10 @@ mod tests {
             queue_depth_for(300, 4, 1024),
             Err(PerfInputError::QueueDepthTooLarge { max_qd: 255, .. })
         ));
-        assert_eq!(queue_depth_for(0, 1, 1024), Err(PerfInputError::ZeroQueueDepth));
+        assert_eq!(
+            queue_depth_for(0, 1, 1024),
+            Err(PerfInputError::ZeroQueueDepth)
+        );
     }
 
     #[test]

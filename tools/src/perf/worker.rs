@@ -158,7 +158,11 @@ pub fn run<P: Platform>(
 ) -> Result<WorkerResult> {
     let qd = buffers.len();
     if qd != plan.qd as usize || qd == 0 {
-        bail!("{} buffers for a queue depth of {}: give one buffer per outstanding I/O", qd, plan.qd);
+        bail!(
+            "{} buffers for a queue depth of {}: give one buffer per outstanding I/O",
+            qd,
+            plan.qd
+        );
     }
     let blocks_per_io = plan.io_size >> ns.lba_shift();
     let blocks = u32::try_from(blocks_per_io)?;
@@ -229,11 +233,11 @@ pub fn run<P: Platform>(
         idle = 0;
         batch_no += 1;
         // Read the clock if this batch starts timed I/Os, or completes one.
-        let sample = batch_no % sample_every == 0;
+        let sample = batch_no.is_multiple_of(sample_every);
         if sample
-            || reaped.iter().any(|(tag, _, _)| {
-                submitted_at.get((tag & !WRITE_TAG) as usize) != Some(&UNTIMED)
-            })
+            || reaped
+                .iter()
+                .any(|(tag, _, _)| submitted_at.get((tag & !WRITE_TAG) as usize) != Some(&UNTIMED))
         {
             now = clock.now();
             last_progress = now;
@@ -304,7 +308,11 @@ mod tests {
             assert!(lba + 8 <= 1000, "{lba}");
             seen.insert(lba);
         }
-        assert!(seen.len() > 100, "random offsets repeat too much: {}", seen.len());
+        assert!(
+            seen.len() > 100,
+            "random offsets repeat too much: {}",
+            seen.len()
+        );
     }
 
     #[test]
