@@ -106,7 +106,10 @@ pub fn run(args: &SetupArgs) -> Result<()> {
     for a in &actions {
         match a {
             Action::Reset(addr) => {
-                println!("{addr}: giving it back to the kernel's nvme driver");
+                println!(
+                    "{addr}: {} the kernel's nvme driver",
+                    if args.dry_run { "would give it back to" } else { "giving it back to" }
+                );
                 if !args.dry_run {
                     binder
                         .bind_to_driver(addr, "nvme")
@@ -129,7 +132,8 @@ pub fn run(args: &SetupArgs) -> Result<()> {
                     bail!("cannot bind {addr} to vfio-pci: {IOMMU_ADVICE}");
                 }
                 println!(
-                    "{addr}: binding to vfio-pci (was {})",
+                    "{addr}: {} vfio-pci (was {})",
+                    if args.dry_run { "would bind it to" } else { "binding to" },
                     from.as_deref().unwrap_or("unbound")
                 );
                 if !args.dry_run {
