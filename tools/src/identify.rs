@@ -1,6 +1,7 @@
 //! `vfnvme identify BDF`: a controller's identify data and its namespaces.
 
 use crate::open;
+use crate::output::say;
 use anyhow::Result;
 use clap::Args;
 use serde_json::{json, Value};
@@ -158,9 +159,9 @@ pub fn run(args: &IdentifyArgs) -> Result<()> {
     )?;
     let v = describe(&ctrl, args.nsid)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        say!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        print!("{}", text(&v));
+        crate::output::text(&text(&v));
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! `vfnvme list`: the NVMe controllers (PCI class 0x010802), their drivers, and for those on
 //! vfio-pci the serial, model and namespace count (each is opened briefly).
 
+use crate::output::say;
 use crate::{kernel_nvme, open};
 use anyhow::Result;
 use clap::Args;
@@ -102,9 +103,9 @@ pub fn table(list: &[Value]) -> String {
 pub fn run(args: &ListArgs) -> Result<()> {
     let list = collect()?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        say!("{}", serde_json::to_string_pretty(&list)?);
     } else {
-        print!("{}", table(&list));
+        crate::output::text(&table(&list));
     }
     Ok(())
 }

@@ -4,6 +4,7 @@ mod identify;
 mod kernel_nvme;
 mod list;
 mod open;
+mod output;
 mod perf;
 mod setup;
 mod vm;

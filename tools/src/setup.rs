@@ -3,6 +3,7 @@
 //! back to the kernel's nvme driver.
 
 use crate::kernel_nvme;
+use crate::output::say;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use vfnvme::dma::{hugepages, memlock, pci_bind, pci_sysfs, PageSize, PciAddress, SysPaths};
@@ -101,14 +102,18 @@ pub fn run(args: &SetupArgs) -> Result<()> {
     let mut bound = Vec::new();
     let mut refused = Vec::new();
     if actions.is_empty() {
-        println!("no NVMe controllers (PCI class 0x010802) found");
+        say!("no NVMe controllers (PCI class 0x010802) found");
     }
     for a in &actions {
         match a {
             Action::Reset(addr) => {
-                println!(
+                say!(
                     "{addr}: {} the kernel's nvme driver",
-                    if args.dry_run { "would give it back to" } else { "giving it back to" }
+                    if args.dry_run {
+                        "would give it back to"
+                    } else {
+                        "giving it back to"
+                    }
                 );
                 if !args.dry_run {
                     binder
@@ -117,11 +122,11 @@ pub fn run(args: &SetupArgs) -> Result<()> {
                 }
             }
             Action::AlreadyBound(addr) => {
-                println!("{addr}: already on vfio-pci");
+                say!("{addr}: already on vfio-pci");
                 bound.push(*addr);
             }
             Action::InUse(addr, why) => {
-                println!(
+                say!(
                     "{addr}: NOT binding it, the system uses it: {}",
                     why.join("; ")
                 );
@@ -131,9 +136,13 @@ pub fn run(args: &SetupArgs) -> Result<()> {
                 if !iommu {
                     bail!("cannot bind {addr} to vfio-pci: {IOMMU_ADVICE}");
                 }
-                println!(
+                say!(
                     "{addr}: {} vfio-pci (was {})",
-                    if args.dry_run { "would bind it to" } else { "binding to" },
+                    if args.dry_run {
+                        "would bind it to"
+                    } else {
+                        "binding to"
+                    },
                     from.as_deref().unwrap_or("unbound")
                 );
                 if !args.dry_run {
@@ -147,17 +156,17 @@ pub fn run(args: &SetupArgs) -> Result<()> {
     }
     for addr in &bound {
         match pci_sysfs::iommu_group(&paths, addr) {
-            Ok(g) => println!("{addr}: IOMMU group {g}, {}", paths.vfio_group(g).display()),
-            Err(e) => println!("{addr}: {e}"),
+            Ok(g) => say!("{addr}: IOMMU group {g}, {}", paths.vfio_group(g).display()),
+            Err(e) => say!("{addr}: {e}"),
         }
     }
     if !iommu {
-        println!("warning: {IOMMU_ADVICE}");
+        say!("warning: {IOMMU_ADVICE}");
     }
     check_hugepages(args)?;
     check_memlock()?;
     if !refused.is_empty() && args.bdfs.is_empty() {
-        println!(
+        say!(
             "skipped {} controller(s) in use; to take one anyway (its data stays, the kernel loses it): vfnvme setup --force BDF",
             refused.len()
         );
@@ -165,8 +174,8 @@ pub fn run(args: &SetupArgs) -> Result<()> {
         bail!("refused to bind controllers the system uses; unmount them first or add --force");
     }
     if let Some(addr) = bound.first() {
-        println!("next: vfnvme identify {addr}; vfnvme perf --device {addr} --qd 32 --time 5");
-        println!("undo: vfnvme setup --reset {addr}");
+        say!("next: vfnvme identify {addr}; vfnvme perf --device {addr} --qd 32 --time 5");
+        say!("undo: vfnvme setup --reset {addr}");
     }
     Ok(())
 }
@@ -181,14 +190,14 @@ fn check_hugepages(args: &SetupArgs) -> Result<()> {
     };
     if wanted > total {
         if args.dry_run {
-            println!("hugepages: would reserve {wanted} x 2 MiB (now {total})");
+            say!("hugepages: would reserve {wanted} x 2 MiB (now {total})");
         } else {
             let got = hugepages::reserve_hugepages(wanted)?;
-            println!("hugepages: reserved {got} x 2 MiB (was {total})");
+            say!("hugepages: reserved {got} x 2 MiB (was {total})");
         }
     } else {
         let free = status.map(|s| s.free).unwrap_or(0);
-        println!("hugepages: {total} x 2 MiB reserved, {free} free");
+        say!("hugepages: {total} x 2 MiB reserved, {free} free");
     }
     Ok(())
 }
@@ -204,7 +213,7 @@ fn check_memlock() -> Result<()> {
     };
     let root = std::fs::read_to_string("/proc/self/status")
         .is_ok_and(|s| memlock::status_has_ipc_lock(&s));
-    println!(
+    say!(
         "RLIMIT_MEMLOCK: soft {}, hard {}{}",
         fmt(l.soft),
         fmt(l.hard),

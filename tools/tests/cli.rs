@@ -84,8 +84,9 @@ fn perf_model_mixed_writes_and_threads() {
     ]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{out}\n{}", stderr(&o));
-    let start = out.find('{').expect("JSON on stdout");
-    let v: serde_json::Value = serde_json::from_str(&out[start..]).expect("JSON parses");
+    // With --json -, standard output is only the JSON; the text report goes to stderr.
+    let v: serde_json::Value = serde_json::from_str(&out).expect("stdout is JSON");
+    assert!(stderr(&o).contains("IOPS"), "{}", stderr(&o));
     assert_eq!(v["queue_pairs"], 2);
     assert_eq!(v["io_size"], 16384);
     assert!(
@@ -152,6 +153,21 @@ fn perf_rejects_bad_input_clearly() {
     );
     fails_with(&["perf", "--device", "bogus"], 1, "DDDD:BB:DD.F");
     fails_with(&["perf", "--device", "ffff:ff:1f.7"], 1, "no PCI device");
+}
+
+#[test]
+fn a_closed_stdout_is_not_a_panic() {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vfnvme"))
+        .args(["perf", "--model", "--qd", "1", "--time", "1", "--json", "-"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vfnvme");
+    drop(child.stdout.take()); // the reader goes away before anything is written
+    let o = child.wait_with_output().expect("wait for vfnvme");
+    assert_ne!(o.status.code(), Some(101), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
 }
 
 #[test]

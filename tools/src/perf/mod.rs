@@ -7,6 +7,7 @@ pub mod report;
 pub mod worker;
 
 use crate::open;
+use crate::output::say;
 use anyhow::{Context, Result};
 use clap::Args;
 use clock::{Clock, ClockKind};
@@ -310,11 +311,17 @@ pub fn run(args: &PerfArgs) -> Result<()> {
         clock.units(args.time.saturating_mul(1_000_000_000)) as f64 * summary.ns_per_unit / 1e9;
     summary.clock = if clock.is_tsc() { "tsc" } else { "instant" };
     let summary = summary.merge(results)?;
-    println!("{}", summary.text());
+    let json_to_stdout = args.json.as_ref().is_some_and(|p| p.as_os_str() == "-");
+    if json_to_stdout {
+        // Standard output carries only the JSON.
+        eprintln!("{}", summary.text());
+    } else {
+        say!("{}", summary.text());
+    }
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&summary.json())?;
-        if path.as_os_str() == "-" {
-            println!("{text}");
+        if json_to_stdout {
+            say!("{text}");
         } else {
             std::fs::write(path, text + "\n")
                 .with_context(|| format!("writing the JSON report to {}", path.display()))?;
