@@ -1,0 +1,361 @@
+//! `vfnvme perf` input: sizes with suffixes, access patterns, and the checks that turn user
+//! input into clear errors before any device is touched.
+
+use clap::ValueEnum;
+use thiserror::Error;
+
+/// Largest I/O size `perf` accepts (larger requests are split by the driver anyway, and this
+/// keeps `qd × io-size` of DMA memory reasonable).
+pub const MAX_IO_SIZE: u64 = 8 << 20;
+
+/// Most DMA memory the I/O buffers of one queue pair may take (`qd × io-size`).
+pub const MAX_BUFFER_BYTES: u64 = 256 << 20;
+
+/// The access pattern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Pattern {
+    /// Random reads.
+    Randread,
+    /// Random writes.
+    Randwrite,
+    /// Sequential reads.
+    Read,
+    /// Sequential writes.
+    Write,
+    /// Random mix of reads and writes (`--rwmix-read` percent reads).
+    Randrw,
+}
+
+impl Pattern {
+    /// Whether offsets are random.
+    pub fn is_random(self) -> bool {
+        matches!(
+            self,
+            Pattern::Randread | Pattern::Randwrite | Pattern::Randrw
+        )
+    }
+
+    /// The percentage of reads.
+    pub fn read_percent(self, rwmix_read: u8) -> u8 {
+        match self {
+            Pattern::Randread | Pattern::Read => 100,
+            Pattern::Randwrite | Pattern::Write => 0,
+            Pattern::Randrw => rwmix_read,
+        }
+    }
+
+    /// The name as given on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pattern::Randread => "randread",
+            Pattern::Randwrite => "randwrite",
+            Pattern::Read => "read",
+            Pattern::Write => "write",
+            Pattern::Randrw => "randrw",
+        }
+    }
+}
+
+/// Bad `perf` input, found before or right after opening the device.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum PerfInputError {
+    /// A size that does not parse.
+    #[error("'{text}' is not a size: write bytes, optionally with a k, m or g suffix (powers of 1024), e.g. 4096, 4k, 128k, 1m")]
+    BadSize {
+        /// What was given.
+        text: String,
+    },
+    /// Queue depth 0.
+    #[error("--qd 0: keep at least one I/O outstanding (--qd 1 or more)")]
+    ZeroQueueDepth,
+    /// Queue depth above what the controller's queues hold.
+    #[error("--qd {qd} needs {commands} submission queue slots per queue pair, but this controller's queues hold at most {max} commands (CAP.MQES+1 = {depth} entries): use --qd {max_qd} or less")]
+    QueueDepthTooLarge {
+        /// The queue depth asked for.
+        qd: u32,
+        /// Commands in flight that needs (qd × commands per I/O).
+        commands: u64,
+        /// Most commands in flight on one queue pair.
+        max: u32,
+        /// CAP.MQES + 1.
+        depth: u32,
+        /// The largest queue depth that fits.
+        max_qd: u32,
+    },
+    /// I/O size 0 or not a multiple of the LBA size.
+    #[error("--io-size {size} is not a multiple of namespace {nsid}'s LBA size ({lba_size} bytes): use a multiple of {lba_size}, e.g. {suggestion}")]
+    IoSizeNotMultiple {
+        /// The size asked for.
+        size: u64,
+        /// The namespace.
+        nsid: u32,
+        /// Its LBA size.
+        lba_size: u32,
+        /// A size that works.
+        suggestion: u64,
+    },
+    /// I/O size above [`MAX_IO_SIZE`].
+    #[error("--io-size {size} is larger than perf supports ({MAX_IO_SIZE} bytes): use 8m or less")]
+    IoSizeTooLarge {
+        /// The size asked for.
+        size: u64,
+    },
+    /// I/O size larger than the namespace.
+    #[error("--io-size {size} is larger than namespace {nsid} ({ns_bytes} bytes): use a smaller --io-size")]
+    IoSizeAboveNamespace {
+        /// The size asked for.
+        size: u64,
+        /// The namespace.
+        nsid: u32,
+        /// Its size in bytes.
+        ns_bytes: u64,
+    },
+    /// Too much buffer memory.
+    #[error("--qd {qd} × --io-size {size} needs {bytes} bytes of DMA buffers per queue pair, more than perf allows ({MAX_BUFFER_BYTES}): lower --qd or --io-size")]
+    TooMuchMemory {
+        /// Queue depth.
+        qd: u32,
+        /// I/O size.
+        size: u64,
+        /// The product.
+        bytes: u64,
+    },
+    /// No such namespace.
+    #[error("namespace {nsid} is not active on {device}: active namespaces are {active}")]
+    NoSuchNamespace {
+        /// The nsid asked for.
+        nsid: u32,
+        /// The device.
+        device: String,
+        /// The active nsids, comma-separated (or "none").
+        active: String,
+    },
+    /// The controller has no namespace at all.
+    #[error("{device} has no active namespace: create or attach one first (e.g. with nvme-cli while it is on the kernel driver)")]
+    NoNamespace {
+        /// The device.
+        device: String,
+    },
+    /// `--time 0`.
+    #[error("--time 0: measure for at least 1 second")]
+    ZeroTime,
+    /// `--threads 0`.
+    #[error("--threads 0: use at least one thread")]
+    ZeroThreads,
+    /// More threads than queue pairs.
+    #[error("--threads {threads} needs {threads} I/O queue pairs but {device} granted {granted}: use --threads {granted} or less")]
+    TooManyThreads {
+        /// Threads asked for.
+        threads: u32,
+        /// The device.
+        device: String,
+        /// Queue pairs granted.
+        granted: u16,
+    },
+    /// `--rwmix-read` above 100.
+    #[error("--rwmix-read {pct}: give a percentage from 0 to 100")]
+    BadRwmix {
+        /// The value given.
+        pct: u8,
+    },
+    /// `--rwmix-read` with a pattern other than randrw.
+    #[error("--rwmix-read only applies to --pattern randrw (the pattern is {pattern})")]
+    RwmixWithoutRandrw {
+        /// The pattern given.
+        pattern: &'static str,
+    },
+    /// Neither or both of `--device` and `--model`.
+    #[error("say what to measure: --device BDF (a controller on vfio-pci; repeatable) or --model (the in-memory model)")]
+    NoTarget,
+}
+
+/// Parses a byte count: digits with an optional `k`, `m`, `g` suffix (powers of 1024; `kb`,
+/// `kib` also accepted, case-insensitive).
+pub fn parse_size(text: &str) -> Result<u64, PerfInputError> {
+    let bad = || PerfInputError::BadSize {
+        text: text.to_string(),
+    };
+    let t = text.trim().to_ascii_lowercase();
+    let digits_end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, suffix) = t.split_at(digits_end);
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let shift = match suffix {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(1u64 << shift).ok_or_else(bad)
+}
+
+/// Checks the I/O size against the namespace's LBA size and size.
+pub fn check_io_size(
+    size: u64,
+    nsid: u32,
+    lba_size: u32,
+    ns_bytes: u64,
+) -> Result<(), PerfInputError> {
+    let lba = u64::from(lba_size.max(1));
+    if size == 0 || !size.is_multiple_of(lba) {
+        return Err(PerfInputError::IoSizeNotMultiple {
+            size,
+            nsid,
+            lba_size,
+            suggestion: size.div_ceil(lba).max(1) * lba,
+        });
+    }
+    if size > MAX_IO_SIZE {
+        return Err(PerfInputError::IoSizeTooLarge { size });
+    }
+    if size > ns_bytes {
+        return Err(PerfInputError::IoSizeAboveNamespace {
+            size,
+            nsid,
+            ns_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// Checks the queue depth against the controller's largest queue; returns the ring depth to
+/// create (commands in flight + 1).
+///
+/// `commands_per_io` is how many NVMe commands one I/O takes (more than 1 when it is split at
+/// the controller's transfer limit); `max_entries` is CAP.MQES+1.
+pub fn queue_depth_for(
+    qd: u32,
+    commands_per_io: u64,
+    max_entries: u32,
+) -> Result<u32, PerfInputError> {
+    if qd == 0 {
+        return Err(PerfInputError::ZeroQueueDepth);
+    }
+    let commands = u64::from(qd) * commands_per_io.max(1);
+    let max = max_entries.saturating_sub(1);
+    if commands > u64::from(max) {
+        return Err(PerfInputError::QueueDepthTooLarge {
+            qd,
+            commands,
+            max,
+            depth: max_entries,
+            max_qd: (u64::from(max) / commands_per_io.max(1)) as u32,
+        });
+    }
+    // At least a few spare entries for efficiency is not needed: trackers = depth - 1.
+    Ok(commands as u32 + 1)
+}
+
+/// Checks the buffer memory one queue pair needs.
+pub fn check_memory(qd: u32, size: u64) -> Result<(), PerfInputError> {
+    let bytes = u64::from(qd).saturating_mul(size);
+    if bytes > MAX_BUFFER_BYTES {
+        return Err(PerfInputError::TooMuchMemory { qd, size, bytes });
+    }
+    Ok(())
+}
+
+/// Checks `--rwmix-read` against the pattern; returns the read percentage to use.
+pub fn check_rwmix(pattern: Pattern, rwmix_read: Option<u8>) -> Result<u8, PerfInputError> {
+    match (pattern, rwmix_read) {
+        (_, Some(pct)) if pct > 100 => Err(PerfInputError::BadRwmix { pct }),
+        (Pattern::Randrw, pct) => Ok(pct.unwrap_or(50)),
+        (p, Some(_)) => Err(PerfInputError::RwmixWithoutRandrw { pattern: p.name() }),
+        (p, None) => Ok(p.read_percent(0)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_with_suffixes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("4k"), Ok(4096));
+        assert_eq!(parse_size("128K"), Ok(128 << 10));
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert_eq!(parse_size("2MiB"), Ok(2 << 20));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        for bad in [
+            "",
+            "k",
+            "4x",
+            "-4k",
+            "4.5k",
+            "99999999999999999999g",
+            "4 k k",
+        ] {
+            assert!(
+                matches!(parse_size(bad), Err(PerfInputError::BadSize { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn io_size_checks() {
+        assert_eq!(check_io_size(4096, 1, 4096, 1 << 30), Ok(()));
+        assert_eq!(check_io_size(512, 1, 512, 1 << 30), Ok(()));
+        let e = check_io_size(512, 1, 4096, 1 << 30).unwrap_err();
+        assert!(matches!(
+            e,
+            PerfInputError::IoSizeNotMultiple {
+                suggestion: 4096,
+                ..
+            }
+        ));
+        assert!(e.to_string().contains("multiple of 4096"), "{e}");
+        assert!(check_io_size(0, 1, 512, 1 << 30).is_err());
+        assert_eq!(
+            check_io_size(16 << 20, 1, 4096, 1 << 30),
+            Err(PerfInputError::IoSizeTooLarge { size: 16 << 20 })
+        );
+        assert!(matches!(
+            check_io_size(8192, 1, 4096, 4096),
+            Err(PerfInputError::IoSizeAboveNamespace { .. })
+        ));
+    }
+
+    #[test]
+    fn queue_depth_checks() {
+        assert_eq!(queue_depth_for(32, 1, 1024), Ok(33));
+        assert_eq!(queue_depth_for(1023, 1, 1024), Ok(1024));
+        let e = queue_depth_for(1024, 1, 1024).unwrap_err();
+        assert!(
+            matches!(e, PerfInputError::QueueDepthTooLarge { max_qd: 1023, .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("--qd 1023"), "{e}");
+        // Split I/O: 4 commands each.
+        assert!(matches!(
+            queue_depth_for(300, 4, 1024),
+            Err(PerfInputError::QueueDepthTooLarge { max_qd: 255, .. })
+        ));
+        assert_eq!(
+            queue_depth_for(0, 1, 1024),
+            Err(PerfInputError::ZeroQueueDepth)
+        );
+    }
+
+    #[test]
+    fn memory_and_rwmix_checks() {
+        assert_eq!(check_memory(32, 4096), Ok(()));
+        assert!(matches!(
+            check_memory(1024, 1 << 20),
+            Err(PerfInputError::TooMuchMemory { .. })
+        ));
+        assert_eq!(check_rwmix(Pattern::Randrw, None), Ok(50));
+        assert_eq!(check_rwmix(Pattern::Randrw, Some(70)), Ok(70));
+        assert_eq!(check_rwmix(Pattern::Randread, None), Ok(100));
+        assert_eq!(check_rwmix(Pattern::Write, None), Ok(0));
+        assert_eq!(
+            check_rwmix(Pattern::Randrw, Some(101)),
+            Err(PerfInputError::BadRwmix { pct: 101 })
+        );
+        assert!(matches!(
+            check_rwmix(Pattern::Read, Some(50)),
+            Err(PerfInputError::RwmixWithoutRandrw { .. })
+        ));
+    }
+}

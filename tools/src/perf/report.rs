@@ -1,0 +1,255 @@
+//! Adding up the workers' results, and printing them as text and JSON.
+
+use super::worker::WorkerResult;
+use anyhow::Result;
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+
+/// The figures of one run, all workers together.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    /// What was measured (device addresses, or "model").
+    pub targets: Vec<String>,
+    /// Namespace.
+    pub nsid: u32,
+    /// Pattern name.
+    pub pattern: &'static str,
+    /// Percentage of reads.
+    pub read_pct: u8,
+    /// Bytes per I/O.
+    pub io_size: u64,
+    /// Queue depth per worker.
+    pub qd: u32,
+    /// Workers (queue pairs).
+    pub workers: usize,
+    /// Measured seconds.
+    pub time_s: f64,
+    /// Warm-up seconds.
+    pub ramp_s: f64,
+    /// Whether shadow doorbells were on.
+    pub shadow_doorbells: bool,
+    /// Reads completed in the measured window.
+    pub reads: u64,
+    /// Writes completed in the measured window.
+    pub writes: u64,
+    /// Failed I/Os.
+    pub errors: u64,
+    /// The first failure, as text.
+    pub first_error: Option<String>,
+    /// Completion batches (polls that reaped something) in the measured window.
+    pub batches: u64,
+    /// All latencies, in clock units.
+    pub latency: Histogram<u64>,
+    /// Nanoseconds per clock unit.
+    pub ns_per_unit: f64,
+    /// The clock used ("tsc" or "instant").
+    pub clock: &'static str,
+}
+
+impl Summary {
+    /// Adds up `results`.
+    pub fn merge(mut self, results: Vec<WorkerResult>) -> Result<Self> {
+        for r in results {
+            self.reads += r.reads;
+            self.writes += r.writes;
+            self.errors += r.errors;
+            self.batches += r.batches;
+            if self.first_error.is_none() {
+                self.first_error = r.first_error.map(|s| s.to_string());
+            }
+            self.latency.add(&r.latency)?;
+        }
+        Ok(self)
+    }
+
+    /// I/Os completed in the measured window.
+    pub fn ios(&self) -> u64 {
+        self.reads + self.writes
+    }
+
+    /// I/Os per second.
+    pub fn iops(&self) -> f64 {
+        if self.time_s > 0.0 {
+            self.ios() as f64 / self.time_s
+        } else {
+            0.0
+        }
+    }
+
+    /// MiB per second.
+    pub fn mib_per_s(&self) -> f64 {
+        self.iops() * self.io_size as f64 / (1024.0 * 1024.0)
+    }
+
+    fn ns(&self, units: u64) -> u64 {
+        (units as f64 * self.ns_per_unit).round() as u64
+    }
+
+    fn percentile_ns(&self, p: f64) -> u64 {
+        if self.latency.is_empty() {
+            0
+        } else {
+            self.ns(self.latency.value_at_quantile(p))
+        }
+    }
+
+    fn min_ns(&self) -> u64 {
+        if self.latency.is_empty() {
+            0
+        } else {
+            self.ns(self.latency.min())
+        }
+    }
+
+    fn max_ns(&self) -> u64 {
+        self.ns(self.latency.max())
+    }
+
+    /// Mean latency in ns.
+    pub fn mean_ns(&self) -> f64 {
+        if self.latency.is_empty() {
+            0.0
+        } else {
+            self.latency.mean() * self.ns_per_unit
+        }
+    }
+
+    /// The human-readable report.
+    pub fn text(&self) -> String {
+        let us = |ns: u64| ns as f64 / 1000.0;
+        let mix = match self.read_pct {
+            100 => String::new(),
+            0 => String::new(),
+            p => format!(" ({p}% reads)"),
+        };
+        format!(
+            "{targets} ns {nsid}: {pattern}{mix} {size} B, QD {qd} x {workers} queue pair(s), {time:.1} s (ramp {ramp:.1} s), shadow doorbells {shadow}\n\
+             IOPS {iops:.0} ({kiops:.1} K)   {mibs:.1} MiB/s   {ios} I/Os ({reads} reads, {writes} writes), {per_batch:.2} I/Os per doorbell batch\n\
+             latency (us, {timed} timed, clock {clock}): mean {mean:.2}   p50 {p50:.2}   p99 {p99:.2}   p99.9 {p999:.2}   max {max:.2}   min {min:.2}\n\
+             errors: {errors}{first}",
+            targets = self.targets.join(","),
+            nsid = self.nsid,
+            pattern = self.pattern,
+            size = self.io_size,
+            qd = self.qd,
+            workers = self.workers,
+            time = self.time_s,
+            ramp = self.ramp_s,
+            shadow = if self.shadow_doorbells { "on" } else { "off" },
+            iops = self.iops(),
+            kiops = self.iops() / 1000.0,
+            mibs = self.mib_per_s(),
+            ios = self.ios(),
+            reads = self.reads,
+            writes = self.writes,
+            per_batch = if self.batches > 0 { self.ios() as f64 / self.batches as f64 } else { 0.0 },
+            mean = self.mean_ns() / 1000.0,
+            p50 = us(self.percentile_ns(0.5)),
+            p99 = us(self.percentile_ns(0.99)),
+            p999 = us(self.percentile_ns(0.999)),
+            max = us(self.max_ns()),
+            min = us(self.min_ns()),
+            timed = self.latency.len(),
+            clock = self.clock,
+            errors = self.errors,
+            first = self
+                .first_error
+                .as_ref()
+                .map(|e| format!(" (first: {e})"))
+                .unwrap_or_default(),
+        )
+    }
+
+    /// The JSON report.
+    pub fn json(&self) -> Value {
+        json!({
+            "targets": self.targets,
+            "nsid": self.nsid,
+            "pattern": self.pattern,
+            "read_pct": self.read_pct,
+            "io_size": self.io_size,
+            "qd": self.qd,
+            "queue_pairs": self.workers,
+            "time_s": self.time_s,
+            "ramp_s": self.ramp_s,
+            "shadow_doorbells": self.shadow_doorbells,
+            "ios": self.ios(),
+            "reads": self.reads,
+            "writes": self.writes,
+            "iops": self.iops(),
+            "mib_per_s": self.mib_per_s(),
+            "ios_per_batch": if self.batches > 0 { self.ios() as f64 / self.batches as f64 } else { 0.0 },
+            "latency_ns": {
+                "mean": self.mean_ns(),
+                "min": self.min_ns(),
+                "p50": self.percentile_ns(0.5),
+                "p99": self.percentile_ns(0.99),
+                "p99_9": self.percentile_ns(0.999),
+                "max": self.max_ns(),
+            },
+            "clock": self.clock,
+            "timed_ios": self.latency.len(),
+            "errors": self.errors,
+            "first_error": self.first_error,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary() -> Summary {
+        Summary {
+            targets: vec!["model".into()],
+            nsid: 1,
+            pattern: "randread",
+            read_pct: 100,
+            io_size: 4096,
+            qd: 4,
+            workers: 1,
+            time_s: 2.0,
+            ramp_s: 0.0,
+            shadow_doorbells: true,
+            reads: 0,
+            writes: 0,
+            errors: 0,
+            first_error: None,
+            batches: 0,
+            latency: Histogram::new(3).unwrap(),
+            ns_per_unit: 1.0,
+            clock: "instant",
+        }
+    }
+
+    #[test]
+    fn adds_up_workers() {
+        let mut h = Histogram::<u64>::new(3).unwrap();
+        for v in [1000, 2000, 3000, 100_000] {
+            h.record(v).unwrap();
+        }
+        let w = WorkerResult {
+            reads: 3,
+            writes: 1,
+            errors: 0,
+            first_error: None,
+            latency: h,
+            batches: 2,
+        };
+        let s = summary().merge(vec![w.clone(), w]).unwrap();
+        assert_eq!(s.ios(), 8);
+        assert_eq!(s.iops(), 4.0);
+        let j = s.json();
+        assert_eq!(j["ios"], 8);
+        assert_eq!(j["ios_per_batch"], 2.0);
+        assert!(j["latency_ns"]["p99"].as_u64().unwrap() >= 99_000);
+        assert!(s.text().contains("IOPS 4 "), "{}", s.text());
+    }
+
+    #[test]
+    fn empty_run_reports_zeroes() {
+        let s = summary().merge(vec![]).unwrap();
+        assert_eq!(s.json()["latency_ns"]["p50"], 0);
+        assert_eq!(s.iops(), 0.0);
+    }
+}

@@ -1,0 +1,187 @@
+//! The `vfnvme` binary's argument parsing and validation, and `perf --model` end to end.
+//! Bad input must end with a clear message and exit status 1 or 2, never a panic (101).
+
+use std::process::{Command, Output};
+
+fn vfnvme(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vfnvme"))
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("run vfnvme")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs `args`, expects failure with `status` and `needle` in stderr.
+fn fails_with(args: &[&str], status: i32, needle: &str) {
+    let o = vfnvme(args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(status), "{args:?}: {err}");
+    assert!(
+        err.contains(needle),
+        "{args:?}: expected {needle:?} in: {err}"
+    );
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+}
+
+fn temp_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("vfnvme-cli-{}-{name}", std::process::id()))
+}
+
+#[test]
+fn perf_model_short_run_reports_iops_and_json() {
+    let json = temp_path("perf.json");
+    let o = vfnvme(&[
+        "perf",
+        "--model",
+        "--qd",
+        "8",
+        "--time",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}", stderr(&o));
+    assert!(out.contains("IOPS") && out.contains("p99"), "{out}");
+    let text = std::fs::read_to_string(&json).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let v: serde_json::Value = serde_json::from_str(&text).expect("perf JSON parses");
+    assert!(v["iops"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["ios"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(v["qd"], 8);
+    assert_eq!(v["io_size"], 4096);
+    assert_eq!(v["errors"], 0);
+    assert_eq!(v["targets"][0], "model");
+    let lat = &v["latency_ns"];
+    assert!(lat["p50"].as_u64().unwrap() > 0, "{v}");
+    assert!(lat["p99"].as_u64() >= lat["p50"].as_u64(), "{v}");
+    assert!(lat["max"].as_u64() >= lat["p99_9"].as_u64(), "{v}");
+}
+
+#[test]
+fn perf_model_mixed_writes_and_threads() {
+    let o = vfnvme(&[
+        "perf",
+        "--model",
+        "--qd",
+        "4",
+        "--time",
+        "1",
+        "--threads",
+        "2",
+        "--pattern",
+        "randrw",
+        "--rwmix-read",
+        "50",
+        "--io-size",
+        "16k",
+        "--json",
+        "-",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}", stderr(&o));
+    // With --json -, standard output is only the JSON; the text report goes to stderr.
+    let v: serde_json::Value = serde_json::from_str(&out).expect("stdout is JSON");
+    assert!(stderr(&o).contains("IOPS"), "{}", stderr(&o));
+    assert_eq!(v["queue_pairs"], 2);
+    assert_eq!(v["io_size"], 16384);
+    assert!(
+        v["reads"].as_u64().unwrap() > 0 && v["writes"].as_u64().unwrap() > 0,
+        "{v}"
+    );
+}
+
+#[test]
+fn perf_rejects_bad_input_clearly() {
+    fails_with(&["perf"], 1, "--device BDF");
+    fails_with(&["perf", "--model", "--qd", "0"], 1, "--qd 0");
+    fails_with(
+        &["perf", "--model", "--qd", "5000", "--time", "1"],
+        1,
+        "use --qd 1023 or less",
+    );
+    fails_with(
+        &["perf", "--model", "--io-size", "1000"],
+        1,
+        "multiple of 4096",
+    );
+    fails_with(&["perf", "--model", "--io-size", "16m"], 1, "8m or less");
+    fails_with(&["perf", "--model", "--io-size", "4q"], 2, "not a size");
+    fails_with(
+        &["perf", "--model", "--nsid", "9"],
+        1,
+        "namespace 9 is not active",
+    );
+    fails_with(&["perf", "--model", "--time", "0"], 1, "--time 0");
+    fails_with(&["perf", "--model", "--threads", "0"], 1, "--threads 0");
+    fails_with(&["perf", "--model", "--threads", "64"], 1, "use --threads");
+    fails_with(
+        &["perf", "--model", "--rwmix-read", "70"],
+        1,
+        "only applies to --pattern randrw",
+    );
+    fails_with(
+        &[
+            "perf",
+            "--model",
+            "--pattern",
+            "randrw",
+            "--rwmix-read",
+            "101",
+        ],
+        1,
+        "0 to 100",
+    );
+    fails_with(
+        &["perf", "--model", "--pattern", "sideways"],
+        2,
+        "invalid value",
+    );
+    fails_with(
+        &["perf", "--model", "--qd", "1024", "--io-size", "1m"],
+        1,
+        "lower --qd or --io-size",
+    );
+    fails_with(
+        &["perf", "--model", "--device", "0000:00:10.0"],
+        2,
+        "cannot be used with",
+    );
+    fails_with(&["perf", "--device", "bogus"], 1, "DDDD:BB:DD.F");
+    fails_with(&["perf", "--device", "ffff:ff:1f.7"], 1, "no PCI device");
+}
+
+#[test]
+fn a_closed_stdout_is_not_a_panic() {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vfnvme"))
+        .args(["perf", "--model", "--qd", "1", "--time", "1", "--json", "-"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vfnvme");
+    drop(child.stdout.take()); // the reader goes away before anything is written
+    let o = child.wait_with_output().expect("wait for vfnvme");
+    assert_ne!(o.status.code(), Some(101), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+}
+
+#[test]
+fn identify_list_and_setup_fail_cleanly() {
+    fails_with(&["identify", "nonsense"], 1, "DDDD:BB:DD.F");
+    fails_with(&["identify", "ffff:ff:1f.7"], 1, "no PCI device");
+    fails_with(&["identify"], 2, "BDF");
+    fails_with(&["setup", "--dry-run", "nonsense"], 1, "DDDD:BB:DD.F");
+    fails_with(&["setup", "--dry-run", "--reset", "x"], 1, "DDDD:BB:DD.F");
+    // `list` works or fails with a message, on any host.
+    let o = vfnvme(&["list", "--json"]);
+    assert_ne!(o.status.code(), Some(101), "{}", stderr(&o));
+    if o.status.success() {
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("list JSON parses");
+        assert!(v.is_array(), "{v}");
+    }
+}
