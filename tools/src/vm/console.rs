@@ -38,6 +38,22 @@ pub struct RunResult {
     pub tail: Vec<String>,
 }
 
+/// Lowers this thread's timer slack to 1 ns, so that QEMU, started from it, inherits that value.
+///
+/// QEMU's NVMe device processes a doorbell and posts completions from main-loop timers armed
+/// 500 ns ahead; with Linux's default 50 µs timer slack those fire up to 50 µs late, which
+/// dominates the emulated device's latency at queue depth 1 for every driver alike.
+fn set_low_timer_slack() {
+    // SAFETY: PR_SET_TIMERSLACK takes an integer and touches no memory of ours.
+    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
+    if rc != 0 {
+        log::warn!(
+            "could not lower the timer slack: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 /// Starts `qemu` with `args`, streams its console (if `echo`) and writes it to `log_path`.
 pub fn run_guest(
     qemu: &str,
@@ -49,6 +65,7 @@ pub fn run_guest(
 ) -> Result<RunResult> {
     let mut log = File::create(log_path)
         .with_context(|| format!("creating console log {}", log_path.display()))?;
+    set_low_timer_slack();
     let mut child = Command::new(qemu)
         .args(args)
         .stdin(Stdio::null())
