@@ -11,8 +11,9 @@
  * fio splits filenames at ':' unless escaped, so write PCI addresses with '.' or '\:'.
  *
  * One controller per traddr (or model id) is shared by every file and thread of the process;
- * each fio thread gets one queue pair per controller it uses. queue() only queues, commit()
- * rings each doorbell once, getevents() polls. Buffers come from the driver's DMA memory
+ * each fio thread gets one queue pair per controller it uses. queue() only queues; commit()
+ * rings a doorbell at most once, and only when the device would otherwise idle; getevents()
+ * rings for anything still unrung, then polls: at most one doorbell per batch. Buffers come from the driver's DMA memory
  * (iomem_alloc), so I/O is zero-copy; a file on a controller other than the one that provided
  * the thread's memory goes through per-io_u bounce buffers.
  */
@@ -597,8 +598,17 @@ static int vf_commit(struct thread_data *td)
 	struct vf_thread *vt = td->io_ops_data;
 	if (!vt->nqueued)
 		return 0;
-	for (int i = 0; i < vt->ntq; i++)
-		vfnvme_qpair_commit(vt->tq[i].qp);
+	/*
+	 * Ring a queue's doorbell now only when the device would otherwise sit idle: when every
+	 * command in flight on it is one queued since the last commit. When older commands are
+	 * still in flight, fio reaps them next, and getevents() (vfnvme_qpair_process_completions
+	 * commits first) rings for everything queued meanwhile: one doorbell per batch, even when
+	 * fio commits after every io_u (its default iodepth_batch=1).
+	 */
+	for (int i = 0; i < vt->ntq; i++) {
+		if (vfnvme_qpair_outstanding(vt->tq[i].qp) <= vt->nqueued)
+			vfnvme_qpair_commit(vt->tq[i].qp);
+	}
 	if (fio_fill_issue_time(td)) {
 		struct timespec now;
 		fio_gettime(&now, NULL);
