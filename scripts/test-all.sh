@@ -46,6 +46,9 @@ check() {
 if [ "$guest_only" -eq 0 ]; then
     step "host tests: cargo test --workspace (guest tests print SKIPPED (host) here)"
     cargo test --workspace
+    check "loom: model-check the namespace registry" \
+        env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+        cargo test -p vfnvme --lib namespace --release
     check "C ABI: header up to date" ffi/check-header.sh
     check "C ABI: example on the model" ffi/build-example.sh --run
     check "fio engine: host jobs on the model" scripts/fio-host-check.sh
