@@ -27,6 +27,9 @@ step "build (debug)"
 vfnvme=$(build_vfnvme debug)
 [ -x "$vfnvme" ] || { echo "error: could not find the built vfnvme binary" >&2; exit 1; }
 
+step "prepare the guest (installs QEMU, busybox, fio and a kernel if missing)"
+"$vfnvme" vm --prepare
+
 failed=0
 summary=()
 
@@ -54,8 +57,6 @@ if [ "$guest_only" -eq 0 ]; then
     check "fio engine: host jobs on the model" scripts/fio-host-check.sh
 fi
 
-step "prepare the guest (installs QEMU, busybox, fio and a kernel if missing)"
-"$vfnvme" vm --prepare
 
 # Scenario names, longest first, so guest_data4k_* picks data4k, not data.
 mapfile -t scenarios < <("$vfnvme" vm --list-scenarios | awk '/^[^ ]/ { print length($1), $1 }' |
