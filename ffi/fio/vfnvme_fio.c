@@ -51,6 +51,8 @@ struct vf_tq {
 	struct vf_ctrl *c;
 	struct vfnvme_qpair *qp;
 	void **bounce; /* indexed by io_u->index, allocated on first use */
+	unsigned int inflight; /* submitted, not yet completed */
+	unsigned int unrung; /* submitted since this queue pair's doorbell was last rung */
 };
 
 /* Per thread (td->io_ops_data). */
@@ -58,6 +60,9 @@ struct vf_thread {
 	struct vf_tq tq[VF_MAX_CTRLS];
 	int ntq;
 	struct vf_ctrl *mem_ctrl; /* provided td->orig_buffer */
+	uintptr_t mem_start, mem_end; /* td->orig_buffer from iomem_alloc: DMA memory of mem_ctrl */
+	struct vf_file *last_vf; /* file of the last io_u and its queue pair (a one-entry cache) */
+	struct vf_tq *last_tq;
 	struct io_u **events;
 	unsigned int nevents;
 	struct io_u **queued; /* queued since the last commit (for issue time) */
@@ -70,6 +75,7 @@ struct vf_thread {
 /* Per io_u (io_u->engine_data). */
 struct vf_iou {
 	struct vf_thread *vt;
+	struct vf_tq *tq; /* where it was submitted */
 	struct io_u *io_u;
 	void *bounce; /* non-NULL when the data goes through a bounce buffer */
 	unsigned int idx; /* 0..depth-1 (io_u->index shares a union with engine_data) */
@@ -454,6 +460,8 @@ static int vf_iomem_alloc(struct thread_data *td, size_t total_mem)
 		return 1;
 	}
 	td->orig_buffer = p;
+	vt->mem_start = (uintptr_t)p;
+	vt->mem_end = (uintptr_t)p + total_mem;
 	return 0;
 }
 
@@ -462,6 +470,8 @@ static void vf_iomem_free(struct thread_data *td)
 	struct vf_thread *vt = td->io_ops_data;
 	if (vt && vt->mem_ctrl && td->orig_buffer)
 		vfnvme_dma_free(vt->mem_ctrl->ctrl, td->orig_buffer);
+	if (vt)
+		vt->mem_start = vt->mem_end = 0;
 	td->orig_buffer = NULL;
 }
 
@@ -489,6 +499,7 @@ static void vf_done(void *arg, const struct vfnvme_cpl *cpl)
 	struct io_u *io_u = e->io_u;
 	struct vf_thread *vt = e->vt;
 
+	e->tq->inflight--;
 	if (cpl->status || cpl->rc) {
 		io_u->error = EIO;
 		io_u->resid = io_u->xfer_buflen;
@@ -507,7 +518,12 @@ static void *vf_data(struct vf_thread *vt, struct vf_tq *tq, struct io_u *io_u)
 {
 	struct vf_iou *e = io_u->engine_data;
 	uint64_t iova;
+	uintptr_t p = (uintptr_t)io_u->xfer_buf;
 	e->bounce = NULL;
+	/* fio's buffers lie in td->orig_buffer: DMA memory of mem_ctrl, no lookup needed (the
+	 * submit call still checks the pointer). Anything else: ask the driver. */
+	if (tq->c == vt->mem_ctrl && p >= vt->mem_start && p < vt->mem_end)
+		return io_u->xfer_buf;
 	if (vfnvme_dma_translate(tq->c->ctrl, io_u->xfer_buf, &iova) == 0)
 		return io_u->xfer_buf;
 	if (e->idx >= vt->depth)
@@ -531,8 +547,16 @@ static enum fio_q_status vf_queue(struct thread_data *td, struct io_u *io_u)
 	struct vf_thread *vt = td->io_ops_data;
 	struct vf_file *vf = FILE_ENG_DATA(io_u->file);
 	struct vf_iou *e = io_u->engine_data;
-	struct vf_tq *tq = vf ? vf_tq_of(vt, vf->c) : NULL;
+	struct vf_tq *tq;
 	int rc;
+
+	if (vf == vt->last_vf && vf) {
+		tq = vt->last_tq;
+	} else {
+		tq = vf ? vf_tq_of(vt, vf->c) : NULL;
+		vt->last_vf = vf;
+		vt->last_tq = tq;
+	}
 
 	fio_ro_check(td, io_u);
 	if (!tq) {
@@ -540,6 +564,7 @@ static enum fio_q_status vf_queue(struct thread_data *td, struct io_u *io_u)
 		return FIO_Q_COMPLETED;
 	}
 	e->vt = vt;
+	e->tq = tq;
 	uint64_t mask = vf->lba_size - 1;
 	if ((io_u->offset & mask) || (io_u->xfer_buflen & mask)) {
 		log_err("vfnvme: %s: I/O at %llu length %llu is not a multiple of the %u-byte block\n",
@@ -588,6 +613,8 @@ static enum fio_q_status vf_queue(struct thread_data *td, struct io_u *io_u)
 		io_u->error = rc == VFNVME_ERR_OUT_OF_RANGE ? EINVAL : EIO;
 		return FIO_Q_COMPLETED;
 	}
+	tq->inflight++;
+	tq->unrung++;
 	if (vt->nqueued < vt->depth)
 		vt->queued[vt->nqueued++] = io_u;
 	return FIO_Q_QUEUED;
@@ -606,8 +633,11 @@ static int vf_commit(struct thread_data *td)
 	 * fio commits after every io_u (its default iodepth_batch=1).
 	 */
 	for (int i = 0; i < vt->ntq; i++) {
-		if (vfnvme_qpair_outstanding(vt->tq[i].qp) <= vt->nqueued)
-			vfnvme_qpair_commit(vt->tq[i].qp);
+		struct vf_tq *tq = &vt->tq[i];
+		if (tq->unrung && tq->inflight <= tq->unrung) {
+			vfnvme_qpair_commit(tq->qp);
+			tq->unrung = 0;
+		}
 	}
 	if (fio_fill_issue_time(td)) {
 		struct timespec now;
@@ -631,7 +661,11 @@ static int vf_getevents(struct thread_data *td, unsigned int min, unsigned int m
 	vt->nevents = 0;
 	for (;;) {
 		for (int i = 0; i < vt->ntq && vt->nevents < max; i++) {
-			int n = vfnvme_qpair_process_completions(vt->tq[i].qp, max - vt->nevents);
+			struct vf_tq *tq = &vt->tq[i];
+			if (!tq->inflight)
+				continue;
+			tq->unrung = 0; /* polling commits */
+			int n = vfnvme_qpair_process_completions(tq->qp, max - vt->nevents);
 			if (n < 0) {
 				vf_log_rc("vfnvme_qpair_process_completions", n);
 				return -EIO;

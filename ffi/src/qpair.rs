@@ -8,6 +8,7 @@ use crate::backend::{IoCmd, QpairOps, RawCompletion, RawIova};
 use crate::ctrl::{deref, Ctrl};
 use crate::error::{guard, FfiError, FfiResult, Status};
 use crate::types::{Callback, Cpl, Range};
+use nvme::dma::DmaRegion;
 use nvme::namespace::{Namespace, NamespaceState};
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
@@ -36,6 +37,8 @@ pub struct Qpair {
     free: Vec<u32>,
     done: Vec<Done>,
     ns_cache: Vec<Option<Arc<Namespace>>>,
+    /// The DMA region of the last data buffer (regions stay mapped while the controller lives).
+    region: DmaRegion,
     in_callbacks: bool,
 }
 
@@ -75,7 +78,7 @@ impl Qpair {
         Ok(ns)
     }
 
-    fn buffer(&self, buf: *const c_void, len: u64) -> FfiResult<RawIova> {
+    fn buffer(&mut self, buf: *const c_void, len: u64) -> FfiResult<RawIova> {
         let bad = || {
             FfiError::new(
                 Status::VfnvmeErrBadBuffer,
@@ -83,19 +86,25 @@ impl Qpair {
             )
         };
         let len = usize::try_from(len).map_err(|_| bad())?;
-        let dma = self.ctrl().ops.dma();
-        let start = dma.translate(buf.cast()).ok_or_else(bad)?;
-        let last = (buf as usize).checked_add(len - 1).ok_or_else(bad)?;
-        match dma.translate(last as *const u8) {
-            Some(end) if end == start + (len as u64 - 1) => Ok(RawIova { iova: start, len }),
-            _ => Err(bad()),
+        if let Some(iova) = self.region.translate_range(buf.cast(), len) {
+            return Ok(RawIova { iova, len });
         }
+        // Not in the region of the last buffer: one lookup in the pool, remembered for the next.
+        let region = self
+            .ctrl()
+            .ops
+            .dma()
+            .region_of(buf.cast())
+            .ok_or_else(bad)?;
+        self.region = region;
+        let iova = region.translate_range(buf.cast(), len).ok_or_else(bad)?;
+        Ok(RawIova { iova, len })
     }
 
     fn submit(
         &mut self,
         nsid: u32,
-        cmd: impl FnOnce(&Self, &Namespace) -> FfiResult<IoCmd<'static>>,
+        cmd: impl FnOnce(&mut Self, &Namespace) -> FfiResult<IoCmd<'static>>,
         cb: Callback,
         arg: *mut c_void,
     ) -> FfiResult<i32> {
@@ -193,6 +202,7 @@ pub unsafe extern "C" fn vfnvme_qpair_alloc(
             free: (0..depth).rev().collect(),
             done: Vec::with_capacity(depth as usize),
             ns_cache: Vec::with_capacity(64),
+            region: DmaRegion::default(),
             in_callbacks: false,
         };
         c.qpairs.fetch_add(1, Ordering::AcqRel);
