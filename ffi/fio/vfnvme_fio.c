@@ -13,9 +13,13 @@
  * One controller per traddr (or model id) is shared by every file and thread of the process;
  * each fio thread gets one queue pair per controller it uses. queue() only queues; commit()
  * rings a doorbell at most once, and only when the device would otherwise idle; getevents()
- * rings for anything still unrung, then polls: at most one doorbell per batch. Buffers come from the driver's DMA memory
- * (iomem_alloc), so I/O is zero-copy; a file on a controller other than the one that provided
- * the thread's memory goes through per-io_u bounce buffers.
+ * rings for anything still unrung, then polls: at most one doorbell per batch. Buffers come from
+ * the driver's DMA memory (iomem_alloc), so I/O is zero-copy; a file on a controller other than
+ * the one that provided the thread's memory goes through per-io_u bounce buffers.
+ *
+ * Per I/O the engine makes one submit call (the data pointer is range-checked against the
+ * thread's iomem, no translation call) and shares one vfnvme_qpair_poll_completions call per
+ * batch of completions (no callbacks); it counts commands in flight itself.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -65,6 +69,7 @@ struct vf_thread {
 	struct vf_tq *last_tq;
 	struct io_u **events;
 	unsigned int nevents;
+	struct vfnvme_completion *cpls; /* getevents' batch from vfnvme_qpair_poll_completions */
 	struct io_u **queued; /* queued since the last commit (for issue time) */
 	unsigned int nqueued;
 	unsigned int depth;
@@ -80,6 +85,8 @@ struct vf_iou {
 	void *bounce; /* non-NULL when the data goes through a bounce buffer */
 	unsigned int idx; /* 0..depth-1 (io_u->index shares a union with engine_data) */
 };
+
+static void vf_done(struct vf_iou *e, const struct vfnvme_cpl *cpl);
 
 static pthread_mutex_t vf_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct vf_ctrl vf_ctrls[VF_MAX_CTRLS];
@@ -374,9 +381,13 @@ static void vf_cleanup(struct thread_data *td)
 		for (int i = 0; i < vt->ntq; i++) {
 			struct vf_tq *tq = &vt->tq[i];
 			/* Drain what is still in flight, then free the queue pair. */
-			while (tq->qp && vfnvme_qpair_outstanding(tq->qp) > 0)
-				if (vfnvme_qpair_process_completions(tq->qp, 0) < 0)
+			while (tq->qp && vfnvme_qpair_outstanding(tq->qp) > 0) {
+				int n = vfnvme_qpair_poll_completions(tq->qp, vt->depth, vt->cpls);
+				if (n < 0)
 					break;
+				for (int j = 0; j < n; j++)
+					vf_done(vt->cpls[j].arg, &vt->cpls[j].cpl);
+			}
 			if (tq->bounce) {
 				for (unsigned int j = 0; j < vt->depth; j++)
 					vfnvme_dma_free(tq->c->ctrl, tq->bounce[j]);
@@ -388,6 +399,7 @@ static void vf_cleanup(struct thread_data *td)
 		}
 		free(vt->events);
 		free(vt->queued);
+		free(vt->cpls);
 		free(vt);
 		td->io_ops_data = NULL;
 	}
@@ -408,7 +420,8 @@ static int vf_init(struct thread_data *td)
 	vt->max_bs = td_max_bs(td);
 	vt->events = calloc(vt->depth, sizeof(*vt->events));
 	vt->queued = calloc(vt->depth, sizeof(*vt->queued));
-	if (!vt->events || !vt->queued)
+	vt->cpls = calloc(vt->depth, sizeof(*vt->cpls));
+	if (!vt->events || !vt->queued || !vt->cpls)
 		goto fail;
 	for_each_file(td, f, i) {
 		struct vf_file *vf = FILE_ENG_DATA(f);
@@ -493,9 +506,9 @@ static void vf_io_u_free(struct thread_data *td, struct io_u *io_u)
 	io_u->engine_data = NULL;
 }
 
-static void vf_done(void *arg, const struct vfnvme_cpl *cpl)
+/* Completes the io_u of e (submitted without a callback; reaped in a batch by getevents). */
+static void vf_done(struct vf_iou *e, const struct vfnvme_cpl *cpl)
 {
-	struct vf_iou *e = arg;
 	struct io_u *io_u = e->io_u;
 	struct vf_thread *vt = e->vt;
 
@@ -585,21 +598,21 @@ static enum fio_q_status vf_queue(struct thread_data *td, struct io_u *io_u)
 			return FIO_Q_COMPLETED;
 		}
 		rc = io_u->ddir == DDIR_READ
-			     ? vfnvme_qpair_read(tq->qp, vf->nsid, data, lba, blocks, vf_done, e)
-			     : vfnvme_qpair_write(tq->qp, vf->nsid, data, lba, blocks, vf_done, e);
+			     ? vfnvme_qpair_read(tq->qp, vf->nsid, data, lba, blocks, NULL, e)
+			     : vfnvme_qpair_write(tq->qp, vf->nsid, data, lba, blocks, NULL, e);
 		break;
 	}
 	case DDIR_TRIM: {
 		struct vfnvme_range r = { .lba = lba, .blocks = blocks };
 		e->bounce = NULL;
-		rc = vfnvme_qpair_deallocate(tq->qp, vf->nsid, &r, 1, vf_done, e);
+		rc = vfnvme_qpair_deallocate(tq->qp, vf->nsid, &r, 1, NULL, e);
 		break;
 	}
 	case DDIR_SYNC:
 	case DDIR_DATASYNC:
 	case DDIR_SYNC_FILE_RANGE:
 		e->bounce = NULL;
-		rc = vfnvme_qpair_flush(tq->qp, vf->nsid, vf_done, e);
+		rc = vfnvme_qpair_flush(tq->qp, vf->nsid, NULL, e);
 		break;
 	default:
 		io_u->error = EINVAL;
@@ -628,7 +641,7 @@ static int vf_commit(struct thread_data *td)
 	/*
 	 * Ring a queue's doorbell now only when the device would otherwise sit idle: when every
 	 * command in flight on it is one queued since the last commit. When older commands are
-	 * still in flight, fio reaps them next, and getevents() (vfnvme_qpair_process_completions
+	 * still in flight, fio reaps them next, and getevents() (vfnvme_qpair_poll_completions
 	 * commits first) rings for everything queued meanwhile: one doorbell per batch, even when
 	 * fio commits after every io_u (its default iodepth_batch=1).
 	 */
@@ -665,11 +678,13 @@ static int vf_getevents(struct thread_data *td, unsigned int min, unsigned int m
 			if (!tq->inflight)
 				continue;
 			tq->unrung = 0; /* polling commits */
-			int n = vfnvme_qpair_process_completions(tq->qp, max - vt->nevents);
+			int n = vfnvme_qpair_poll_completions(tq->qp, max - vt->nevents, vt->cpls);
 			if (n < 0) {
-				vf_log_rc("vfnvme_qpair_process_completions", n);
+				vf_log_rc("vfnvme_qpair_poll_completions", n);
 				return -EIO;
 			}
+			for (int j = 0; j < n; j++)
+				vf_done(vt->cpls[j].arg, &vt->cpls[j].cpl);
 		}
 		if (vt->nevents >= min)
 			break;

@@ -7,7 +7,7 @@
 use crate::backend::{IoCmd, QpairOps, RawCompletion, RawIova};
 use crate::ctrl::{deref, Ctrl};
 use crate::error::{guard, FfiError, FfiResult, Status};
-use crate::types::{Callback, Cpl, Range};
+use crate::types::{Callback, Completion, Cpl, Range};
 use nvme::dma::DmaRegion;
 use nvme::namespace::{Namespace, NamespaceState};
 use std::ffi::c_void;
@@ -457,6 +457,61 @@ pub unsafe extern "C" fn vfnvme_qpair_process_completions(qp: *mut Qpair, max: u
         let q = qp_mut(qp)?;
         q.done = done;
         q.in_callbacks = false;
+        Ok(i32::try_from(n).unwrap_or(i32::MAX))
+    })
+}
+
+/// Commits queued commands and reaps up to `max` completions (`max` >= 1) into `out[0..n]`
+/// without calling callbacks: each entry holds the `arg` given at submission and the completion
+/// (the callback given at submission is not called for them). Returns `n` (>= 0) or a negative
+/// status. Never blocks. The batch alternative to vfnvme_qpair_process_completions (one call,
+/// no callback per completion); VFNVME_ERR_BUSY if called from a completion callback.
+///
+/// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above; `out` has room
+/// for `max` entries.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_qpair_poll_completions(
+    qp: *mut Qpair,
+    max: u32,
+    out: *mut Completion,
+) -> i32 {
+    guard("vfnvme_qpair_poll_completions", || {
+        let q = qp_mut(qp)?;
+        if out.is_null() || max == 0 {
+            return Err(FfiError::new(
+                Status::VfnvmeErrInvalidArgument,
+                format!(
+                    "poll_completions needs an array of max >= 1 entries (out {out:p}, max {max})"
+                ),
+            ));
+        }
+        if q.in_callbacks {
+            return Err(FfiError::new(
+                Status::VfnvmeErrBusy,
+                "vfnvme_qpair_poll_completions called from a completion callback; return from the callback instead",
+            ));
+        }
+        let max = max.min(q.slots.len() as u32);
+        // SAFETY: the caller provides room for `max` (or more) entries (header contract), which
+        // only this call writes while it runs.
+        let out = unsafe { std::slice::from_raw_parts_mut(out, max as usize) };
+        let mut n = 0usize;
+        let Qpair {
+            inner, slots, free, ..
+        } = q;
+        inner.poll(max, &mut |c: RawCompletion| {
+            let idx = c.tag as usize;
+            if let (Some(s), Some(o)) = (slots.get(idx), out.get_mut(n)) {
+                free.push(idx as u32);
+                let mut cpl = Cpl::from_status(c.status, c.cdw0);
+                cpl.rc = c.rc;
+                *o = Completion { arg: s.arg, cpl };
+                n += 1;
+            }
+        });
         Ok(i32::try_from(n).unwrap_or(i32::MAX))
     })
 }
