@@ -108,9 +108,18 @@ impl Qpair {
         cb: Callback,
         arg: *mut c_void,
     ) -> FfiResult<i32> {
-        let ns = self.namespace(nsid)?;
-        let cmd = cmd(self, &ns)?;
-        self.submit_cmd(&ns, cmd, cb, arg)
+        // Borrow the cached namespace by moving it out and back (no reference-count traffic
+        // per command); `namespace` refills the cache on a miss.
+        let idx = nsid as usize;
+        let ns = match self.ns_cache.get_mut(idx).and_then(Option::take) {
+            Some(ns) if ns.state() == NamespaceState::Active => ns,
+            _ => self.namespace(nsid)?,
+        };
+        let r = cmd(self, &ns).and_then(|c| self.submit_cmd(&ns, c, cb, arg));
+        if let Some(slot) = self.ns_cache.get_mut(idx) {
+            *slot = Some(ns);
+        }
+        r
     }
 
     fn submit_cmd(
