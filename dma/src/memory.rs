@@ -217,13 +217,51 @@ impl DmaPool {
 
     /// Translates an address inside any region of this pool to its IOVA. Lock-free.
     pub fn translate(&self, addr: *const u8) -> Option<u64> {
+        self.region_of(addr)
+            .map(|r| r.iova + (addr as usize - r.va) as u64)
+    }
+
+    /// Translates the `len` bytes at `addr` to the IOVA of the first byte, if they all lie in
+    /// one region of this pool (one lookup). Lock-free.
+    pub fn translate_range(&self, addr: *const u8, len: usize) -> Option<u64> {
+        self.region_of(addr)?.translate_range(addr, len)
+    }
+
+    /// The region of this pool that contains `addr`. Regions stay mapped until the pool and
+    /// every buffer from it are gone, so a caller may cache the answer that long. Lock-free.
+    pub fn region_of(&self, addr: *const u8) -> Option<DmaRegion> {
         let a = addr as usize;
         let n = self.inner.published.load(Ordering::Acquire);
         self.inner.slots[..n].iter().find_map(|s| {
             let va = s.va.load(Ordering::Relaxed);
             let len = s.len.load(Ordering::Relaxed);
-            (a >= va && a < va + len).then(|| s.iova.load(Ordering::Relaxed) + (a - va) as u64)
+            (a.wrapping_sub(va) < len).then(|| DmaRegion {
+                va,
+                len,
+                iova: s.iova.load(Ordering::Relaxed),
+            })
         })
+    }
+}
+
+/// One mapped region of a [`DmaPool`]: `len` bytes at process address `va`, which the device
+/// reaches at `iova`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DmaRegion {
+    /// Process address of the first byte.
+    pub va: usize,
+    /// Length in bytes (0 for the empty default, which contains nothing).
+    pub len: usize,
+    /// Device address of the first byte.
+    pub iova: u64,
+}
+
+impl DmaRegion {
+    /// The IOVA of `addr` if the `len` bytes from `addr` lie inside this region.
+    #[inline]
+    pub fn translate_range(&self, addr: *const u8, len: usize) -> Option<u64> {
+        let off = (addr as usize).wrapping_sub(self.va);
+        (off < self.len && len <= self.len - off).then(|| self.iova + off as u64)
     }
 }
 
@@ -379,6 +417,32 @@ mod tests {
             2,
             "one region per size class"
         );
+    }
+
+    #[test]
+    fn translate_range_stays_inside_one_region() {
+        let (p, _) = pool();
+        let a = p.alloc(4096).unwrap();
+        let region = p.region_of(a.as_ptr()).unwrap();
+        assert!(region.len >= 4096);
+        assert_eq!(p.translate_range(a.as_ptr(), 4096), Some(a.iova()));
+        assert_eq!(region.translate_range(a.as_ptr(), 4096), Some(a.iova()));
+        // SAFETY: 100 is inside the buffer.
+        let inside = unsafe { a.as_ptr().add(100) };
+        assert_eq!(p.translate_range(inside, 8), Some(a.iova() + 100));
+        let end = region.va + region.len;
+        assert_eq!(
+            p.translate_range((end - 4096) as *const u8, 4096),
+            Some(region.iova + (region.len - 4096) as u64)
+        );
+        assert_eq!(
+            p.translate_range((end - 4096) as *const u8, 4097),
+            None,
+            "runs past the region"
+        );
+        assert_eq!(p.translate_range(std::ptr::null(), 1), None);
+        assert_eq!(p.translate_range(end as *const u8, 1), None);
+        assert_eq!(DmaRegion::default().translate_range(a.as_ptr(), 1), None);
     }
 
     #[test]

@@ -13,9 +13,13 @@
  * One controller per traddr (or model id) is shared by every file and thread of the process;
  * each fio thread gets one queue pair per controller it uses. queue() only queues; commit()
  * rings a doorbell at most once, and only when the device would otherwise idle; getevents()
- * rings for anything still unrung, then polls: at most one doorbell per batch. Buffers come from the driver's DMA memory
- * (iomem_alloc), so I/O is zero-copy; a file on a controller other than the one that provided
- * the thread's memory goes through per-io_u bounce buffers.
+ * rings for anything still unrung, then polls: at most one doorbell per batch. Buffers come from
+ * the driver's DMA memory (iomem_alloc), so I/O is zero-copy; a file on a controller other than
+ * the one that provided the thread's memory goes through per-io_u bounce buffers.
+ *
+ * Per I/O the engine makes one submit call (the data pointer is range-checked against the
+ * thread's iomem, no translation call) and shares one vfnvme_qpair_poll_completions call per
+ * batch of completions (no callbacks); it counts commands in flight itself.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -51,6 +55,8 @@ struct vf_tq {
 	struct vf_ctrl *c;
 	struct vfnvme_qpair *qp;
 	void **bounce; /* indexed by io_u->index, allocated on first use */
+	unsigned int inflight; /* submitted, not yet completed */
+	unsigned int unrung; /* submitted since this queue pair's doorbell was last rung */
 };
 
 /* Per thread (td->io_ops_data). */
@@ -58,8 +64,12 @@ struct vf_thread {
 	struct vf_tq tq[VF_MAX_CTRLS];
 	int ntq;
 	struct vf_ctrl *mem_ctrl; /* provided td->orig_buffer */
+	uintptr_t mem_start, mem_end; /* td->orig_buffer from iomem_alloc: DMA memory of mem_ctrl */
+	struct vf_file *last_vf; /* file of the last io_u and its queue pair (a one-entry cache) */
+	struct vf_tq *last_tq;
 	struct io_u **events;
 	unsigned int nevents;
+	struct vfnvme_completion *cpls; /* getevents' batch from vfnvme_qpair_poll_completions */
 	struct io_u **queued; /* queued since the last commit (for issue time) */
 	unsigned int nqueued;
 	unsigned int depth;
@@ -70,10 +80,13 @@ struct vf_thread {
 /* Per io_u (io_u->engine_data). */
 struct vf_iou {
 	struct vf_thread *vt;
+	struct vf_tq *tq; /* where it was submitted */
 	struct io_u *io_u;
 	void *bounce; /* non-NULL when the data goes through a bounce buffer */
 	unsigned int idx; /* 0..depth-1 (io_u->index shares a union with engine_data) */
 };
+
+static void vf_done(struct vf_iou *e, const struct vfnvme_cpl *cpl);
 
 static pthread_mutex_t vf_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct vf_ctrl vf_ctrls[VF_MAX_CTRLS];
@@ -368,9 +381,13 @@ static void vf_cleanup(struct thread_data *td)
 		for (int i = 0; i < vt->ntq; i++) {
 			struct vf_tq *tq = &vt->tq[i];
 			/* Drain what is still in flight, then free the queue pair. */
-			while (tq->qp && vfnvme_qpair_outstanding(tq->qp) > 0)
-				if (vfnvme_qpair_process_completions(tq->qp, 0) < 0)
+			while (tq->qp && vfnvme_qpair_outstanding(tq->qp) > 0) {
+				int n = vfnvme_qpair_poll_completions(tq->qp, vt->depth, vt->cpls);
+				if (n < 0)
 					break;
+				for (int j = 0; j < n; j++)
+					vf_done(vt->cpls[j].arg, &vt->cpls[j].cpl);
+			}
 			if (tq->bounce) {
 				for (unsigned int j = 0; j < vt->depth; j++)
 					vfnvme_dma_free(tq->c->ctrl, tq->bounce[j]);
@@ -382,6 +399,7 @@ static void vf_cleanup(struct thread_data *td)
 		}
 		free(vt->events);
 		free(vt->queued);
+		free(vt->cpls);
 		free(vt);
 		td->io_ops_data = NULL;
 	}
@@ -402,7 +420,8 @@ static int vf_init(struct thread_data *td)
 	vt->max_bs = td_max_bs(td);
 	vt->events = calloc(vt->depth, sizeof(*vt->events));
 	vt->queued = calloc(vt->depth, sizeof(*vt->queued));
-	if (!vt->events || !vt->queued)
+	vt->cpls = calloc(vt->depth, sizeof(*vt->cpls));
+	if (!vt->events || !vt->queued || !vt->cpls)
 		goto fail;
 	for_each_file(td, f, i) {
 		struct vf_file *vf = FILE_ENG_DATA(f);
@@ -454,6 +473,8 @@ static int vf_iomem_alloc(struct thread_data *td, size_t total_mem)
 		return 1;
 	}
 	td->orig_buffer = p;
+	vt->mem_start = (uintptr_t)p;
+	vt->mem_end = (uintptr_t)p + total_mem;
 	return 0;
 }
 
@@ -462,6 +483,8 @@ static void vf_iomem_free(struct thread_data *td)
 	struct vf_thread *vt = td->io_ops_data;
 	if (vt && vt->mem_ctrl && td->orig_buffer)
 		vfnvme_dma_free(vt->mem_ctrl->ctrl, td->orig_buffer);
+	if (vt)
+		vt->mem_start = vt->mem_end = 0;
 	td->orig_buffer = NULL;
 }
 
@@ -483,12 +506,13 @@ static void vf_io_u_free(struct thread_data *td, struct io_u *io_u)
 	io_u->engine_data = NULL;
 }
 
-static void vf_done(void *arg, const struct vfnvme_cpl *cpl)
+/* Completes the io_u of e (submitted without a callback; reaped in a batch by getevents). */
+static void vf_done(struct vf_iou *e, const struct vfnvme_cpl *cpl)
 {
-	struct vf_iou *e = arg;
 	struct io_u *io_u = e->io_u;
 	struct vf_thread *vt = e->vt;
 
+	e->tq->inflight--;
 	if (cpl->status || cpl->rc) {
 		io_u->error = EIO;
 		io_u->resid = io_u->xfer_buflen;
@@ -507,7 +531,12 @@ static void *vf_data(struct vf_thread *vt, struct vf_tq *tq, struct io_u *io_u)
 {
 	struct vf_iou *e = io_u->engine_data;
 	uint64_t iova;
+	uintptr_t p = (uintptr_t)io_u->xfer_buf;
 	e->bounce = NULL;
+	/* fio's buffers lie in td->orig_buffer: DMA memory of mem_ctrl, no lookup needed (the
+	 * submit call still checks the pointer). Anything else: ask the driver. */
+	if (tq->c == vt->mem_ctrl && p >= vt->mem_start && p < vt->mem_end)
+		return io_u->xfer_buf;
 	if (vfnvme_dma_translate(tq->c->ctrl, io_u->xfer_buf, &iova) == 0)
 		return io_u->xfer_buf;
 	if (e->idx >= vt->depth)
@@ -531,8 +560,16 @@ static enum fio_q_status vf_queue(struct thread_data *td, struct io_u *io_u)
 	struct vf_thread *vt = td->io_ops_data;
 	struct vf_file *vf = FILE_ENG_DATA(io_u->file);
 	struct vf_iou *e = io_u->engine_data;
-	struct vf_tq *tq = vf ? vf_tq_of(vt, vf->c) : NULL;
+	struct vf_tq *tq;
 	int rc;
+
+	if (vf == vt->last_vf && vf) {
+		tq = vt->last_tq;
+	} else {
+		tq = vf ? vf_tq_of(vt, vf->c) : NULL;
+		vt->last_vf = vf;
+		vt->last_tq = tq;
+	}
 
 	fio_ro_check(td, io_u);
 	if (!tq) {
@@ -540,6 +577,7 @@ static enum fio_q_status vf_queue(struct thread_data *td, struct io_u *io_u)
 		return FIO_Q_COMPLETED;
 	}
 	e->vt = vt;
+	e->tq = tq;
 	uint64_t mask = vf->lba_size - 1;
 	if ((io_u->offset & mask) || (io_u->xfer_buflen & mask)) {
 		log_err("vfnvme: %s: I/O at %llu length %llu is not a multiple of the %u-byte block\n",
@@ -560,21 +598,21 @@ static enum fio_q_status vf_queue(struct thread_data *td, struct io_u *io_u)
 			return FIO_Q_COMPLETED;
 		}
 		rc = io_u->ddir == DDIR_READ
-			     ? vfnvme_qpair_read(tq->qp, vf->nsid, data, lba, blocks, vf_done, e)
-			     : vfnvme_qpair_write(tq->qp, vf->nsid, data, lba, blocks, vf_done, e);
+			     ? vfnvme_qpair_read(tq->qp, vf->nsid, data, lba, blocks, NULL, e)
+			     : vfnvme_qpair_write(tq->qp, vf->nsid, data, lba, blocks, NULL, e);
 		break;
 	}
 	case DDIR_TRIM: {
 		struct vfnvme_range r = { .lba = lba, .blocks = blocks };
 		e->bounce = NULL;
-		rc = vfnvme_qpair_deallocate(tq->qp, vf->nsid, &r, 1, vf_done, e);
+		rc = vfnvme_qpair_deallocate(tq->qp, vf->nsid, &r, 1, NULL, e);
 		break;
 	}
 	case DDIR_SYNC:
 	case DDIR_DATASYNC:
 	case DDIR_SYNC_FILE_RANGE:
 		e->bounce = NULL;
-		rc = vfnvme_qpair_flush(tq->qp, vf->nsid, vf_done, e);
+		rc = vfnvme_qpair_flush(tq->qp, vf->nsid, NULL, e);
 		break;
 	default:
 		io_u->error = EINVAL;
@@ -588,6 +626,8 @@ static enum fio_q_status vf_queue(struct thread_data *td, struct io_u *io_u)
 		io_u->error = rc == VFNVME_ERR_OUT_OF_RANGE ? EINVAL : EIO;
 		return FIO_Q_COMPLETED;
 	}
+	tq->inflight++;
+	tq->unrung++;
 	if (vt->nqueued < vt->depth)
 		vt->queued[vt->nqueued++] = io_u;
 	return FIO_Q_QUEUED;
@@ -601,13 +641,16 @@ static int vf_commit(struct thread_data *td)
 	/*
 	 * Ring a queue's doorbell now only when the device would otherwise sit idle: when every
 	 * command in flight on it is one queued since the last commit. When older commands are
-	 * still in flight, fio reaps them next, and getevents() (vfnvme_qpair_process_completions
+	 * still in flight, fio reaps them next, and getevents() (vfnvme_qpair_poll_completions
 	 * commits first) rings for everything queued meanwhile: one doorbell per batch, even when
 	 * fio commits after every io_u (its default iodepth_batch=1).
 	 */
 	for (int i = 0; i < vt->ntq; i++) {
-		if (vfnvme_qpair_outstanding(vt->tq[i].qp) <= vt->nqueued)
-			vfnvme_qpair_commit(vt->tq[i].qp);
+		struct vf_tq *tq = &vt->tq[i];
+		if (tq->unrung && tq->inflight <= tq->unrung) {
+			vfnvme_qpair_commit(tq->qp);
+			tq->unrung = 0;
+		}
 	}
 	if (fio_fill_issue_time(td)) {
 		struct timespec now;
@@ -631,11 +674,17 @@ static int vf_getevents(struct thread_data *td, unsigned int min, unsigned int m
 	vt->nevents = 0;
 	for (;;) {
 		for (int i = 0; i < vt->ntq && vt->nevents < max; i++) {
-			int n = vfnvme_qpair_process_completions(vt->tq[i].qp, max - vt->nevents);
+			struct vf_tq *tq = &vt->tq[i];
+			if (!tq->inflight)
+				continue;
+			tq->unrung = 0; /* polling commits */
+			int n = vfnvme_qpair_poll_completions(tq->qp, max - vt->nevents, vt->cpls);
 			if (n < 0) {
-				vf_log_rc("vfnvme_qpair_process_completions", n);
+				vf_log_rc("vfnvme_qpair_poll_completions", n);
 				return -EIO;
 			}
+			for (int j = 0; j < n; j++)
+				vf_done(vt->cpls[j].arg, &vt->cpls[j].cpl);
 		}
 		if (vt->nevents >= min)
 			break;

@@ -141,6 +141,15 @@ struct vfnvme_range {
   uint32_t blocks;
 };
 
+// One completion returned by `vfnvme_qpair_poll_completions`: the `arg` given at submission and
+// the completion.
+struct vfnvme_completion {
+  // The pointer given at submission.
+  void *arg;
+  // How the command completed.
+  struct vfnvme_cpl cpl;
+};
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -326,6 +335,19 @@ int32_t vfnvme_qpair_commit(struct vfnvme_qpair *qp);
 // # Safety
 // Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_qpair_process_completions(struct vfnvme_qpair *qp, uint32_t max);
+
+// Commits queued commands and reaps up to `max` completions (`max` >= 1) into `out[0..n]`
+// without calling callbacks: each entry holds the `arg` given at submission and the completion
+// (the callback given at submission is not called for them). Returns `n` (>= 0) or a negative
+// status. Never blocks. The batch alternative to vfnvme_qpair_process_completions (one call,
+// no callback per completion); VFNVME_ERR_BUSY if called from a completion callback.
+//
+// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above; `out` has room
+// for `max` entries.
+int32_t vfnvme_qpair_poll_completions(struct vfnvme_qpair *qp, uint32_t max, struct vfnvme_completion *out);
 
 // Commands submitted on this queue pair and not yet completed (0 for NULL).
 //

@@ -4,7 +4,7 @@
 use crate::ctrl::*;
 use crate::error::{vfnvme_last_error, vfnvme_strerror};
 use crate::qpair::*;
-use crate::types::{Cpl, CtrlInfo, ModelOpts, NsInfo, Range};
+use crate::types::{Completion, Cpl, CtrlInfo, ModelOpts, NsInfo, Range};
 use crate::Status;
 use std::ffi::{c_void, CStr};
 use std::ptr::{null, null_mut};
@@ -316,6 +316,75 @@ unsafe extern "C" fn resubmit(arg: *mut c_void, cpl: *const Cpl) {
             );
             assert_eq!(rc, 0);
         }
+    }
+}
+
+#[test]
+fn poll_completions_returns_args_in_an_array_without_callbacks() {
+    let ctrl = model(1, 512, 64);
+    let (buf, _) = alloc(ctrl, 8 * 512);
+    let mut log = Log::default();
+    let arg = Arg {
+        log: &mut log,
+        id: 0,
+    };
+    let empty = Completion {
+        arg: null_mut(),
+        cpl: Cpl::default(),
+    };
+    // SAFETY: valid pointers; `buf` holds 8 blocks; `arg` outlives the commands.
+    unsafe {
+        let mut qp = null_mut();
+        assert_eq!(vfnvme_qpair_alloc(ctrl, 16, &mut qp), OK);
+        let mut out = [empty; 16];
+        assert_eq!(
+            vfnvme_qpair_poll_completions(qp, 0, out.as_mut_ptr()),
+            code(Status::VfnvmeErrInvalidArgument)
+        );
+        assert_eq!(
+            vfnvme_qpair_poll_completions(qp, 4, null_mut()),
+            code(Status::VfnvmeErrInvalidArgument)
+        );
+        for i in 0..8u64 {
+            let cb = if i == 0 { Some(record as _) } else { None };
+            let a = if i == 0 {
+                &arg as *const Arg as *mut c_void
+            } else {
+                (0x1000 + i) as *mut c_void
+            };
+            assert_eq!(
+                vfnvme_qpair_read(qp, 1, buf.add(i as usize * 512).cast(), i, 1, cb, a),
+                OK
+            );
+        }
+        // Memory outside DMA memory is still rejected (the region cache is per queue pair).
+        let mut host = [0u8; 4096];
+        assert_eq!(
+            vfnvme_qpair_read(qp, 1, host.as_mut_ptr().cast(), 0, 1, None, null_mut()),
+            code(Status::VfnvmeErrBadBuffer)
+        );
+        let mut got = Vec::new();
+        for _ in 0..100_000 {
+            if got.len() >= 8 {
+                break;
+            }
+            let n = vfnvme_qpair_poll_completions(qp, 3, out.as_mut_ptr());
+            assert!((0..=3).contains(&n), "{n}: {}", last_error());
+            got.extend(out[..n as usize].iter().map(|c| (c.arg as usize, c.cpl)));
+        }
+        got.sort_by_key(|g| g.0);
+        let mut want: Vec<usize> = (1..8).map(|i| 0x1000 + i).collect();
+        want.insert(0, &arg as *const Arg as usize);
+        want.sort();
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), want);
+        assert!(got.iter().all(|g| g.1.status == 0 && g.1.rc == 0));
+        assert!(
+            log.cpls.is_empty(),
+            "no callback runs for polled completions"
+        );
+        assert_eq!(vfnvme_qpair_outstanding(qp), 0);
+        assert_eq!(vfnvme_qpair_free(qp), OK);
+        assert_eq!(vfnvme_ctrl_close(ctrl), OK);
     }
 }
 

@@ -7,7 +7,8 @@
 use crate::backend::{IoCmd, QpairOps, RawCompletion, RawIova};
 use crate::ctrl::{deref, Ctrl};
 use crate::error::{guard, FfiError, FfiResult, Status};
-use crate::types::{Callback, Cpl, Range};
+use crate::types::{Callback, Completion, Cpl, Range};
+use nvme::dma::DmaRegion;
 use nvme::namespace::{Namespace, NamespaceState};
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
@@ -36,6 +37,8 @@ pub struct Qpair {
     free: Vec<u32>,
     done: Vec<Done>,
     ns_cache: Vec<Option<Arc<Namespace>>>,
+    /// The DMA region of the last data buffer (regions stay mapped while the controller lives).
+    region: DmaRegion,
     in_callbacks: bool,
 }
 
@@ -75,7 +78,7 @@ impl Qpair {
         Ok(ns)
     }
 
-    fn buffer(&self, buf: *const c_void, len: u64) -> FfiResult<RawIova> {
+    fn buffer(&mut self, buf: *const c_void, len: u64) -> FfiResult<RawIova> {
         let bad = || {
             FfiError::new(
                 Status::VfnvmeErrBadBuffer,
@@ -83,25 +86,40 @@ impl Qpair {
             )
         };
         let len = usize::try_from(len).map_err(|_| bad())?;
-        let dma = self.ctrl().ops.dma();
-        let start = dma.translate(buf.cast()).ok_or_else(bad)?;
-        let last = (buf as usize).checked_add(len - 1).ok_or_else(bad)?;
-        match dma.translate(last as *const u8) {
-            Some(end) if end == start + (len as u64 - 1) => Ok(RawIova { iova: start, len }),
-            _ => Err(bad()),
+        if let Some(iova) = self.region.translate_range(buf.cast(), len) {
+            return Ok(RawIova { iova, len });
         }
+        // Not in the region of the last buffer: one lookup in the pool, remembered for the next.
+        let region = self
+            .ctrl()
+            .ops
+            .dma()
+            .region_of(buf.cast())
+            .ok_or_else(bad)?;
+        self.region = region;
+        let iova = region.translate_range(buf.cast(), len).ok_or_else(bad)?;
+        Ok(RawIova { iova, len })
     }
 
     fn submit(
         &mut self,
         nsid: u32,
-        cmd: impl FnOnce(&Self, &Namespace) -> FfiResult<IoCmd<'static>>,
+        cmd: impl FnOnce(&mut Self, &Namespace) -> FfiResult<IoCmd<'static>>,
         cb: Callback,
         arg: *mut c_void,
     ) -> FfiResult<i32> {
-        let ns = self.namespace(nsid)?;
-        let cmd = cmd(self, &ns)?;
-        self.submit_cmd(&ns, cmd, cb, arg)
+        // Borrow the cached namespace by moving it out and back (no reference-count traffic
+        // per command); `namespace` refills the cache on a miss.
+        let idx = nsid as usize;
+        let ns = match self.ns_cache.get_mut(idx).and_then(Option::take) {
+            Some(ns) if ns.state() == NamespaceState::Active => ns,
+            _ => self.namespace(nsid)?,
+        };
+        let r = cmd(self, &ns).and_then(|c| self.submit_cmd(&ns, c, cb, arg));
+        if let Some(slot) = self.ns_cache.get_mut(idx) {
+            *slot = Some(ns);
+        }
+        r
     }
 
     fn submit_cmd(
@@ -193,6 +211,7 @@ pub unsafe extern "C" fn vfnvme_qpair_alloc(
             free: (0..depth).rev().collect(),
             done: Vec::with_capacity(depth as usize),
             ns_cache: Vec::with_capacity(64),
+            region: DmaRegion::default(),
             in_callbacks: false,
         };
         c.qpairs.fetch_add(1, Ordering::AcqRel);
@@ -447,6 +466,61 @@ pub unsafe extern "C" fn vfnvme_qpair_process_completions(qp: *mut Qpair, max: u
         let q = qp_mut(qp)?;
         q.done = done;
         q.in_callbacks = false;
+        Ok(i32::try_from(n).unwrap_or(i32::MAX))
+    })
+}
+
+/// Commits queued commands and reaps up to `max` completions (`max` >= 1) into `out[0..n]`
+/// without calling callbacks: each entry holds the `arg` given at submission and the completion
+/// (the callback given at submission is not called for them). Returns `n` (>= 0) or a negative
+/// status. Never blocks. The batch alternative to vfnvme_qpair_process_completions (one call,
+/// no callback per completion); VFNVME_ERR_BUSY if called from a completion callback.
+///
+/// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above; `out` has room
+/// for `max` entries.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_qpair_poll_completions(
+    qp: *mut Qpair,
+    max: u32,
+    out: *mut Completion,
+) -> i32 {
+    guard("vfnvme_qpair_poll_completions", || {
+        let q = qp_mut(qp)?;
+        if out.is_null() || max == 0 {
+            return Err(FfiError::new(
+                Status::VfnvmeErrInvalidArgument,
+                format!(
+                    "poll_completions needs an array of max >= 1 entries (out {out:p}, max {max})"
+                ),
+            ));
+        }
+        if q.in_callbacks {
+            return Err(FfiError::new(
+                Status::VfnvmeErrBusy,
+                "vfnvme_qpair_poll_completions called from a completion callback; return from the callback instead",
+            ));
+        }
+        let max = max.min(q.slots.len() as u32);
+        // SAFETY: the caller provides room for `max` (or more) entries (header contract), which
+        // only this call writes while it runs.
+        let out = unsafe { std::slice::from_raw_parts_mut(out, max as usize) };
+        let mut n = 0usize;
+        let Qpair {
+            inner, slots, free, ..
+        } = q;
+        inner.poll(max, &mut |c: RawCompletion| {
+            let idx = c.tag as usize;
+            if let (Some(s), Some(o)) = (slots.get(idx), out.get_mut(n)) {
+                free.push(idx as u32);
+                let mut cpl = Cpl::from_status(c.status, c.cdw0);
+                cpl.rc = c.rc;
+                *o = Completion { arg: s.arg, cpl };
+                n += 1;
+            }
+        });
         Ok(i32::try_from(n).unwrap_or(i32::MAX))
     })
 }

@@ -33,6 +33,17 @@ impl Cpl {
     }
 }
 
+/// One completion returned by `vfnvme_qpair_poll_completions`: the `arg` given at submission and
+/// the completion.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Completion {
+    /// The pointer given at submission.
+    pub arg: *mut c_void,
+    /// How the command completed.
+    pub cpl: Cpl,
+}
+
 /// The completion callback: `arg` is the pointer given at submission; `cpl` is valid only during
 /// the call. It runs on the thread calling `vfnvme_qpair_process_completions`. It may submit new
 /// commands on the same queue pair, but must not poll or free it, and must not unwind (no C++
