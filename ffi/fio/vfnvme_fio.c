@@ -75,6 +75,7 @@ struct vf_thread {
 	unsigned int depth;
 	unsigned int niou;
 	unsigned long long max_bs;
+	unsigned int admin_tick; /* getevents calls since the controllers' admin queues were polled */
 };
 
 /* Per io_u (io_u->engine_data). */
@@ -665,10 +666,41 @@ static int vf_commit(struct thread_data *td)
 	return 0;
 }
 
+/*
+ * Now and then (every VF_ADMIN_EVERY getevents calls of a thread) reap the controllers'
+ * asynchronous events: namespaces attached, detached or resized while the job runs. The driver
+ * rescans what changed; the engine reports each change once. I/O to a namespace that went away
+ * then fails with an error instead of reaching the device.
+ */
+#define VF_ADMIN_EVERY 4096
+
+static void vf_admin_tick(struct vf_thread *vt)
+{
+	static const char *what[] = { "none", "added", "removed", "changed" };
+	for (int i = 0; i < vt->ntq; i++) {
+		struct vf_ctrl *c = vt->tq[i].c;
+		int rc = vfnvme_ctrl_process_admin(c->ctrl);
+		if (rc < 0) {
+			vf_log_rc("vfnvme_ctrl_process_admin", rc);
+			continue;
+		}
+		struct vfnvme_ns_event ev;
+		while (vfnvme_ctrl_next_event(c->ctrl, &ev) == 1) {
+			unsigned int k = (unsigned int)ev.kind;
+			log_info("vfnvme: %s: namespace %u %s\n", c->key, ev.nsid,
+				 k < sizeof(what) / sizeof(what[0]) ? what[k] : "?");
+		}
+	}
+}
+
 static int vf_getevents(struct thread_data *td, unsigned int min, unsigned int max,
 			const struct timespec *t)
 {
 	struct vf_thread *vt = td->io_ops_data;
+	if (++vt->admin_tick >= VF_ADMIN_EVERY) {
+		vt->admin_tick = 0;
+		vf_admin_tick(vt);
+	}
 	if (max > vt->depth)
 		max = vt->depth;
 	vt->nevents = 0;

@@ -21,6 +21,18 @@
 #include <stdint.h>
 #include <stdbool.h>
 
+// What happened to a namespace.
+enum vfnvme_ns_event_kind {
+  // No event (the value of an unfilled `vfnvme_ns_event`).
+  VFNVME_NS_EVENT_NONE = 0,
+  // A namespace appeared (attached, created, or found by a rescan).
+  VFNVME_NS_EVENT_ADDED = 1,
+  // A namespace went away: new I/O to it fails with VFNVME_ERR_NOT_FOUND.
+  VFNVME_NS_EVENT_REMOVED = 2,
+  // A namespace changed in place (its size); re-read its geometry.
+  VFNVME_NS_EVENT_CHANGED = 3,
+};
+
 // Result of every fallible vfnvme function: `VFNVME_OK` (0) or a negative error code.
 enum vfnvme_status {
   // Success.
@@ -109,6 +121,14 @@ struct vfnvme_ns_info {
   uint32_t lba_size;
   // Size in logical blocks.
   uint64_t blocks;
+};
+
+// One namespace change, as `vfnvme_ctrl_next_event` reports it.
+struct vfnvme_ns_event {
+  // What happened.
+  enum vfnvme_ns_event_kind kind;
+  // The namespace it happened to.
+  uint32_t nsid;
 };
 
 // The completion of one command, passed to its callback.
@@ -240,6 +260,29 @@ int32_t vfnvme_dma_free(const struct vfnvme_ctrl *ctrl, void *ptr);
 // # Safety
 // Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_dma_translate(const struct vfnvme_ctrl *ctrl, const void *ptr, uint64_t *iova);
+
+// Reaps the controller's asynchronous events (namespace attached, detached, resized, ...) and
+// runs the rescans they call for; the resulting namespace changes are then returned by
+// [`vfnvme_ctrl_next_event`]. Call it now and then (e.g. once a second, or when I/O fails with
+// VFNVME_ERR_NOT_FOUND): vfnvme has no interrupts, so nothing else notices such events.
+// Returns the number of asynchronous events that arrived (>= 0) or a negative status.
+//
+// Thread safety: thread-safe (takes the admin queue's lock: a control-path call, not for the
+// I/O path).
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_ctrl_process_admin(const struct vfnvme_ctrl *ctrl);
+
+// Takes the oldest namespace event of this controller (since it was opened) into `*out`:
+// returns 1 if there was one, 0 if there was none (`out->kind` is then
+// VFNVME_NS_EVENT_NONE), or a negative status.
+//
+// Thread safety: thread-safe (takes a lock; each event goes to one caller).
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_ctrl_next_event(const struct vfnvme_ctrl *ctrl, struct vfnvme_ns_event *out);
 
 // Returns a static, NUL-terminated description of a status code. Never NULL.
 //

@@ -442,3 +442,66 @@ fn open_rejects_bad_pci_addresses() {
         );
     }
 }
+
+#[test]
+fn namespace_events_follow_the_controller() {
+    use crate::types::{NsEvent, NsEventKind};
+    use nvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
+    use nvme::{Controller, ControllerOptions};
+    use std::sync::Arc;
+
+    let ns = |nsid| ModelNamespaceConfig {
+        nsid,
+        blocks: 1024,
+        lba_size: 512,
+        backing: Backing::Ram,
+    };
+    let platform = ModelPlatform::new(ModelConfig {
+        namespaces: vec![ns(1), ns(2)],
+        ..ModelConfig::default()
+    })
+    .expect("model");
+    let controller = Controller::new(platform.clone(), ControllerOptions::default()).expect("up");
+    let mut ctrl = null_mut();
+    assert_eq!(publish(Arc::new(controller), &mut ctrl), OK);
+    let mut ev = NsEvent {
+        kind: NsEventKind::VfnvmeNsEventAdded,
+        nsid: 9,
+    };
+    // SAFETY (all calls below): valid pointers from this test.
+    assert_eq!(
+        unsafe { vfnvme_ctrl_next_event(ctrl, &mut ev) },
+        0,
+        "no event yet"
+    );
+    assert_eq!(ev.kind, NsEventKind::VfnvmeNsEventNone);
+
+    platform.detach_namespace(2).expect("detach");
+    let arrived = unsafe { vfnvme_ctrl_process_admin(ctrl) };
+    assert!(arrived >= 1, "{arrived}: {}", last_error());
+    assert_eq!(unsafe { vfnvme_ctrl_next_event(ctrl, &mut ev) }, 1);
+    assert_eq!(
+        ev,
+        NsEvent {
+            kind: NsEventKind::VfnvmeNsEventRemoved,
+            nsid: 2
+        }
+    );
+    let mut info = NsInfo::default();
+    assert_eq!(
+        unsafe { vfnvme_ctrl_namespace(ctrl, 2, &mut info) },
+        code(Status::VfnvmeErrNotFound)
+    );
+
+    platform.attach_namespace(ns(2)).expect("attach");
+    assert!(unsafe { vfnvme_ctrl_process_admin(ctrl) } >= 1);
+    assert_eq!(unsafe { vfnvme_ctrl_next_event(ctrl, &mut ev) }, 1);
+    assert_eq!(ev.kind, NsEventKind::VfnvmeNsEventAdded);
+    assert_eq!(ev.nsid, 2);
+    assert_eq!(unsafe { vfnvme_ctrl_namespace(ctrl, 2, &mut info) }, OK);
+    assert_eq!(
+        unsafe { vfnvme_ctrl_next_event(null(), &mut ev) },
+        code(Status::VfnvmeErrInvalidArgument)
+    );
+    assert_eq!(unsafe { vfnvme_ctrl_close(ctrl) }, OK);
+}

@@ -81,6 +81,11 @@ pub trait CtrlOps: Send + Sync {
     fn name(&self) -> String;
     /// What the controller reported at bring-up.
     fn info(&self) -> crate::types::CtrlInfo;
+    /// Reaps asynchronous events and runs the rescans they call for; returns how many
+    /// asynchronous events arrived.
+    fn process_admin(&self) -> FfiResult<u32>;
+    /// A new subscription to namespace events (added, removed, changed).
+    fn subscribe(&self) -> std::sync::mpsc::Receiver<nvme::namespace::NamespaceEvent>;
 }
 
 /// What the ABI needs from a queue pair. `Send`, used by one thread at a time.

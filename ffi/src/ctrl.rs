@@ -2,8 +2,9 @@
 
 use crate::backend::CtrlOps;
 use crate::error::{guard, FfiError, FfiResult, Status};
-use crate::types::{CtrlInfo, CtrlOpts, ModelOpts, NsInfo};
+use crate::types::{CtrlInfo, CtrlOpts, ModelOpts, NsEvent, NsEventKind, NsInfo};
 use nvme::dma::DmaBuffer;
+use nvme::namespace::NamespaceEvent;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,14 +15,17 @@ pub struct Ctrl {
     pub(crate) ops: Arc<dyn CtrlOps>,
     bufs: Mutex<HashMap<usize, DmaBuffer>>,
     pub(crate) qpairs: AtomicUsize,
+    events: Mutex<std::sync::mpsc::Receiver<NamespaceEvent>>,
 }
 
 impl Ctrl {
     fn new(ops: Arc<dyn CtrlOps>) -> Self {
+        let events = Mutex::new(ops.subscribe());
         Ctrl {
             ops,
             bufs: Mutex::new(HashMap::new()),
             qpairs: AtomicUsize::new(0),
+            events,
         }
     }
 }
@@ -48,7 +52,7 @@ fn out_ptr<'a, T>(p: *mut T, what: &'static str) -> FfiResult<&'a mut T> {
     })
 }
 
-fn publish(ops: Arc<dyn CtrlOps>, out: &mut *mut Ctrl) -> i32 {
+pub(crate) fn publish(ops: Arc<dyn CtrlOps>, out: &mut *mut Ctrl) -> i32 {
     *out = Box::into_raw(Box::new(Ctrl::new(ops)));
     Status::VfnvmeOk.code()
 }
@@ -311,5 +315,66 @@ pub unsafe extern "C" fn vfnvme_dma_translate(
             )
         })?;
         Ok(0)
+    })
+}
+
+/// Reaps the controller's asynchronous events (namespace attached, detached, resized, ...) and
+/// runs the rescans they call for; the resulting namespace changes are then returned by
+/// [`vfnvme_ctrl_next_event`]. Call it now and then (e.g. once a second, or when I/O fails with
+/// VFNVME_ERR_NOT_FOUND): vfnvme has no interrupts, so nothing else notices such events.
+/// Returns the number of asynchronous events that arrived (>= 0) or a negative status.
+///
+/// Thread safety: thread-safe (takes the admin queue's lock: a control-path call, not for the
+/// I/O path).
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_ctrl_process_admin(ctrl: *const Ctrl) -> i32 {
+    guard("vfnvme_ctrl_process_admin", || {
+        let ctrl = deref(ctrl, "ctrl")?;
+        let n = ctrl.ops.process_admin()?;
+        Ok(i32::try_from(n).unwrap_or(i32::MAX))
+    })
+}
+
+/// Takes the oldest namespace event of this controller (since it was opened) into `*out`:
+/// returns 1 if there was one, 0 if there was none (`out->kind` is then
+/// VFNVME_NS_EVENT_NONE), or a negative status.
+///
+/// Thread safety: thread-safe (takes a lock; each event goes to one caller).
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_ctrl_next_event(ctrl: *const Ctrl, out: *mut NsEvent) -> i32 {
+    guard("vfnvme_ctrl_next_event", || {
+        let ctrl = deref(ctrl, "ctrl")?;
+        let out = out_ptr(out, "out")?;
+        let next = ctrl
+            .events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .try_recv()
+            .ok();
+        *out = match next {
+            Some(NamespaceEvent::Added(nsid)) => NsEvent {
+                kind: NsEventKind::VfnvmeNsEventAdded,
+                nsid,
+            },
+            Some(NamespaceEvent::Removed(nsid)) => NsEvent {
+                kind: NsEventKind::VfnvmeNsEventRemoved,
+                nsid,
+            },
+            Some(NamespaceEvent::Changed(nsid)) => NsEvent {
+                kind: NsEventKind::VfnvmeNsEventChanged,
+                nsid,
+            },
+            None => NsEvent {
+                kind: NsEventKind::VfnvmeNsEventNone,
+                nsid: 0,
+            },
+        };
+        Ok(i32::from(next.is_some()))
     })
 }

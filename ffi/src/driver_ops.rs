@@ -70,6 +70,18 @@ impl<P: Platform> CtrlOps for Controller<P> {
         })?;
         Ok(Box::new(qp))
     }
+    fn process_admin(&self) -> FfiResult<u32> {
+        let report = self.process_admin_completions().map_err(|e| {
+            ffi_error(
+                &format!("{}: processing admin completions", self.platform().name()),
+                &e,
+            )
+        })?;
+        Ok(u32::try_from(report.async_events).unwrap_or(u32::MAX))
+    }
+    fn subscribe(&self) -> std::sync::mpsc::Receiver<nvme::namespace::NamespaceEvent> {
+        self.subscribe_namespace_events()
+    }
     fn name(&self) -> String {
         self.platform().name()
     }

@@ -62,6 +62,30 @@ pub struct NsInfo {
     pub blocks: u64,
 }
 
+/// What happened to a namespace.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NsEventKind {
+    /// No event (the value of an unfilled `vfnvme_ns_event`).
+    VfnvmeNsEventNone = 0,
+    /// A namespace appeared (attached, created, or found by a rescan).
+    VfnvmeNsEventAdded = 1,
+    /// A namespace went away: new I/O to it fails with VFNVME_ERR_NOT_FOUND.
+    VfnvmeNsEventRemoved = 2,
+    /// A namespace changed in place (its size); re-read its geometry.
+    VfnvmeNsEventChanged = 3,
+}
+
+/// One namespace change, as `vfnvme_ctrl_next_event` reports it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NsEvent {
+    /// What happened.
+    pub kind: NsEventKind,
+    /// The namespace it happened to.
+    pub nsid: u32,
+}
+
 /// One range of a deallocate (TRIM) command.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
