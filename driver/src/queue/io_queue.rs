@@ -474,16 +474,23 @@ impl IoQueue {
         self.rings.rewind_sq(tail);
     }
 
-    /// Rings the SQ doorbell once for everything queued since the last ring.
+    /// Rings the SQ doorbell once for everything queued since the last ring, then the CQ head
+    /// doorbell for the completions reaped since the last ring.
+    ///
+    /// The CQ head goes second on purpose: after a batch of completions the caller usually
+    /// resubmits, and the controller starts on the new commands sooner when their doorbell is
+    /// not queued behind the CQ head write (each is a trapped MMIO write under emulation).
     #[inline]
     pub fn commit<R: RegisterIo>(&mut self, regs: &R) {
         if self.rings.sq_pending() {
             self.rings.ring_sq(regs);
         }
+        self.rings.ring_cq(regs);
     }
 
-    /// Commits pending submissions, then processes up to `max` request completions, calling
-    /// `f` for each; writes the CQ head doorbell once. Returns the number of completions.
+    /// Commits pending submissions (and the CQ head of earlier reaps), then processes up to
+    /// `max` request completions, calling `f` for each. Returns the number of completions; their
+    /// CQ head doorbell is written by the next `commit` or `poll`.
     #[inline]
     pub fn poll<R: RegisterIo, F: FnMut(IoCompletion)>(
         &mut self,
@@ -492,19 +499,14 @@ impl IoQueue {
         f: F,
     ) -> usize {
         self.commit(regs);
-        self.reap(regs, max, f)
+        self.reap(max, f)
     }
 
     /// Processes up to `max` request completions without committing first (for callers that
-    /// have just committed), calling `f` for each; writes the CQ head doorbell once. Returns
-    /// the number of completions.
+    /// have just committed), calling `f` for each. Returns the number of completions; their CQ
+    /// head doorbell is written by the next `commit` or `poll`.
     #[inline]
-    pub fn reap<R: RegisterIo, F: FnMut(IoCompletion)>(
-        &mut self,
-        regs: &R,
-        max: usize,
-        mut f: F,
-    ) -> usize {
+    pub fn reap<F: FnMut(IoCompletion)>(&mut self, max: usize, mut f: F) -> usize {
         let mut delivered = 0;
         while delivered < max {
             let Some((cid, status_phase)) = self.rings.peek_cq_cid_status() else {
@@ -530,7 +532,9 @@ impl IoQueue {
                 }
             }
         }
-        self.rings.ring_cq(regs);
+        // The CQ head doorbell is left to the next `commit` (or `poll`), after the SQ doorbell
+        // of any resubmissions; until then the controller sees at most one batch fewer free CQ
+        // slots. If nothing was delivered, nothing is pending from this call.
         delivered
     }
 

@@ -226,13 +226,14 @@ impl<P: Platform> QueuePair<P> {
         self.io.commit(self.platform.regs());
     }
 
-    /// Commits pending submissions, then delivers up to `max` completions to `f`. Returns how
-    /// many were delivered.
+    /// Commits pending submissions (and the CQ head of earlier polls), then delivers up to `max`
+    /// completions to `f`. Returns how many were delivered; their CQ head doorbell is written by
+    /// the next `commit` or `poll`, after the SQ doorbell of whatever is resubmitted.
     #[inline]
     pub fn poll<F: FnMut(IoCompletion)>(&mut self, max: usize, f: F) -> usize {
         self.io.commit(self.platform.regs());
         self.platform.before_poll(self.qid);
-        self.io.reap(self.platform.regs(), max, f)
+        self.io.reap(max, f)
     }
 
     /// Polls until the single outstanding request completes (bounded by the sync timeout).
