@@ -490,7 +490,8 @@ impl IoQueue {
 
     /// Commits pending submissions (and the CQ head of earlier reaps), then processes up to
     /// `max` request completions, calling `f` for each. Returns the number of completions; their
-    /// CQ head doorbell is written by the next `commit` or `poll`.
+    /// CQ head doorbell is written by the next `commit` or `poll` (at once if the CQ would
+    /// otherwise run short, see `reap`).
     #[inline]
     pub fn poll<R: RegisterIo, F: FnMut(IoCompletion)>(
         &mut self,
@@ -499,14 +500,21 @@ impl IoQueue {
         f: F,
     ) -> usize {
         self.commit(regs);
-        self.reap(max, f)
+        self.reap(regs, max, f)
     }
 
     /// Processes up to `max` request completions without committing first (for callers that
     /// have just committed), calling `f` for each. Returns the number of completions; their CQ
-    /// head doorbell is written by the next `commit` or `poll`.
+    /// head doorbell is written by the next `commit` or `poll`, or here if deferring it could
+    /// leave the controller without a free CQ slot (queues deeper than twice the commands in
+    /// flight always defer).
     #[inline]
-    pub fn reap<F: FnMut(IoCompletion)>(&mut self, max: usize, mut f: F) -> usize {
+    pub fn reap<R: RegisterIo, F: FnMut(IoCompletion)>(
+        &mut self,
+        regs: &R,
+        max: usize,
+        mut f: F,
+    ) -> usize {
         let mut delivered = 0;
         while delivered < max {
             let Some((cid, status_phase)) = self.rings.peek_cq_cid_status() else {
@@ -533,8 +541,13 @@ impl IoQueue {
             }
         }
         // The CQ head doorbell is left to the next `commit` (or `poll`), after the SQ doorbell
-        // of any resubmissions; until then the controller sees at most one batch fewer free CQ
-        // slots. If nothing was delivered, nothing is pending from this call.
+        // of the resubmissions, but only while the controller keeps a free CQ slot for every
+        // command that can then be in flight (those outstanding plus a resubmission of each
+        // reaped one): a controller that sees its CQ full stops posting until the head moves.
+        let unrung = self.rings.cq_unrung() as usize;
+        if self.outstanding() + 2 * unrung > self.capacity() {
+            self.rings.ring_cq(regs);
+        }
         delivered
     }
 

@@ -149,6 +149,22 @@ fn submit_batch_rings_once_and_completes_with_buffer() {
 }
 
 #[test]
+fn cq_head_rung_at_once_when_the_queue_is_too_shallow_to_defer() {
+    let (pool, mut q, mut dev, regs) = setup(4, 4096);
+    let n = ns(9, 1000);
+    for tag in 0..3u64 {
+        q.read(&n, tag, 1, pool.alloc(4096).unwrap(), tag).unwrap();
+    }
+    q.commit(&regs);
+    for c in dev.fetch(&mut q) {
+        dev.complete(&mut q, c.cid(), Status::SUCCESS);
+    }
+    assert_eq!(drain(&mut q, &regs).len(), 3);
+    // Deferring would leave 3 CQ slots occupied with 3 commands resubmittable into a 4-entry CQ.
+    assert_eq!(*regs.0.lock().unwrap(), vec![(0x1008, 3), (0x100c, 3)]);
+}
+
+#[test]
 fn completions_in_any_order() {
     let (pool, mut q, mut dev, regs) = setup(8, 4096);
     let n = ns(12, 100);

@@ -220,7 +220,8 @@ impl<P: Platform> QueuePair<P> {
         self.io.deallocate(ns, ranges, tag)
     }
 
-    /// Rings the SQ doorbell once for everything queued.
+    /// Rings the SQ doorbell once for everything queued, then the CQ head doorbell for what
+    /// earlier polls reaped.
     #[inline]
     pub fn commit(&mut self) {
         self.io.commit(self.platform.regs());
@@ -228,12 +229,13 @@ impl<P: Platform> QueuePair<P> {
 
     /// Commits pending submissions (and the CQ head of earlier polls), then delivers up to `max`
     /// completions to `f`. Returns how many were delivered; their CQ head doorbell is written by
-    /// the next `commit` or `poll`, after the SQ doorbell of whatever is resubmitted.
+    /// the next `commit` or `poll`, after the SQ doorbell of whatever is resubmitted (or at once
+    /// when the queue is too shallow for that: at most `depth / 2` commands in flight defer).
     #[inline]
     pub fn poll<F: FnMut(IoCompletion)>(&mut self, max: usize, f: F) -> usize {
         self.io.commit(self.platform.regs());
         self.platform.before_poll(self.qid);
-        self.io.reap(max, f)
+        self.io.reap(self.platform.regs(), max, f)
     }
 
     /// Polls until the single outstanding request completes (bounded by the sync timeout).
