@@ -474,16 +474,24 @@ impl IoQueue {
         self.rings.rewind_sq(tail);
     }
 
-    /// Rings the SQ doorbell once for everything queued since the last ring.
+    /// Rings the SQ doorbell once for everything queued since the last ring, then the CQ head
+    /// doorbell for the completions reaped since the last ring.
+    ///
+    /// The CQ head goes second on purpose: after a batch of completions the caller usually
+    /// resubmits, and the controller starts on the new commands sooner when their doorbell is
+    /// not queued behind the CQ head write (each is a trapped MMIO write under emulation).
     #[inline]
     pub fn commit<R: RegisterIo>(&mut self, regs: &R) {
         if self.rings.sq_pending() {
             self.rings.ring_sq(regs);
         }
+        self.rings.ring_cq(regs);
     }
 
-    /// Commits pending submissions, then processes up to `max` request completions, calling
-    /// `f` for each; writes the CQ head doorbell once. Returns the number of completions.
+    /// Commits pending submissions (and the CQ head of earlier reaps), then processes up to
+    /// `max` request completions, calling `f` for each. Returns the number of completions; their
+    /// CQ head doorbell is written by the next `commit` or `poll` (at once if the CQ would
+    /// otherwise run short, see `reap`).
     #[inline]
     pub fn poll<R: RegisterIo, F: FnMut(IoCompletion)>(
         &mut self,
@@ -496,8 +504,10 @@ impl IoQueue {
     }
 
     /// Processes up to `max` request completions without committing first (for callers that
-    /// have just committed), calling `f` for each; writes the CQ head doorbell once. Returns
-    /// the number of completions.
+    /// have just committed), calling `f` for each. Returns the number of completions; their CQ
+    /// head doorbell is written by the next `commit` or `poll`, or here if deferring it could
+    /// leave the controller without a free CQ slot (queues deeper than twice the commands in
+    /// flight always defer).
     #[inline]
     pub fn reap<R: RegisterIo, F: FnMut(IoCompletion)>(
         &mut self,
@@ -530,7 +540,14 @@ impl IoQueue {
                 }
             }
         }
-        self.rings.ring_cq(regs);
+        // The CQ head doorbell is left to the next `commit` (or `poll`), after the SQ doorbell
+        // of the resubmissions, but only while the controller keeps a free CQ slot for every
+        // command that can then be in flight (those outstanding plus a resubmission of each
+        // reaped one): a controller that sees its CQ full stops posting until the head moves.
+        let unrung = self.rings.cq_unrung() as usize;
+        if self.outstanding() + 2 * unrung > self.capacity() {
+            self.rings.ring_cq(regs);
+        }
         delivered
     }
 

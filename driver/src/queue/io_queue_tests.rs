@@ -135,9 +135,33 @@ fn submit_batch_rings_once_and_completes_with_buffer() {
     assert!(done.iter().all(|c| c.is_ok()));
     assert_eq!(done[1].buffer.as_ref().unwrap().iova(), iovas[1]);
     assert_eq!(q.outstanding(), 0);
-    // One CQ head doorbell for the whole poll.
-    assert_eq!(regs.0.lock().unwrap().last(), Some(&(0x100c, 3)));
-    assert_eq!(regs.0.lock().unwrap().len(), 2);
+    // The CQ head doorbell waits for the next commit: the SQ doorbell of a resubmission goes
+    // first, then one CQ head write for the whole poll.
+    assert_eq!(regs.0.lock().unwrap().len(), 1, "no CQ head write yet");
+    q.read(&n, 0, 8, pool.alloc(4096).unwrap(), 200).unwrap();
+    q.commit(&regs);
+    q.commit(&regs);
+    assert_eq!(
+        *regs.0.lock().unwrap(),
+        vec![(0x1008, 3), (0x1008, 4), (0x100c, 3)],
+        "SQ tail, then the CQ head, once"
+    );
+}
+
+#[test]
+fn cq_head_rung_at_once_when_the_queue_is_too_shallow_to_defer() {
+    let (pool, mut q, mut dev, regs) = setup(4, 4096);
+    let n = ns(9, 1000);
+    for tag in 0..3u64 {
+        q.read(&n, tag, 1, pool.alloc(4096).unwrap(), tag).unwrap();
+    }
+    q.commit(&regs);
+    for c in dev.fetch(&mut q) {
+        dev.complete(&mut q, c.cid(), Status::SUCCESS);
+    }
+    assert_eq!(drain(&mut q, &regs).len(), 3);
+    // Deferring would leave 3 CQ slots occupied with 3 commands resubmittable into a 4-entry CQ.
+    assert_eq!(*regs.0.lock().unwrap(), vec![(0x1008, 3), (0x100c, 3)]);
 }
 
 #[test]

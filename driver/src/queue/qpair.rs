@@ -220,14 +220,17 @@ impl<P: Platform> QueuePair<P> {
         self.io.deallocate(ns, ranges, tag)
     }
 
-    /// Rings the SQ doorbell once for everything queued.
+    /// Rings the SQ doorbell once for everything queued, then the CQ head doorbell for what
+    /// earlier polls reaped.
     #[inline]
     pub fn commit(&mut self) {
         self.io.commit(self.platform.regs());
     }
 
-    /// Commits pending submissions, then delivers up to `max` completions to `f`. Returns how
-    /// many were delivered.
+    /// Commits pending submissions (and the CQ head of earlier polls), then delivers up to `max`
+    /// completions to `f`. Returns how many were delivered; their CQ head doorbell is written by
+    /// the next `commit` or `poll`, after the SQ doorbell of whatever is resubmitted (or at once
+    /// when the queue is too shallow for that: at most `depth / 2` commands in flight defer).
     #[inline]
     pub fn poll<F: FnMut(IoCompletion)>(&mut self, max: usize, f: F) -> usize {
         self.io.commit(self.platform.regs());

@@ -264,6 +264,13 @@ impl Rings {
         }
     }
 
+    /// CQ entries consumed since the last CQ head doorbell write (the controller still
+    /// counts them as occupied).
+    #[inline(always)]
+    pub fn cq_unrung(&self) -> u32 {
+        (self.cq_head + self.depth - self.cq_rung) % self.depth
+    }
+
     /// Writes the CQ head doorbell if the head moved since the last write.
     #[inline(always)]
     pub fn ring_cq<R: RegisterIo>(&mut self, regs: &R) {

@@ -219,7 +219,9 @@ pub fn check_io_size(
 }
 
 /// Checks the queue depth against the controller's largest queue; returns the ring depth to
-/// create (commands in flight + 1).
+/// create: twice the commands in flight + 1 where the controller allows it (so the driver can
+/// write the CQ head doorbell after the resubmissions' SQ doorbell, see `IoQueue::reap`), else
+/// commands in flight + 1.
 ///
 /// `commands_per_io` is how many NVMe commands one I/O takes (more than 1 when it is split at
 /// the controller's transfer limit); `max_entries` is CAP.MQES+1.
@@ -242,8 +244,12 @@ pub fn queue_depth_for(
             max_qd: (u64::from(max) / commands_per_io.max(1)) as u32,
         });
     }
-    // At least a few spare entries for efficiency is not needed: trackers = depth - 1.
-    Ok(commands as u32 + 1)
+    let roomy = 2 * commands + 1;
+    Ok(if roomy <= u64::from(max_entries) {
+        roomy as u32
+    } else {
+        commands as u32 + 1
+    })
 }
 
 /// Checks the buffer memory one queue pair needs.
@@ -319,7 +325,10 @@ mod tests {
 
     #[test]
     fn queue_depth_checks() {
-        assert_eq!(queue_depth_for(32, 1, 1024), Ok(33));
+        assert_eq!(queue_depth_for(32, 1, 1024), Ok(65));
+        assert_eq!(queue_depth_for(1, 1, 1024), Ok(3));
+        assert_eq!(queue_depth_for(511, 1, 1024), Ok(1023));
+        assert_eq!(queue_depth_for(512, 1, 1024), Ok(513));
         assert_eq!(queue_depth_for(1023, 1, 1024), Ok(1024));
         let e = queue_depth_for(1024, 1, 1024).unwrap_err();
         assert!(
