@@ -436,10 +436,12 @@ static int vf_init(struct thread_data *td)
 			goto fail;
 		}
 		/* An I/O above the transfer limit is split into several commands, each taking an
-		 * entry; one spare entry: a ring of N entries holds N - 1 commands. */
+		 * entry; a ring of N entries holds N - 1 commands. Twice the commands in flight, so
+		 * the driver can write the CQ head doorbell after the SQ doorbell of the
+		 * resubmissions (it only defers it while the CQ keeps room for them). */
 		unsigned long long per_io = ci.max_transfer ? (vt->max_bs + ci.max_transfer - 1) /
 							      ci.max_transfer : 1;
-		unsigned long long qd = vt->depth * (per_io ? per_io : 1) + 1;
+		unsigned long long qd = 2 * vt->depth * (per_io ? per_io : 1) + 1;
 		if (ci.max_queue_depth && qd > ci.max_queue_depth)
 			qd = ci.max_queue_depth;
 		rc = vfnvme_qpair_alloc(vf->c->ctrl, (uint32_t)qd, &tq->qp);
