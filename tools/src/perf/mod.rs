@@ -2,6 +2,7 @@
 //! model (`--model`) to try it on any host.
 
 pub mod clock;
+pub mod events;
 pub mod options;
 pub mod report;
 pub mod worker;
@@ -206,8 +207,27 @@ fn prepare_jobs<P: Platform>(
     Ok(jobs)
 }
 
+/// Runs every job on its own thread (the first on the calling thread), while another thread
+/// reaps the controllers' asynchronous events and reports namespace changes.
+fn run_jobs<P: Platform>(
+    jobs: Vec<Job<P>>,
+    clock: &Clock,
+    watched: Vec<events::Watched<'_, P>>,
+) -> Result<Vec<WorkerResult>> {
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let done = &done;
+        let watcher = s.spawn(move || events::watch(&watched, done));
+        let results = run_workers(jobs, clock);
+        done.store(true, std::sync::atomic::Ordering::Release);
+        watcher.thread().unpark();
+        let _ = watcher.join();
+        results
+    })
+}
+
 /// Runs every job on its own thread (the first on the calling thread).
-fn run_jobs<P: Platform>(jobs: Vec<Job<P>>, clock: &Clock) -> Result<Vec<WorkerResult>> {
+fn run_workers<P: Platform>(jobs: Vec<Job<P>>, clock: &Clock) -> Result<Vec<WorkerResult>> {
     let mut jobs = jobs.into_iter();
     let Some(first) = jobs.next() else {
         return Ok(Vec::new());
@@ -286,7 +306,7 @@ pub fn run(args: &PerfArgs) -> Result<()> {
         let ctrl = open::open_platform(platform, "model", controller_options(args))?;
         let jobs = prepare_jobs(&ctrl, "model", args, read_pct, args.seed)?;
         describe(&mut summary, "model".into(), &jobs);
-        run_jobs(jobs, &clock)?
+        run_jobs(jobs, &clock, vec![events::Watched::new(&ctrl, "model")])?
     } else {
         let bdfs: Vec<&String> = args.devices.iter().chain(&args.positional).collect();
         let mut ctrls = Vec::new();
@@ -300,7 +320,11 @@ pub fn run(args: &PerfArgs) -> Result<()> {
             describe(&mut summary, bdf.to_string(), &j);
             jobs.append(&mut j);
         }
-        let results = run_jobs(jobs, &clock)?;
+        let watched: Vec<_> = ctrls
+            .iter()
+            .map(|(ctrl, bdf)| events::Watched::new(ctrl, bdf))
+            .collect();
+        let results = run_jobs(jobs, &clock, watched)?;
         drop(ctrls);
         results
     };
