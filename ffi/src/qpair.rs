@@ -78,6 +78,7 @@ impl Qpair {
         Ok(ns)
     }
 
+    #[inline(always)]
     fn buffer(&mut self, buf: *const c_void, len: u64) -> FfiResult<RawIova> {
         let bad = || {
             FfiError::new(
@@ -101,6 +102,7 @@ impl Qpair {
         Ok(RawIova { iova, len })
     }
 
+    #[inline(always)]
     fn submit(
         &mut self,
         nsid: u32,
@@ -122,6 +124,7 @@ impl Qpair {
         r
     }
 
+    #[inline(always)]
     fn submit_cmd(
         &mut self,
         ns: &Namespace,

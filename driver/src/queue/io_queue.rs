@@ -260,7 +260,7 @@ impl IoQueue {
     /// `iova..iova+len` must be mapped for the device and the memory behind it must stay
     /// allocated and untouched by the caller until the request completes (or the queue pair is
     /// deleted), since the device reads or writes it at any time in between.
-    #[inline]
+    #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn submit_raw(
         &mut self,
