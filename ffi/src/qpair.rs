@@ -4,7 +4,7 @@
 //! with a free stack, completions are gathered into a preallocated array before the callbacks
 //! run (so that a callback may submit on the same queue pair).
 
-use crate::backend::{IoCmd, QpairOps, RawCompletion, RawIova};
+use crate::backend::{IoCmd, QpairOps, RawCompletion, RawIova, Slot};
 use crate::ctrl::{deref, Ctrl};
 use crate::error::{guard, FfiError, FfiResult, Status};
 use crate::types::{Callback, Completion, Cpl, Range};
@@ -16,12 +16,6 @@ use std::sync::Arc;
 
 /// Largest queue depth accepted by vfnvme_qpair_alloc.
 const MAX_DEPTH: u32 = 65536;
-
-#[derive(Clone, Copy)]
-struct Slot {
-    cb: Callback,
-    arg: *mut c_void,
-}
 
 struct Done {
     cb: Callback,
@@ -510,20 +504,7 @@ pub unsafe extern "C" fn vfnvme_qpair_poll_completions(
         // SAFETY: the caller provides room for `max` (or more) entries (header contract), which
         // only this call writes while it runs.
         let out = unsafe { std::slice::from_raw_parts_mut(out, max as usize) };
-        let mut n = 0usize;
-        let Qpair {
-            inner, slots, free, ..
-        } = q;
-        inner.poll(max, &mut |c: RawCompletion| {
-            let idx = c.tag as usize;
-            if let (Some(s), Some(o)) = (slots.get(idx), out.get_mut(n)) {
-                free.push(idx as u32);
-                let mut cpl = Cpl::from_status(c.status, c.cdw0);
-                cpl.rc = c.rc;
-                *o = Completion { arg: s.arg, cpl };
-                n += 1;
-            }
-        });
+        let n = q.inner.poll_into(&q.slots, &mut q.free, out);
         Ok(i32::try_from(n).unwrap_or(i32::MAX))
     })
 }
