@@ -102,6 +102,17 @@ pub trait CtrlOps: Send + Sync {
 pub trait QpairOps: Send {
     /// Queues one command on namespace `ns` (not yet visible to the device until `commit`).
     fn submit(&mut self, ns: &Namespace, cmd: IoCmd<'_>, tag: u64) -> FfiResult<()>;
+    /// Queues a read (`write` false) or write of `blocks` blocks at `lba` on `buf`: the data
+    /// path of [`QpairOps::submit`] without the command enum.
+    fn submit_rw(
+        &mut self,
+        ns: &Namespace,
+        write: bool,
+        lba: u64,
+        blocks: u32,
+        buf: RawIova,
+        tag: u64,
+    ) -> FfiResult<()>;
     /// Rings the submission doorbell once for everything queued.
     fn commit(&mut self);
     /// Reaps up to `max` completions, calling `f` for each; returns how many.

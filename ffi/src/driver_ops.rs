@@ -1,7 +1,7 @@
 //! [`CtrlOps`]/[`QpairOps`] over the generic driver (`Controller<P>`, `QueuePair<P>`), for any
 //! platform.
 
-use crate::backend::{CtrlOps, IoCmd, QpairOps, RawCompletion, Slot};
+use crate::backend::{CtrlOps, IoCmd, QpairOps, RawCompletion, RawIova, Slot};
 use crate::error::{FfiError, FfiResult, Status};
 use crate::types::{copy_cstr, Completion, Cpl, CtrlInfo};
 use nvme::dma::DmaPool;
@@ -42,10 +42,27 @@ fn status_of_submit(k: &SubmitErrorKind) -> Status {
 /// The NVMe status field (without phase) of a driver status.
 #[inline(always)]
 fn status_field(s: nvme::spec::Status) -> u16 {
+    if s.is_success() && !s.more && !s.dnr {
+        return 0;
+    }
     u16::from(s.sc)
         | (u16::from(s.sct & 0x7) << 8)
         | (u16::from(s.more) << 13)
         | (u16::from(s.dnr) << 14)
+}
+
+/// A submission error as an ABI error.
+#[cold]
+#[inline(never)]
+fn submit_error(ns: &Namespace, e: nvme::SubmitError) -> FfiError {
+    match e.kind {
+        // Hot path under load: no formatting.
+        SubmitErrorKind::QueueFull { .. } => FfiError::new(Status::VfnvmeErrQueueFull, ""),
+        k => FfiError::new(
+            status_of_submit(&k),
+            format!("submit on namespace {}: {k}", ns.nsid()),
+        ),
+    }
 }
 
 /// A driver error as an ABI error.
@@ -139,14 +156,28 @@ impl<P: Platform> QpairOps for QueuePair<P> {
                 self.deallocate(ns, &list[..n], tag)
             }
         };
-        r.map_err(|e| match e.kind {
-            // Hot path under load: no formatting.
-            SubmitErrorKind::QueueFull { .. } => FfiError::new(Status::VfnvmeErrQueueFull, ""),
-            k => FfiError::new(
-                status_of_submit(&k),
-                format!("submit on namespace {}: {k}", ns.nsid()),
-            ),
-        })
+        r.map_err(|e| submit_error(ns, e))
+    }
+    #[inline]
+    fn submit_rw(
+        &mut self,
+        ns: &Namespace,
+        write: bool,
+        lba: u64,
+        blocks: u32,
+        buf: RawIova,
+        tag: u64,
+    ) -> FfiResult<()> {
+        let dir = if write {
+            Direction::Write
+        } else {
+            Direction::Read
+        };
+        // SAFETY: `buf` was translated from a pointer inside this controller's DMA memory
+        // (ffi::qpair checks both ends); the C caller keeps the buffer allocated and leaves it
+        // alone until the completion, as the header requires.
+        unsafe { self.submit_raw(ns, dir, lba, blocks, buf.iova, buf.len, tag) }
+            .map_err(|e| submit_error(ns, e))
     }
     #[inline]
     fn commit(&mut self) {
