@@ -67,6 +67,16 @@ pub struct RawCompletion {
     pub rc: i32,
 }
 
+/// The callback and argument of one command in flight (a queue pair's slot table, indexed by
+/// the tag given at submission).
+#[derive(Debug, Clone, Copy)]
+pub struct Slot {
+    /// The callback given at submission (may be NULL).
+    pub cb: crate::types::Callback,
+    /// The argument given at submission.
+    pub arg: *mut std::ffi::c_void,
+}
+
 /// What the ABI needs from a controller.
 pub trait CtrlOps: Send + Sync {
     /// All active namespaces, ordered by nsid.
@@ -92,10 +102,30 @@ pub trait CtrlOps: Send + Sync {
 pub trait QpairOps: Send {
     /// Queues one command on namespace `ns` (not yet visible to the device until `commit`).
     fn submit(&mut self, ns: &Namespace, cmd: IoCmd<'_>, tag: u64) -> FfiResult<()>;
+    /// Queues a read (`write` false) or write of `blocks` blocks at `lba` on `buf`: the data
+    /// path of [`QpairOps::submit`] without the command enum.
+    fn submit_rw(
+        &mut self,
+        ns: &Namespace,
+        write: bool,
+        lba: u64,
+        blocks: u32,
+        buf: RawIova,
+        tag: u64,
+    ) -> FfiResult<()>;
     /// Rings the submission doorbell once for everything queued.
     fn commit(&mut self);
     /// Reaps up to `max` completions, calling `f` for each; returns how many.
     fn poll(&mut self, max: u32, f: &mut dyn FnMut(RawCompletion)) -> usize;
+    /// Reaps up to `out.len()` completions straight into `out[0..n]` (the batch path: no call
+    /// per completion): each entry gets the `arg` of `slots[tag]`, whose index goes back on
+    /// `free`. Returns `n`.
+    fn poll_into(
+        &mut self,
+        slots: &[Slot],
+        free: &mut Vec<u32>,
+        out: &mut [crate::types::Completion],
+    ) -> usize;
     /// Commands submitted and not yet completed.
     fn outstanding(&self) -> u32;
 }

@@ -1,9 +1,9 @@
 //! [`CtrlOps`]/[`QpairOps`] over the generic driver (`Controller<P>`, `QueuePair<P>`), for any
 //! platform.
 
-use crate::backend::{CtrlOps, IoCmd, QpairOps, RawCompletion};
+use crate::backend::{CtrlOps, IoCmd, QpairOps, RawCompletion, RawIova, Slot};
 use crate::error::{FfiError, FfiResult, Status};
-use crate::types::{copy_cstr, CtrlInfo};
+use crate::types::{copy_cstr, Completion, Cpl, CtrlInfo};
 use nvme::dma::DmaPool;
 use nvme::namespace::Namespace;
 use nvme::platform::Platform;
@@ -36,6 +36,32 @@ fn status_of_submit(k: &SubmitErrorKind) -> Status {
             Status::VfnvmeErrBadBuffer
         }
         _ => Status::VfnvmeErrInvalidArgument,
+    }
+}
+
+/// The NVMe status field (without phase) of a driver status.
+#[inline(always)]
+fn status_field(s: nvme::spec::Status) -> u16 {
+    if s.is_success() && !s.more && !s.dnr {
+        return 0;
+    }
+    u16::from(s.sc)
+        | (u16::from(s.sct & 0x7) << 8)
+        | (u16::from(s.more) << 13)
+        | (u16::from(s.dnr) << 14)
+}
+
+/// A submission error as an ABI error.
+#[cold]
+#[inline(never)]
+fn submit_error(ns: &Namespace, e: nvme::SubmitError) -> FfiError {
+    match e.kind {
+        // Hot path under load: no formatting.
+        SubmitErrorKind::QueueFull { .. } => FfiError::new(Status::VfnvmeErrQueueFull, ""),
+        k => FfiError::new(
+            status_of_submit(&k),
+            format!("submit on namespace {}: {k}", ns.nsid()),
+        ),
     }
 }
 
@@ -130,14 +156,28 @@ impl<P: Platform> QpairOps for QueuePair<P> {
                 self.deallocate(ns, &list[..n], tag)
             }
         };
-        r.map_err(|e| match e.kind {
-            // Hot path under load: no formatting.
-            SubmitErrorKind::QueueFull { .. } => FfiError::new(Status::VfnvmeErrQueueFull, ""),
-            k => FfiError::new(
-                status_of_submit(&k),
-                format!("submit on namespace {}: {k}", ns.nsid()),
-            ),
-        })
+        r.map_err(|e| submit_error(ns, e))
+    }
+    #[inline]
+    fn submit_rw(
+        &mut self,
+        ns: &Namespace,
+        write: bool,
+        lba: u64,
+        blocks: u32,
+        buf: RawIova,
+        tag: u64,
+    ) -> FfiResult<()> {
+        let dir = if write {
+            Direction::Write
+        } else {
+            Direction::Read
+        };
+        // SAFETY: `buf` was translated from a pointer inside this controller's DMA memory
+        // (ffi::qpair checks both ends); the C caller keeps the buffer allocated and leaves it
+        // alone until the completion, as the header requires.
+        unsafe { self.submit_raw(ns, dir, lba, blocks, buf.iova, buf.len, tag) }
+            .map_err(|e| submit_error(ns, e))
     }
     #[inline]
     fn commit(&mut self) {
@@ -146,17 +186,29 @@ impl<P: Platform> QpairOps for QueuePair<P> {
     #[inline]
     fn poll(&mut self, max: u32, f: &mut dyn FnMut(RawCompletion)) -> usize {
         QueuePair::poll(self, max as usize, |c| {
-            let field = u16::from(c.status.sc)
-                | (u16::from(c.status.sct & 0x7) << 8)
-                | (u16::from(c.status.more) << 13)
-                | (u16::from(c.status.dnr) << 14);
             f(RawCompletion {
                 tag: c.tag,
-                status: field,
+                status: status_field(c.status),
                 cdw0: 0,
                 rc: 0,
             })
         })
+    }
+    #[inline]
+    fn poll_into(&mut self, slots: &[Slot], free: &mut Vec<u32>, out: &mut [Completion]) -> usize {
+        let mut n = 0usize;
+        QueuePair::poll(self, out.len(), |c| {
+            let idx = c.tag as usize;
+            if let (Some(s), Some(o)) = (slots.get(idx), out.get_mut(n)) {
+                free.push(idx as u32);
+                *o = Completion {
+                    arg: s.arg,
+                    cpl: Cpl::from_status(status_field(c.status), 0),
+                };
+                n += 1;
+            }
+        });
+        n
     }
     #[inline]
     fn outstanding(&self) -> u32 {

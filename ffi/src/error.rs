@@ -105,26 +105,40 @@ pub fn set_last_error(err: &FfiError) {
 
 /// Runs an exported function's body: panics become `VFNVME_ERR_INTERNAL`, errors set the
 /// last-error message; returns the status code (or the non-negative value for counts).
+///
+/// Inlined into each exported function (no extra call frame on the I/O path); the failure
+/// paths are out of line.
+#[inline(always)]
 pub fn guard(name: &'static str, body: impl FnOnce() -> FfiResult<i32>) -> i32 {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(v)) => v,
-        Ok(Err(e)) => {
-            set_last_error(&e);
-            e.status.code()
-        }
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            set_last_error(&FfiError::new(
-                Status::VfnvmeErrInternal,
-                format!("internal error (panic) in {name}: {what}; please report this bug"),
-            ));
-            Status::VfnvmeErrInternal.code()
-        }
+        Ok(Err(e)) => failed(e),
+        Err(panic) => panicked(name, panic),
     }
+}
+
+/// Records a failure and returns its status code.
+#[cold]
+#[inline(never)]
+fn failed(e: FfiError) -> i32 {
+    set_last_error(&e);
+    e.status.code()
+}
+
+/// Records a caught panic as `VFNVME_ERR_INTERNAL`.
+#[cold]
+#[inline(never)]
+fn panicked(name: &'static str, panic: Box<dyn std::any::Any + Send>) -> i32 {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    set_last_error(&FfiError::new(
+        Status::VfnvmeErrInternal,
+        format!("internal error (panic) in {name}: {what}; please report this bug"),
+    ));
+    Status::VfnvmeErrInternal.code()
 }
 
 /// Returns a static, NUL-terminated description of a status code. Never NULL.

@@ -4,7 +4,7 @@
 //! with a free stack, completions are gathered into a preallocated array before the callbacks
 //! run (so that a callback may submit on the same queue pair).
 
-use crate::backend::{IoCmd, QpairOps, RawCompletion, RawIova};
+use crate::backend::{IoCmd, QpairOps, RawCompletion, RawIova, Slot};
 use crate::ctrl::{deref, Ctrl};
 use crate::error::{guard, FfiError, FfiResult, Status};
 use crate::types::{Callback, Completion, Cpl, Range};
@@ -16,12 +16,6 @@ use std::sync::Arc;
 
 /// Largest queue depth accepted by vfnvme_qpair_alloc.
 const MAX_DEPTH: u32 = 65536;
-
-#[derive(Clone, Copy)]
-struct Slot {
-    cb: Callback,
-    arg: *mut c_void,
-}
 
 struct Done {
     cb: Callback,
@@ -78,29 +72,97 @@ impl Qpair {
         Ok(ns)
     }
 
+    #[inline(always)]
     fn buffer(&mut self, buf: *const c_void, len: u64) -> FfiResult<RawIova> {
-        let bad = || {
-            FfiError::new(
-                Status::VfnvmeErrBadBuffer,
-                "data buffer is not inside DMA memory of this controller; allocate it with vfnvme_dma_alloc",
-            )
-        };
-        let len = usize::try_from(len).map_err(|_| bad())?;
-        if let Some(iova) = self.region.translate_range(buf.cast(), len) {
-            return Ok(RawIova { iova, len });
-        }
-        // Not in the region of the last buffer: one lookup in the pool, remembered for the next.
-        let region = self
-            .ctrl()
-            .ops
-            .dma()
-            .region_of(buf.cast())
-            .ok_or_else(bad)?;
-        self.region = region;
-        let iova = region.translate_range(buf.cast(), len).ok_or_else(bad)?;
-        Ok(RawIova { iova, len })
+        translate(&mut self.region, self.ctrl, buf, len)
     }
 
+    /// A read (`write` false) or write: the hot path. The cached namespace is borrowed in place
+    /// and the buffer translated through the cached region; anything else (a namespace not yet
+    /// cached or no longer active) goes through [`Qpair::submit`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn submit_rw(
+        &mut self,
+        nsid: u32,
+        write: bool,
+        buf: *const c_void,
+        lba: u64,
+        blocks: u32,
+        cb: Callback,
+        arg: *mut c_void,
+    ) -> FfiResult<i32> {
+        let idx = nsid as usize;
+        let cached = matches!(
+            self.ns_cache.get(idx),
+            Some(Some(ns)) if ns.state() == NamespaceState::Active
+        );
+        if !cached {
+            return self.submit_rw_slow(nsid, write, buf, lba, blocks, cb, arg);
+        }
+        let Qpair {
+            inner,
+            ctrl,
+            slots,
+            free,
+            ns_cache,
+            region,
+            ..
+        } = self;
+        let Some(Some(ns)) = ns_cache.get(idx) else {
+            return Err(FfiError::new(
+                Status::VfnvmeErrInternal,
+                "namespace cache changed during a submit; please report this bug",
+            ));
+        };
+        check_range(ns, lba, blocks)?;
+        let buf = translate(region, *ctrl, buf, u64::from(blocks) << ns.lba_shift())?;
+        let slot = free
+            .pop()
+            .ok_or(FfiError::new(Status::VfnvmeErrQueueFull, ""))?;
+        if let Some(s) = slots.get_mut(slot as usize) {
+            *s = Slot { cb, arg };
+        }
+        match inner.submit_rw(ns, write, lba, blocks, buf, u64::from(slot)) {
+            Ok(()) => Ok(0),
+            Err(e) => {
+                free.push(slot);
+                Err(e)
+            }
+        }
+    }
+
+    /// [`Qpair::submit_rw`] when the namespace is not in the cache (fills it).
+    #[allow(clippy::too_many_arguments)]
+    #[cold]
+    #[inline(never)]
+    fn submit_rw_slow(
+        &mut self,
+        nsid: u32,
+        write: bool,
+        buf: *const c_void,
+        lba: u64,
+        blocks: u32,
+        cb: Callback,
+        arg: *mut c_void,
+    ) -> FfiResult<i32> {
+        self.submit(
+            nsid,
+            |q, ns| {
+                check_range(ns, lba, blocks)?;
+                let buf = q.buffer(buf, u64::from(blocks) << ns.lba_shift())?;
+                Ok(if write {
+                    IoCmd::Write { lba, blocks, buf }
+                } else {
+                    IoCmd::Read { lba, blocks, buf }
+                })
+            },
+            cb,
+            arg,
+        )
+    }
+
+    #[inline(always)]
     fn submit(
         &mut self,
         nsid: u32,
@@ -122,6 +184,7 @@ impl Qpair {
         r
     }
 
+    #[inline(always)]
     fn submit_cmd(
         &mut self,
         ns: &Namespace,
@@ -144,6 +207,51 @@ impl Qpair {
             }
         }
     }
+}
+
+/// `len` bytes at `buf` as a device address: through `region` (the region of the last buffer),
+/// else one lookup in the controller's pool, remembered in `region` for the next.
+#[inline(always)]
+fn translate(
+    region: &mut DmaRegion,
+    ctrl: *const Ctrl,
+    buf: *const c_void,
+    len: u64,
+) -> FfiResult<RawIova> {
+    let Ok(len) = usize::try_from(len) else {
+        return Err(bad_buffer());
+    };
+    match region.translate_range(buf.cast(), len) {
+        Some(iova) => Ok(RawIova { iova, len }),
+        None => translate_new_region(region, ctrl, buf, len),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn translate_new_region(
+    region: &mut DmaRegion,
+    ctrl: *const Ctrl,
+    buf: *const c_void,
+    len: usize,
+) -> FfiResult<RawIova> {
+    // SAFETY: the controller outlives its queue pairs (see Qpair::ctrl).
+    let ctrl = unsafe { &*ctrl };
+    let r = ctrl
+        .ops
+        .dma()
+        .region_of(buf.cast())
+        .ok_or_else(bad_buffer)?;
+    *region = r;
+    let iova = r.translate_range(buf.cast(), len).ok_or_else(bad_buffer)?;
+    Ok(RawIova { iova, len })
+}
+
+fn bad_buffer() -> FfiError {
+    FfiError::new(
+        Status::VfnvmeErrBadBuffer,
+        "data buffer is not inside DMA memory of this controller; allocate it with vfnvme_dma_alloc",
+    )
 }
 
 fn check_range(ns: &Namespace, lba: u64, blocks: u32) -> FfiResult<()> {
@@ -272,16 +380,7 @@ pub unsafe extern "C" fn vfnvme_qpair_read(
     arg: *mut c_void,
 ) -> i32 {
     guard("vfnvme_qpair_read", || {
-        qp_mut(qp)?.submit(
-            nsid,
-            |q, ns| {
-                check_range(ns, lba, blocks)?;
-                let buf = q.buffer(buf, u64::from(blocks) << ns.lba_shift())?;
-                Ok(IoCmd::Read { lba, blocks, buf })
-            },
-            cb,
-            arg,
-        )
+        qp_mut(qp)?.submit_rw(nsid, false, buf, lba, blocks, cb, arg)
     })
 }
 
@@ -303,16 +402,7 @@ pub unsafe extern "C" fn vfnvme_qpair_write(
     arg: *mut c_void,
 ) -> i32 {
     guard("vfnvme_qpair_write", || {
-        qp_mut(qp)?.submit(
-            nsid,
-            |q, ns| {
-                check_range(ns, lba, blocks)?;
-                let buf = q.buffer(buf, u64::from(blocks) << ns.lba_shift())?;
-                Ok(IoCmd::Write { lba, blocks, buf })
-            },
-            cb,
-            arg,
-        )
+        qp_mut(qp)?.submit_rw(nsid, true, buf, lba, blocks, cb, arg)
     })
 }
 
@@ -507,20 +597,7 @@ pub unsafe extern "C" fn vfnvme_qpair_poll_completions(
         // SAFETY: the caller provides room for `max` (or more) entries (header contract), which
         // only this call writes while it runs.
         let out = unsafe { std::slice::from_raw_parts_mut(out, max as usize) };
-        let mut n = 0usize;
-        let Qpair {
-            inner, slots, free, ..
-        } = q;
-        inner.poll(max, &mut |c: RawCompletion| {
-            let idx = c.tag as usize;
-            if let (Some(s), Some(o)) = (slots.get(idx), out.get_mut(n)) {
-                free.push(idx as u32);
-                let mut cpl = Cpl::from_status(c.status, c.cdw0);
-                cpl.rc = c.rc;
-                *o = Completion { arg: s.arg, cpl };
-                n += 1;
-            }
-        });
+        let n = q.inner.poll_into(&q.slots, &mut q.free, out);
         Ok(i32::try_from(n).unwrap_or(i32::MAX))
     })
 }

@@ -193,15 +193,27 @@ impl IoQueue {
             ));
         }
         if needed <= self.max_transfer as u64 && blocks <= MAX_BLOCKS_PER_COMMAND {
-            return self.submit_one(ns.nsid(), opcode, lba, blocks, needed as usize, buf, tag);
+            let iova = buf.iova();
+            return self.submit_one(
+                ns.nsid(),
+                opcode,
+                lba,
+                blocks,
+                iova,
+                needed as usize,
+                Some(buf),
+                tag,
+            );
         }
         let per_cmd =
             ((self.max_transfer >> ns.lba_shift()) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND);
         self.submit_split(ns, opcode, lba, blocks, per_cmd, 0, Data::Buffer(buf), tag)
     }
 
-    /// The common case of [`IoQueue::submit_data`]: a validated request that fits one command.
-    /// One tracker, PRPs built in place, the SQE written straight into the ring.
+    /// The common case of [`IoQueue::submit_data`] and [`IoQueue::submit_raw`]: a validated
+    /// request that fits one command, on the data at device address `iova` (`buf`, if any, is
+    /// kept until the completion). One tracker, PRPs built in place, the SQE written straight
+    /// into the ring.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn submit_one(
@@ -210,30 +222,30 @@ impl IoQueue {
         opcode: u8,
         lba: u64,
         blocks: u32,
+        iova: u64,
         bytes: usize,
-        buf: DmaBuffer,
+        buf: Option<DmaBuffer>,
         tag: u64,
     ) -> Result<(), SubmitError> {
         let Some((idx, t)) = self.trackers.alloc_mut() else {
             return Err(SubmitError::new(
                 SubmitErrorKind::QueueFull { free: 0, needed: 1 },
-                Some(buf),
+                buf,
             ));
         };
         let list_iova = t.prp_list.iova();
-        let (prp1, prp2) = match prp::build(buf.iova(), bytes, t.prp_list.as_mut_slice(), list_iova)
-        {
+        let (prp1, prp2) = match prp::build(iova, bytes, t.prp_list.as_mut_slice(), list_iova) {
             Ok(p) => p,
             Err(e) => {
                 self.trackers.release(idx);
-                return Err(SubmitError::new(e.into(), Some(buf)));
+                return Err(SubmitError::new(e.into(), buf));
             }
         };
         t.parent = idx;
         t.remaining = 1;
         t.status = Status::SUCCESS;
         t.tag = tag;
-        t.buffer = Some(buf);
+        t.buffer = buf;
         let mut cmd = Command::rw_n(opcode, nsid, lba, blocks);
         cmd.set_cid(idx);
         cmd.set_prps(prp1, prp2);
@@ -248,7 +260,7 @@ impl IoQueue {
     /// `iova..iova+len` must be mapped for the device and the memory behind it must stay
     /// allocated and untouched by the caller until the request completes (or the queue pair is
     /// deleted), since the device reads or writes it at any time in between.
-    #[inline]
+    #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn submit_raw(
         &mut self,
@@ -272,6 +284,18 @@ impl IoQueue {
             Direction::Read => io_opcode::READ,
             Direction::Write => io_opcode::WRITE,
         };
+        if needed <= self.max_transfer as u64 && blocks <= MAX_BLOCKS_PER_COMMAND {
+            return self.submit_one(
+                ns.nsid(),
+                opcode,
+                lba,
+                blocks,
+                iova,
+                needed as usize,
+                None,
+                tag,
+            );
+        }
         let per_cmd =
             ((self.max_transfer >> ns.lba_shift()) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND);
         self.submit_split(ns, opcode, lba, blocks, per_cmd, 0, Data::Raw(iova), tag)

@@ -175,7 +175,7 @@ impl<P: Platform> QueuePair<P> {
     /// `iova..iova+len` must be mapped for this controller (e.g. memory of this controller's
     /// [`vfnvme_dma::DmaPool`]) and must stay allocated and untouched until the request
     /// completes or the queue pair is dropped.
-    #[inline]
+    #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn submit_raw(
         &mut self,

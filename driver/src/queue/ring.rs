@@ -268,7 +268,12 @@ impl Rings {
     /// counts them as occupied).
     #[inline(always)]
     pub fn cq_unrung(&self) -> u32 {
-        (self.cq_head + self.depth - self.cq_rung) % self.depth
+        // Both are below `depth`: no division needed.
+        if self.cq_head >= self.cq_rung {
+            self.cq_head - self.cq_rung
+        } else {
+            self.cq_head + self.depth - self.cq_rung
+        }
     }
 
     /// Writes the CQ head doorbell if the head moved since the last write.
