@@ -9,6 +9,8 @@ engine=$("$root/ffi/fio/build.sh" | tail -n1)
 export VFNVME_FIO_ENGINE=$engine
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+# fio writes verify state files into its working folder: keep them in the scratch folder.
+cd "$out"
 passed=0
 failed=0
 
