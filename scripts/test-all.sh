@@ -128,7 +128,7 @@ if [ "${#filters[@]}" -eq 0 ]; then
     export VFNVME_VM=$vfnvme
     check "C ABI + fio engine in the guest (scenario pair)" scripts/ffi-guest-check.sh
     check "fio side by side, short, in the guest (scenario sidebyside)" \
-        env SBS_SECONDS="${SBS_SECONDS:-3}" scripts/fio-side-by-side.sh
+        env SBS_SECONDS="${SBS_SECONDS:-5}" scripts/fio-side-by-side.sh
 fi
 
 step "test summary"
