@@ -68,6 +68,7 @@ if [[ "${1:-}" == --guest ]]; then
 
     common=(--name=sbs --rw=randread --bs=4k --numjobs=1 --time_based=1 "--runtime=$seconds"
         --size=1g --norandommap=1 --randrepeat=0 --output-format=json)
+    failures=0
     for qd in $qds; do
         for e in $engines; do
             args=()
@@ -86,6 +87,7 @@ if [[ "${1:-}" == --guest ]]; then
                 echo "sidebyside: $e qd $qd failed:" >&2
                 tail -n 5 "$out/$e-qd$qd.log" "$json" >&2 || true
                 rm -f "$json"
+                failures=$((failures + 1))
             fi
         done
     done
@@ -111,6 +113,8 @@ for qd in qds:
         ratio = f"{r[0] / base[0]:.2f}x" if base and base[0] else "-"
         print(f"{e:<16}{qd:>4}{r[0]:>12.0f}{r[1]:>14.1f}{r[2]:>14.1f}{ratio:>13}")
 EOF
+    # A run that failed fails the script (the table still shows the others).
+    [[ $failures -eq 0 ]] || { echo "sidebyside: $failures run(s) failed" >&2; exit 1; }
     exit 0
 fi
 
