@@ -55,7 +55,7 @@ struct vf_tq {
 	struct vf_ctrl *c;
 	struct vfnvme_qpair *qp;
 	void **bounce; /* indexed by io_u->index, allocated on first use */
-	unsigned int inflight; /* submitted, not yet completed */
+	unsigned int inflight; /* submitted, not yet reaped from the completion queue */
 	unsigned int unrung; /* submitted since this queue pair's doorbell was last rung */
 };
 
@@ -67,8 +67,10 @@ struct vf_thread {
 	uintptr_t mem_start, mem_end; /* td->orig_buffer from iomem_alloc: DMA memory of mem_ctrl */
 	struct vf_file *last_vf; /* file of the last io_u and its queue pair (a one-entry cache) */
 	struct vf_tq *last_tq;
-	struct io_u **events;
+	struct io_u **events; /* what the last getevents returned (event() reads it) */
 	unsigned int nevents;
+	struct io_u **ready; /* completed, not yet returned by getevents: a ring of depth slots */
+	unsigned int ready_head, ready_count;
 	struct vfnvme_completion *cpls; /* getevents' batch from vfnvme_qpair_poll_completions */
 	struct io_u **queued; /* queued since the last commit (for issue time) */
 	unsigned int nqueued;
@@ -399,6 +401,7 @@ static void vf_cleanup(struct thread_data *td)
 				vf_log_rc("vfnvme_qpair_free", rc);
 		}
 		free(vt->events);
+		free(vt->ready);
 		free(vt->queued);
 		free(vt->cpls);
 		free(vt);
@@ -420,9 +423,10 @@ static int vf_init(struct thread_data *td)
 	vt->depth = td->o.iodepth ? td->o.iodepth : 1;
 	vt->max_bs = td_max_bs(td);
 	vt->events = calloc(vt->depth, sizeof(*vt->events));
+	vt->ready = calloc(vt->depth, sizeof(*vt->ready));
 	vt->queued = calloc(vt->depth, sizeof(*vt->queued));
 	vt->cpls = calloc(vt->depth, sizeof(*vt->cpls));
-	if (!vt->events || !vt->queued || !vt->cpls)
+	if (!vt->events || !vt->ready || !vt->queued || !vt->cpls)
 		goto fail;
 	for_each_file(td, f, i) {
 		struct vf_file *vf = FILE_ENG_DATA(f);
@@ -525,8 +529,11 @@ static void vf_done(struct vf_iou *e, const struct vfnvme_cpl *cpl)
 		if (e->bounce && io_u->ddir == DDIR_READ)
 			memcpy(io_u->xfer_buf, e->bounce, io_u->xfer_buflen);
 	}
-	if (vt->nevents < vt->depth)
-		vt->events[vt->nevents++] = io_u;
+	if (vt->ready_count < vt->depth) {
+		unsigned int slot = vt->ready_head + vt->ready_count;
+		vt->ready[slot >= vt->depth ? slot - vt->depth : slot] = io_u;
+		vt->ready_count++;
+	}
 }
 
 /* The data pointer for io_u on tq's controller: the io_u's own buffer or a bounce buffer. */
@@ -695,6 +702,34 @@ static void vf_admin_tick(struct vf_thread *vt)
 	}
 }
 
+/* Reaps what the thread's queue pairs have completed into the ready ring (one poll call per
+ * queue pair, which also rings the doorbell for submissions not yet rung). */
+static int vf_reap(struct vf_thread *vt)
+{
+	for (int i = 0; i < vt->ntq; i++) {
+		struct vf_tq *tq = &vt->tq[i];
+		unsigned int room = vt->depth - vt->ready_count;
+		if (!tq->inflight || !room)
+			continue;
+		tq->unrung = 0; /* polling commits */
+		int n = vfnvme_qpair_poll_completions(tq->qp, room, vt->cpls);
+		if (n < 0) {
+			vf_log_rc("vfnvme_qpair_poll_completions", n);
+			return -EIO;
+		}
+		for (int j = 0; j < n; j++)
+			vf_done(vt->cpls[j].arg, &vt->cpls[j].cpl);
+	}
+	return 0;
+}
+
+/*
+ * fio asks for few events at a time (by default min = max = 1, once per I/O). Polling the device
+ * for each would pay a poll, and a doorbell for the one io_u queued since, per I/O. Instead one
+ * poll reaps everything the device has completed into the ready ring, and the following calls
+ * are served from it; submissions queued meanwhile are rung together, once half of what is in
+ * flight on a queue pair waits for its doorbell (or at the next poll, whichever comes first).
+ */
 static int vf_getevents(struct thread_data *td, unsigned int min, unsigned int max,
 			const struct timespec *t)
 {
@@ -705,25 +740,31 @@ static int vf_getevents(struct thread_data *td, unsigned int min, unsigned int m
 	}
 	if (max > vt->depth)
 		max = vt->depth;
-	vt->nevents = 0;
-	for (;;) {
-		for (int i = 0; i < vt->ntq && vt->nevents < max; i++) {
+	if (min > max)
+		min = max;
+	if (vt->ready_count >= min && vt->ready_count) {
+		for (int i = 0; i < vt->ntq; i++) {
 			struct vf_tq *tq = &vt->tq[i];
-			if (!tq->inflight)
-				continue;
-			tq->unrung = 0; /* polling commits */
-			int n = vfnvme_qpair_poll_completions(tq->qp, max - vt->nevents, vt->cpls);
-			if (n < 0) {
-				vf_log_rc("vfnvme_qpair_poll_completions", n);
-				return -EIO;
+			if (tq->unrung && 2 * tq->unrung >= tq->inflight) {
+				vfnvme_qpair_commit(tq->qp);
+				tq->unrung = 0;
 			}
-			for (int j = 0; j < n; j++)
-				vf_done(vt->cpls[j].arg, &vt->cpls[j].cpl);
 		}
-		if (vt->nevents >= min)
-			break;
+	} else {
+		do {
+			if (vf_reap(vt))
+				return -EIO;
+		} while (vt->ready_count < min);
 	}
-	return (int)vt->nevents;
+	unsigned int n = vt->ready_count < max ? vt->ready_count : max;
+	for (unsigned int i = 0; i < n; i++) {
+		vt->events[i] = vt->ready[vt->ready_head];
+		if (++vt->ready_head == vt->depth)
+			vt->ready_head = 0;
+	}
+	vt->ready_count -= n;
+	vt->nevents = n;
+	return (int)n;
 }
 
 static struct io_u *vf_event(struct thread_data *td, int event)
