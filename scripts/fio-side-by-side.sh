@@ -4,8 +4,10 @@
 # nvme driver (io_uring, io_uring with hipri polling, io_uring_cmd on /dev/ngXn1, libaio), plus
 # fio's null engine as the ceiling. 4 KiB random reads, 1 job, iodepth 1 and 32.
 #
+# The jobs are ffi/fio/jobs/sidebyside.fio, one section per engine (run with --section).
 # Prints: engine, QD, IOPS, mean latency (total, lat_ns), p99 completion latency (clat_ns),
-# ratio of IOPS to io_uring at the same QD. Figures from emulation compare only within a run.
+# ratio of IOPS to io_uring and share of fio's null-engine ceiling at the same QD. Figures from
+# emulation compare only within a run.
 #
 # Environment: SBS_SECONDS (runtime per run, default 5), SBS_QDS (default "1 32"),
 # SBS_ENGINES (subset of: vfnvme io_uring io_uring_hipri io_uring_cmd libaio null),
@@ -66,24 +68,20 @@ if [[ "${1:-}" == --guest ]]; then
     cd "$out"
     echo "sidebyside: vfnvme on $vfio_bdf, kernel on $kern_bdf ($blk, $ngdev), ${seconds}s per run"
 
-    common=(--name=sbs --rw=randread --bs=4k --numjobs=1 --time_based=1 "--runtime=$seconds"
-        --size=1g --norandommap=1 --randrepeat=0 --output-format=json)
+    # The exact jobs: ffi/fio/jobs/sidebyside.fio, one section per engine.
+    jobfile=$root/ffi/fio/jobs/sidebyside.fio
+    export VFNVME_FIO_ENGINE=$engine_so SBS_TRADDR=${vfio_bdf//:/.} SBS_BLK=$blk SBS_NG=$ngdev
+    export SBS_SECONDS=$seconds
     failures=0
     for qd in $qds; do
         for e in $engines; do
-            args=()
             case $e in
-            vfnvme) args=("--ioengine=external:$engine_so" --thread=1
-                "--filename=trtype=PCIe traddr=${vfio_bdf//:/.} ns=1") ;;
-            io_uring) args=(--ioengine=io_uring --direct=1 "--filename=$blk") ;;
-            io_uring_hipri) args=(--ioengine=io_uring --direct=1 --hipri=1 "--filename=$blk") ;;
-            io_uring_cmd) args=(--ioengine=io_uring_cmd --cmd_type=nvme "--filename=$ngdev") ;;
-            libaio) args=(--ioengine=libaio --direct=1 "--filename=$blk") ;;
-            null) args=(--ioengine=null) ;;
+            vfnvme | io_uring | io_uring_hipri | io_uring_cmd | libaio | null) ;;
             *) echo "sidebyside: unknown engine $e" >&2; exit 2 ;;
             esac
             json=$out/$e-qd$qd.json
-            if ! fio "${common[@]}" "--iodepth=$qd" "${args[@]}" "--output=$json" >"$out/$e-qd$qd.log" 2>&1; then
+            if ! SBS_QD=$qd fio "--section=$e" --output-format=json "--output=$json" "$jobfile" \
+                >"$out/$e-qd$qd.log" 2>&1; then
                 echo "sidebyside: $e qd $qd failed:" >&2
                 tail -n 5 "$out/$e-qd$qd.log" "$json" >&2 || true
                 rm -f "$json"
@@ -102,16 +100,18 @@ def load(e, qd):
         return r["iops"], r["lat_ns"]["mean"] / 1000, r["clat_ns"].get("percentile", {}).get("99.000000", 0) / 1000
     except Exception:
         return None
-print(f"{'engine':<16}{'QD':>4}{'IOPS':>12}{'mean lat us':>14}{'p99 clat us':>14}{'vs io_uring':>13}")
+print(f"{'engine':<16}{'QD':>4}{'IOPS':>12}{'mean lat us':>14}{'p99 clat us':>14}{'vs io_uring':>13}{'of null':>9}")
 for qd in qds:
     base = load("io_uring", qd)
+    ceiling = load("null", qd)
     for e in engines:
         r = load(e, qd)
         if r is None:
             print(f"{e:<16}{qd:>4}{'failed':>12}")
             continue
         ratio = f"{r[0] / base[0]:.2f}x" if base and base[0] else "-"
-        print(f"{e:<16}{qd:>4}{r[0]:>12.0f}{r[1]:>14.1f}{r[2]:>14.1f}{ratio:>13}")
+        share = f"{100 * r[0] / ceiling[0]:.0f}%" if ceiling and ceiling[0] else "-"
+        print(f"{e:<16}{qd:>4}{r[0]:>12.0f}{r[1]:>14.1f}{r[2]:>14.1f}{ratio:>13}{share:>9}")
 EOF
     # A run that failed fails the script (the table still shows the others).
     [[ $failures -eq 0 ]] || { echo "sidebyside: $failures run(s) failed" >&2; exit 1; }

@@ -12,8 +12,11 @@
  *
  * One controller per traddr (or model id) is shared by every file and thread of the process;
  * each fio thread gets one queue pair per controller it uses. queue() only queues; commit()
- * rings a doorbell at most once, and only when the device would otherwise idle; getevents()
- * rings for anything still unrung, then polls: at most one doorbell per batch. Buffers come from
+ * rings a doorbell at most once, and only when the device would otherwise idle. getevents()
+ * polls only when it has nothing left to hand out: one poll reaps every completion the device
+ * has posted into a ready ring (and rings for what is still unrung), and the next calls are
+ * served from that ring; submissions queued meanwhile are rung together once half of what is in
+ * flight waits for a doorbell. At most one doorbell per batch, never one per I/O. Buffers come from
  * the driver's DMA memory (iomem_alloc), so I/O is zero-copy; a file on a controller other than
  * the one that provided the thread's memory goes through per-io_u bounce buffers.
  *
