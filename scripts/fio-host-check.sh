@@ -41,6 +41,37 @@ PY
     fi
 done
 
+# Doorbell batching, counted by the model (the engine prints its counters at exit): one SQ
+# doorbell write per I/O at iodepth 1 (nothing may be left unrung), and far fewer than one per
+# I/O at iodepth 32, where fio commits after every io_u.
+doorbells() {
+    local what=$1 qd=$2 lo=$3 hi=$4 rc=0
+    "$fio" --ioengine=external:"$engine" --thread=1 --name=doorbells --rw=randread --bs=4k \
+        --norandommap=1 --size=1g --number_ios=20000 "--iodepth=$qd" \
+        "--filename=trtype=model ns=1 id=db$qd backing=null blocks=262144" >"$out/db.log" 2>&1 || rc=$?
+    local line
+    line=$(grep -E "vfnvme: model:db$qd: [0-9]+ I/O commands" "$out/db.log" || true)
+    if [[ $rc -eq 0 ]] && python3 - "$line" "$lo" "$hi" <<'PY'
+import re, sys
+line, lo, hi = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+m = re.search(r"(\d+) I/O commands, (\d+) SQ doorbell writes", line)
+if not m:
+    sys.exit(f"no doorbell counters in the output: {line!r}")
+ios, sq = int(m.group(1)), int(m.group(2))
+per_io = sq / ios if ios else float("inf")
+print(f"  {ios} I/Os, {sq} SQ doorbell writes: {per_io:.3f} per I/O (allowed {lo}..{hi})")
+sys.exit(0 if ios >= 20000 and lo <= per_io <= hi else 1)
+PY
+    then
+        ok "$what"
+    else
+        cat "$out/db.log"
+        bad "$what"
+    fi
+}
+doorbells "one doorbell per I/O at iodepth 1" 1 0.999 1.01
+doorbells "batched doorbells at iodepth 32" 32 0.01 0.35
+
 # Failures must be clean fio errors with a message, not crashes.
 expect_error() {
     local what=$1 pattern=$2

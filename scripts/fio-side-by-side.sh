@@ -4,7 +4,7 @@
 # nvme driver (io_uring, io_uring with hipri polling, io_uring_cmd on /dev/ngXn1, libaio), plus
 # fio's null engine as the ceiling. 4 KiB random reads, 1 job, iodepth 1 and 32.
 #
-# The jobs are ffi/fio/jobs/sidebyside.fio, one section per engine (run with --section).
+# The jobs are ffi/fio/sidebyside.fio, one section per engine (run with --section).
 # Prints: engine, QD, IOPS, mean latency (total, lat_ns), p99 completion latency (clat_ns),
 # ratio of IOPS to io_uring and share of fio's null-engine ceiling at the same QD. Figures from
 # emulation compare only within a run.
@@ -68,8 +68,8 @@ if [[ "${1:-}" == --guest ]]; then
     cd "$out"
     echo "sidebyside: vfnvme on $vfio_bdf, kernel on $kern_bdf ($blk, $ngdev), ${seconds}s per run"
 
-    # The exact jobs: ffi/fio/jobs/sidebyside.fio, one section per engine.
-    jobfile=$root/ffi/fio/jobs/sidebyside.fio
+    # The exact jobs: ffi/fio/sidebyside.fio, one section per engine.
+    jobfile=$root/ffi/fio/sidebyside.fio
     export VFNVME_FIO_ENGINE=$engine_so SBS_TRADDR=${vfio_bdf//:/.} SBS_BLK=$blk SBS_NG=$ngdev
     export SBS_SECONDS=$seconds
     failures=0

@@ -301,6 +301,16 @@ __attribute__((destructor)) static void vf_unload(void)
 	for (int i = 0; i < VF_MAX_CTRLS; i++) {
 		if (!vf_ctrls[i].ctrl)
 			continue;
+		/* On the model, report how many doorbell writes the run took (tests check the
+		 * batching with it). fio's own output is closed by now: stderr. */
+		struct vfnvme_model_stats ms;
+		if (vfnvme_ctrl_model_stats(vf_ctrls[i].ctrl, &ms) == 0)
+			fprintf(stderr,
+				"vfnvme: %s: %llu I/O commands, %llu SQ doorbell writes, %llu CQ "
+				"doorbell writes\n",
+				vf_ctrls[i].key, (unsigned long long)ms.io_commands,
+				(unsigned long long)ms.sq_doorbell_writes,
+				(unsigned long long)ms.cq_doorbell_writes);
 		int rc = vfnvme_ctrl_close(vf_ctrls[i].ctrl);
 		if (rc)
 			vf_log_rc("vfnvme_ctrl_close", rc);

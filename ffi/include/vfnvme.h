@@ -75,6 +75,9 @@ struct vfnvme_ctrl_opts {
   // Back DMA memory with 4 KiB pages instead of 2 MiB hugepages (slower; for machines without
   // reserved hugepages).
   bool small_pages;
+  // Use shadow doorbells (Doorbell Buffer Config) if the controller offers them; emulated
+  // controllers do, SSDs don't. Off by default: under QEMU it measured no faster.
+  bool shadow_doorbells;
 };
 
 // Options of the in-memory controller model (testing and benchmarks). NULL means defaults.
@@ -92,6 +95,9 @@ struct vfnvme_model_opts {
   // Discard writes and leave read buffers untouched (measures the driver alone); default:
   // data is kept in sparse memory.
   bool null_data;
+  // Use the model's shadow doorbells (Doorbell Buffer Config); default off, so every doorbell
+  // is an MMIO write the model counts (`vfnvme_ctrl_model_stats`).
+  bool shadow_doorbells;
 };
 
 // What a controller reported at bring-up.
@@ -129,6 +135,19 @@ struct vfnvme_ns_event {
   enum vfnvme_ns_event_kind kind;
   // The namespace it happened to.
   uint32_t nsid;
+};
+
+// Counters of an in-memory controller model (`vfnvme_ctrl_model_stats`): what the driver made the
+// model do, to check doorbell batching and the like in tests and benchmarks.
+struct vfnvme_model_stats {
+  // I/O commands completed (every opcode).
+  uint64_t io_commands;
+  // MMIO writes to submission queue tail doorbells (the admin queue's included).
+  uint64_t sq_doorbell_writes;
+  // MMIO writes to completion queue head doorbells (the admin queue's included).
+  uint64_t cq_doorbell_writes;
+  // The model's virtual time in nanoseconds.
+  uint64_t virtual_ns;
 };
 
 // The completion of one command, passed to its callback.
@@ -294,6 +313,16 @@ const char *vfnvme_strerror(int32_t code);
 //
 // Thread safety: thread-safe; the message is per thread.
 const char *vfnvme_last_error(void);
+
+// Reads the counters of a controller opened with `vfnvme_ctrl_open_model`. Fails with
+// VFNVME_ERR_UNSUPPORTED for a real (VFIO) controller, which keeps no such counters.
+//
+// Thread safety: thread-safe (the counters are read while other threads may run I/O; each is
+// exact, but they are not one atomic snapshot).
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_ctrl_model_stats(const struct vfnvme_ctrl *ctrl, struct vfnvme_model_stats *out);
 
 // Allocates an I/O queue pair with `depth` entries (commands in flight at most: `depth`; the
 // driver may round it to what the controller supports) and stores it in `*out`.

@@ -3,8 +3,9 @@
 
 use crate::ctrl::*;
 use crate::error::{vfnvme_last_error, vfnvme_strerror};
+use crate::model_stats::vfnvme_ctrl_model_stats;
 use crate::qpair::*;
-use crate::types::{Completion, Cpl, CtrlInfo, ModelOpts, NsInfo, Range};
+use crate::types::{Completion, Cpl, CtrlInfo, ModelOpts, ModelStats, NsInfo, Range};
 use crate::Status;
 use std::ffi::{c_void, CStr};
 use std::ptr::{null, null_mut};
@@ -504,4 +505,60 @@ fn namespace_events_follow_the_controller() {
         code(Status::VfnvmeErrInvalidArgument)
     );
     assert_eq!(unsafe { vfnvme_ctrl_close(ctrl) }, OK);
+}
+
+#[test]
+fn model_stats_count_commands_and_doorbell_writes() {
+    let ctrl = model(1, 512, 64);
+    let (buf, _) = alloc(ctrl, 8 * 512);
+    let empty = Completion {
+        arg: null_mut(),
+        cpl: Cpl::default(),
+    };
+    let stats = || {
+        let mut s = ModelStats::default();
+        // SAFETY: valid pointers.
+        assert_eq!(unsafe { vfnvme_ctrl_model_stats(ctrl, &mut s) }, OK);
+        s
+    };
+    // SAFETY: valid pointers; `buf` holds 8 blocks.
+    unsafe {
+        let mut s = ModelStats::default();
+        assert_eq!(
+            vfnvme_ctrl_model_stats(null(), &mut s),
+            code(Status::VfnvmeErrInvalidArgument)
+        );
+        assert_eq!(
+            vfnvme_ctrl_model_stats(ctrl, null_mut()),
+            code(Status::VfnvmeErrInvalidArgument)
+        );
+        let mut qp = null_mut();
+        assert_eq!(vfnvme_qpair_alloc(ctrl, 16, &mut qp), OK);
+        let before = stats();
+        // Two batches of 4 reads, one commit each: two SQ doorbell writes, eight commands.
+        let mut out = [empty; 16];
+        for batch in 0..2u64 {
+            for i in 0..4u64 {
+                let block = batch * 4 + i;
+                let data = buf.add(block as usize * 512).cast();
+                assert_eq!(
+                    vfnvme_qpair_read(qp, 1, data, block, 1, None, null_mut()),
+                    OK
+                );
+            }
+            assert_eq!(vfnvme_qpair_commit(qp), OK);
+            let mut got = 0;
+            while got < 4 {
+                let n = vfnvme_qpair_poll_completions(qp, 16, out.as_mut_ptr());
+                assert!(n >= 0, "{}", last_error());
+                got += n;
+            }
+        }
+        let after = stats();
+        assert_eq!(after.io_commands - before.io_commands, 8);
+        assert_eq!(after.sq_doorbell_writes - before.sq_doorbell_writes, 2);
+        assert!(after.virtual_ns >= before.virtual_ns);
+        assert_eq!(vfnvme_qpair_free(qp), OK);
+        assert_eq!(vfnvme_ctrl_close(ctrl), OK);
+    }
 }

@@ -96,6 +96,8 @@ pub trait CtrlOps: Send + Sync {
     fn process_admin(&self) -> FfiResult<u32>;
     /// A new subscription to namespace events (added, removed, changed).
     fn subscribe(&self) -> std::sync::mpsc::Receiver<nvme::namespace::NamespaceEvent>;
+    /// The model's counters, for a controller on the in-memory model (None for a device).
+    fn model_stats(&self) -> Option<nvme::model::ModelStats>;
 }
 
 /// What the ABI needs from a queue pair. `Send`, used by one thread at a time.

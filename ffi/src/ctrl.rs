@@ -42,7 +42,7 @@ pub(crate) fn deref<'a, T>(p: *const T, what: &'static str) -> FfiResult<&'a T> 
     })
 }
 
-fn out_ptr<'a, T>(p: *mut T, what: &'static str) -> FfiResult<&'a mut T> {
+pub(crate) fn out_ptr<'a, T>(p: *mut T, what: &'static str) -> FfiResult<&'a mut T> {
     // SAFETY: as in `deref`; output pointers point to caller-owned storage of type T.
     unsafe { p.as_mut() }.ok_or_else(|| {
         FfiError::new(

@@ -108,6 +108,12 @@ impl<P: Platform> CtrlOps for Controller<P> {
     fn subscribe(&self) -> std::sync::mpsc::Receiver<nvme::namespace::NamespaceEvent> {
         self.subscribe_namespace_events()
     }
+    fn model_stats(&self) -> Option<nvme::model::ModelStats> {
+        let platform: &dyn std::any::Any = self.platform().as_ref();
+        platform
+            .downcast_ref::<nvme::model::ModelPlatform>()
+            .map(|m| m.stats())
+    }
     fn name(&self) -> String {
         self.platform().name()
     }

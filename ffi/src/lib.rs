@@ -8,6 +8,7 @@ pub mod backend;
 pub mod ctrl;
 pub mod driver_ops;
 pub mod error;
+pub mod model_stats;
 pub mod open;
 pub mod qpair;
 pub mod types;

@@ -21,7 +21,10 @@ pub fn open_vfio(addr: PciAddress, opts: &CtrlOpts) -> FfiResult<Arc<dyn CtrlOps
     };
     let platform = VfioPlatform::open(&addr.to_string(), vopts)
         .map_err(|e| FfiError::new(Status::VfnvmeErrDevice, format!("{addr}: {e}")))?;
-    let mut copts = ControllerOptions::default();
+    let mut copts = ControllerOptions {
+        shadow_doorbells: opts.shadow_doorbells,
+        ..ControllerOptions::default()
+    };
     if opts.io_queues > 0 {
         copts.io_queues = u16::try_from(opts.io_queues).unwrap_or(u16::MAX);
     }
@@ -75,7 +78,10 @@ pub fn open_model(opts: &ModelOpts) -> FfiResult<Arc<dyn CtrlOps>> {
     }
     let platform = ModelPlatform::new(config)
         .map_err(|e| FfiError::new(Status::VfnvmeErrInvalidArgument, format!("model: {e}")))?;
-    let ctrl = Controller::new(platform, ControllerOptions::default())
-        .map_err(|e| ffi_error("model: bring-up", &e))?;
+    let copts = ControllerOptions {
+        shadow_doorbells: opts.shadow_doorbells,
+        ..ControllerOptions::default()
+    };
+    let ctrl = Controller::new(platform, copts).map_err(|e| ffi_error("model: bring-up", &e))?;
     Ok(Arc::new(ctrl))
 }
