@@ -7,9 +7,10 @@
 use crate::error::DmaError;
 use crate::iommu::Iommu;
 use memmap2::{MmapMut, MmapOptions};
+use std::collections::BTreeMap;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 /// The page size backing DMA regions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +73,42 @@ struct PoolInner {
     regions: Mutex<Vec<Region>>,
     /// Free chunks, indexed by size class (log2 of the chunk size).
     free: Mutex<Vec<Vec<(usize, u64)>>>,
+    /// Live allocations, see [`DmaPool::is_live_iova_range`].
+    live: LiveAllocations,
+}
+
+/// The allocations handed out and not yet given back (IOVA of the chunk → chunk bytes), and
+/// what was leaked on purpose. For checks (a device model), not for the I/O path: it locks.
+#[derive(Default)]
+struct LiveAllocations {
+    chunks: RwLock<BTreeMap<u64, usize>>,
+    leaks: AtomicUsize,
+}
+
+impl LiveAllocations {
+    fn insert(&self, iova: u64, chunk: usize) {
+        self.chunks
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(iova, chunk);
+    }
+    fn remove(&self, iova: u64) {
+        self.chunks
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&iova);
+    }
+    fn contains(&self, iova: u64, len: u64) -> bool {
+        let chunks = self.chunks.read().unwrap_or_else(|e| e.into_inner());
+        chunks
+            .range(..=iova)
+            .next_back()
+            .is_some_and(|(&start, &chunk)| {
+                (iova - start)
+                    .checked_add(len)
+                    .is_some_and(|end| end <= chunk as u64)
+            })
+    }
 }
 
 /// A source of DMA buffers: hugepage regions mapped once into an IOMMU.
@@ -110,6 +147,7 @@ impl DmaPool {
                 published: AtomicUsize::new(0),
                 regions: Mutex::new(Vec::new()),
                 free: Mutex::new(vec![Vec::new(); 64]),
+                live: LiveAllocations::default(),
             }),
         }
     }
@@ -142,6 +180,7 @@ impl DmaPool {
         // which outlives the buffer through the Arc the buffer holds; the chunk was on no free
         // list, so no other buffer aliases it.
         unsafe { std::ptr::write_bytes(va as *mut u8, 0, chunk) };
+        self.inner.live.insert(iova, chunk);
         Ok(DmaBuffer {
             // A region address is never null.
             ptr: NonNull::new(va as *mut u8).ok_or(DmaError::BadBufferSize { len, max: MAX })?,
@@ -241,6 +280,62 @@ impl DmaPool {
                 iova: s.iova.load(Ordering::Relaxed),
             })
         })
+    }
+}
+
+/// Live allocations and leaks: what a device model checks every access against.
+impl DmaPool {
+    /// Whether the `len` bytes at device address `iova` lie inside one allocation that is live
+    /// (allocated and not given back; a leaked one stays live). Takes a lock: for checks, not
+    /// for the I/O path.
+    pub fn is_live_iova_range(&self, iova: u64, len: u64) -> bool {
+        self.inner.live.contains(iova, len)
+    }
+
+    /// How many allocations are live.
+    pub fn live_allocations(&self) -> usize {
+        self.inner
+            .live
+            .chunks
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    /// Leaks `what` on purpose: its buffers are never given back, reused or unmapped, so a
+    /// device that may still reach them can't hit memory that has another use. Counted in
+    /// [`leaks`](Self::leaks).
+    pub fn leak<T>(&self, what: T) {
+        std::mem::forget(what);
+        self.inner.live.leaks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many times [`leak`](Self::leak) was called on this pool.
+    pub fn leaks(&self) -> usize {
+        self.inner.live.leaks.load(Ordering::Relaxed)
+    }
+
+    /// A handle that doesn't keep the pool alive (for an IOMMU model that checks accesses
+    /// against the pool that maps into it).
+    pub fn downgrade(&self) -> WeakDmaPool {
+        WeakDmaPool(Arc::downgrade(&self.inner))
+    }
+}
+
+/// A [`DmaPool`] handle that doesn't keep the pool alive.
+#[derive(Clone)]
+pub struct WeakDmaPool(Weak<PoolInner>);
+
+impl WeakDmaPool {
+    /// The pool, if it (or a buffer from it) is still alive.
+    pub fn upgrade(&self) -> Option<DmaPool> {
+        self.0.upgrade().map(|inner| DmaPool { inner })
+    }
+}
+
+impl std::fmt::Debug for WeakDmaPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WeakDmaPool")
     }
 }
 
@@ -350,6 +445,7 @@ impl std::fmt::Debug for DmaBuffer {
 
 impl Drop for DmaBuffer {
     fn drop(&mut self) {
+        self.pool.live.remove(self.iova);
         let class = self.chunk.trailing_zeros() as usize;
         self.pool.free.lock().unwrap_or_else(|e| e.into_inner())[class]
             .push((self.ptr.as_ptr() as usize, self.iova));
@@ -479,5 +575,41 @@ mod tests {
         );
         drop(a);
         assert!(rec.maps.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn live_ranges_follow_allocations_and_leaks_stay_live() {
+        let (p, _) = pool();
+        let a = p.alloc(4096).unwrap();
+        let b = p.alloc(100).unwrap();
+        assert_eq!(p.live_allocations(), 2);
+        assert!(p.is_live_iova_range(a.iova(), 4096));
+        assert!(p.is_live_iova_range(a.iova() + 4000, 96));
+        assert!(
+            !p.is_live_iova_range(a.iova() + 4000, 97),
+            "crosses the chunk's end"
+        );
+        assert!(
+            p.is_live_iova_range(b.iova(), 4096),
+            "the whole chunk is the allocation"
+        );
+        let (ia, ib) = (a.iova(), b.iova());
+        drop(a);
+        assert!(!p.is_live_iova_range(ia, 1), "given back");
+        assert!(p.is_live_iova_range(ib, 1));
+        assert_eq!(p.live_allocations(), 1);
+        let weak = p.downgrade();
+        p.leak(b);
+        assert_eq!(p.leaks(), 1);
+        assert!(p.is_live_iova_range(ib, 1), "a leaked buffer stays live");
+        assert!(weak.upgrade().is_some());
+        let c = p.alloc(4096).unwrap();
+        assert_ne!(c.iova(), ib, "a leaked chunk is never handed out again");
+        drop(c);
+        drop(p);
+        assert!(
+            weak.upgrade().is_some(),
+            "the leaked buffer keeps the pool (and its mappings)"
+        );
     }
 }
