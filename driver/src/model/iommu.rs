@@ -4,8 +4,8 @@
 use super::sharded::ShardedRw;
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
-use std::sync::RwLockReadGuard;
-use vfnvme_dma::{DmaError, Iommu, IovaAllocator, IovaRange};
+use std::sync::{Mutex, OnceLock, RwLockReadGuard};
+use vfnvme_dma::{DmaError, DmaPool, Iommu, IovaAllocator, IovaRange, WeakDmaPool};
 
 /// Where the model's IOVA space starts (1 TiB). Together with [`MODEL_IOVA_END`] it lies between
 /// where x86-64 Linux puts program text (low addresses) and where it puts the heap of PIE
@@ -23,10 +23,16 @@ pub(crate) struct Mapping {
 }
 
 /// An IOMMU that only records mappings (keyed by IOVA).
+///
+/// Once [`watch`](Self::watch) gave it the pool that maps into it, every device access must also
+/// lie inside one *live* allocation of that pool: an access to memory the driver gave back (or
+/// never allocated) is refused like an IOMMU fault and recorded as a violation.
 #[derive(Debug)]
 pub struct ModelIommu {
     alloc: IovaAllocator,
     maps: ShardedRw<BTreeMap<u64, Mapping>>,
+    pool: OnceLock<WeakDmaPool>,
+    violations: Mutex<Vec<String>>,
 }
 
 impl Default for ModelIommu {
@@ -44,7 +50,43 @@ impl ModelIommu {
                 end: MODEL_IOVA_END,
             }]),
             maps: ShardedRw::new(BTreeMap::new()),
+            pool: OnceLock::new(),
+            violations: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Checks every later device access against `pool`'s live allocations (the first pool
+    /// given wins).
+    pub fn watch(&self, pool: &DmaPool) {
+        let _ = self.pool.set(pool.downgrade());
+    }
+
+    /// Device accesses that hit no live allocation of the watched pool, in order.
+    pub fn violations(&self) -> Vec<String> {
+        self.violations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Whether the device may access `iova..iova+len` (`what`: "read" or "write"): inside a
+    /// live allocation of the watched pool, if there is one. Records a violation otherwise.
+    pub(crate) fn allowed(&self, iova: u64, len: u64, what: &str) -> bool {
+        let Some(pool) = self.pool.get().and_then(WeakDmaPool::upgrade) else {
+            return true;
+        };
+        if pool.is_live_iova_range(iova, len) {
+            return true;
+        }
+        let v = format!(
+            "device {what} of {len} bytes at IOVA {iova:#x} outside every live DMA allocation (freed or never allocated)"
+        );
+        log::error!("model: {v}");
+        self.violations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(v);
+        false
     }
 
     /// The number of live mappings.

@@ -27,6 +27,7 @@ impl ModelPlatform {
         let iommu = Arc::new(ModelIommu::new());
         let core = Arc::new(Core::new(config, iommu.clone()));
         let pool = DmaPool::new(iommu.clone(), PageSize::Small4K);
+        iommu.watch(&pool);
         Ok(Arc::new(ModelPlatform {
             regs: ModelRegs { core },
             iommu,
@@ -41,6 +42,14 @@ impl ModelPlatform {
     /// The model's IOMMU (to inspect mappings).
     pub fn iommu(&self) -> &Arc<ModelIommu> {
         &self.iommu
+    }
+
+    /// Every device access so far that hit memory outside the pool's live allocations (memory
+    /// the driver gave back, or never allocated). The model refuses such an access like an
+    /// IOMMU fault; dropping the platform panics if there was any (a test that causes one
+    /// fails even if it does not look).
+    pub fn dma_violations(&self) -> Vec<String> {
+        self.iommu.violations()
     }
 
     /// A snapshot of the counters and the virtual time.
@@ -133,6 +142,18 @@ impl ModelPlatform {
         f(&ns)?;
         core.ns_changed(&mut c, nsid);
         Ok(())
+    }
+}
+
+impl Drop for ModelPlatform {
+    fn drop(&mut self) {
+        let violations = self.iommu.violations();
+        if !violations.is_empty() && !std::thread::panicking() {
+            panic!(
+                "the model saw {} device access(es) to memory outside the live DMA allocations: {violations:#?}",
+                violations.len()
+            );
+        }
     }
 }
 
