@@ -109,9 +109,14 @@ pub(super) fn delete_sq(core: &Core, sqe: &Sqe) -> Outcome {
         return Status::INVALID_QID.into();
     };
     let mut g = lock(slot);
+    if core.cfg.fail_delete_sq && g.is_some() {
+        return Status::INTERNAL_ERROR.into();
+    }
     let Some(sq) = g.take() else {
         return Status::INVALID_QID.into();
     };
+    // Commands of the queue that the device still held back are aborted with it.
+    lock(&core.stalled).retain(|s| usize::from(s.qid) != qid);
     if let Some(cq) = core.cqs.get(usize::from(sq.cqid)) {
         if let Some(cq) = lock(cq).as_mut() {
             cq.sqs.retain(|&q| q != sq.qid);

@@ -26,6 +26,19 @@ pub struct ModelNamespaceConfig {
     pub backing: Backing,
 }
 
+/// Fault injection: a command the device executes late, as a slow or hung device does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stall {
+    /// The submission queue the command arrives on (0 = admin).
+    pub qid: u16,
+    /// Its opcode.
+    pub opcode: u8,
+    /// Virtual time after submission at which the device executes it (moves its data).
+    pub after_ns: u64,
+    /// Whether its completion is posted then (`false`: it never completes).
+    pub completes: bool,
+}
+
 /// Everything the model can be configured with.
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
@@ -75,6 +88,14 @@ pub struct ModelConfig {
     pub model: String,
     /// Firmware revision (at most 8 ASCII characters).
     pub firmware: String,
+    /// Fault injection: commands executed late. A disable (CC.EN = 0) drops them, and so does
+    /// a successful Delete I/O SQ of their queue.
+    pub stalls: Vec<Stall>,
+    /// Fault injection: Delete I/O Submission Queue fails (Internal Error); the queue stays.
+    pub fail_delete_sq: bool,
+    /// Fault injection: CC.EN = 0 is ignored (CSTS.RDY stays 1): the controller can't be
+    /// disabled.
+    pub ignore_disable: bool,
 }
 
 impl Default for ModelConfig {
@@ -106,6 +127,9 @@ impl Default for ModelConfig {
             serial: "MODEL0001".into(),
             model: "vfnvme model".into(),
             firmware: "1.0".into(),
+            stalls: Vec::new(),
+            fail_delete_sq: false,
+            ignore_disable: false,
         }
     }
 }

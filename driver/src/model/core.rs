@@ -46,6 +46,18 @@ pub(crate) struct CtrlState {
     pub events: Events,
 }
 
+/// A command held back by a [`Stall`](super::config::Stall) rule.
+#[derive(Debug)]
+pub(crate) struct Stalled {
+    pub qid: u16,
+    pub cqid: u16,
+    pub sqhd: u16,
+    /// When it executes.
+    pub at: u64,
+    pub completes: bool,
+    pub raw: [u8; super::sqe::SQE_BYTES],
+}
+
 /// The whole device.
 #[derive(Debug)]
 pub(crate) struct Core {
@@ -69,6 +81,8 @@ pub(crate) struct Core {
     pub eventidx: AtomicU64,
     /// Memory page size for I/O queues (copied from `ctrl` at enable).
     pub io_page: AtomicU64,
+    /// Commands held back by the configured stalls (leaf lock).
+    pub stalled: Mutex<Vec<Stalled>>,
 }
 
 /// Adds the host time between its creation and its drop to a queue's busy counter.
@@ -117,6 +131,7 @@ impl Core {
             shadow: AtomicU64::new(0),
             eventidx: AtomicU64::new(0),
             io_page: AtomicU64::new(4096),
+            stalled: Mutex::new(Vec::new()),
             cfg,
         }
     }
@@ -185,6 +200,9 @@ impl Core {
             consider(c.ready_at);
             consider(c.shutdown_at);
         }
+        for s in lock(&self.stalled).iter() {
+            consider(Some(s.at));
+        }
         for cq in self.cqs.iter() {
             consider(lock(cq).as_ref().and_then(Cq::next_due));
         }
@@ -192,6 +210,7 @@ impl Core {
             Some(t) => {
                 self.reset_idle();
                 self.advance_to(t);
+                self.run_stalled();
             }
             None => {
                 let step = self.idle_step.load(Ordering::Relaxed);
@@ -261,6 +280,9 @@ impl Core {
                 }
             };
             let sqhd = sq.head as u16;
+            if self.stall(0, 0, sqhd, &raw) {
+                continue;
+            }
             let sqe = Sqe(raw);
             let outcome = admin::execute(self, c, &sqe);
             if let Some(o) = outcome {
@@ -303,6 +325,9 @@ impl Core {
                     return;
                 }
             };
+            if !self.cfg.stalls.is_empty() && self.stall(sq.qid, sq.cqid, sq.head as u16, &raw) {
+                continue;
+            }
             let sqe = Sqe(raw);
             let o = io::execute(self, &sqe, page);
             let due = self.now() + self.cfg.io_latency_ns;
@@ -313,6 +338,70 @@ impl Core {
                 (sq.qid, sq.head as u16),
                 o,
             );
+        }
+    }
+
+    /// Holds the command `raw` back if a stall rule matches it; returns whether it did.
+    fn stall(&self, qid: u16, cqid: u16, sqhd: u16, raw: &[u8; super::sqe::SQE_BYTES]) -> bool {
+        let opcode = Sqe(*raw).opcode();
+        let Some(rule) = self
+            .cfg
+            .stalls
+            .iter()
+            .find(|s| s.qid == qid && s.opcode == opcode)
+        else {
+            return false;
+        };
+        lock(&self.stalled).push(Stalled {
+            qid,
+            cqid,
+            sqhd,
+            at: self.now().saturating_add(rule.after_ns),
+            completes: rule.completes,
+            raw: *raw,
+        });
+        true
+    }
+
+    /// Executes the held-back commands that are due (their data moves now) and queues their
+    /// completions (due now) if they complete.
+    pub fn run_stalled(&self) {
+        if self.cfg.stalls.is_empty() {
+            return;
+        }
+        let now = self.now();
+        let due: Vec<Stalled> = {
+            let mut s = lock(&self.stalled);
+            let (due, later) = std::mem::take(&mut *s)
+                .into_iter()
+                .partition(|s| s.at <= now);
+            *s = later;
+            due
+        };
+        for st in due {
+            let sqe = Sqe(st.raw);
+            let outcome = if st.qid == 0 {
+                let mut c = self.lock_ctrl();
+                if !c.enabled {
+                    continue;
+                }
+                admin::execute(self, &mut c, &sqe)
+            } else {
+                Some(io::execute(
+                    self,
+                    &sqe,
+                    self.io_page.load(Ordering::Relaxed),
+                ))
+            };
+            if let (Some(o), true) = (outcome, st.completes) {
+                self.complete(
+                    st.cqid,
+                    now,
+                    (sqe.cid(), sqe.opcode()),
+                    (st.qid, st.sqhd),
+                    o,
+                );
+            }
         }
     }
 
@@ -343,6 +432,7 @@ impl Core {
 
     /// Posts CQ `cqid`'s due completions; if none is due, jumps to its next one.
     pub fn before_poll(&self, cqid: u16) {
+        self.run_stalled();
         let cqid = usize::from(cqid);
         let _busy = self.busy(cqid);
         self.poll_shadow(cqid);
@@ -379,6 +469,7 @@ impl Core {
     /// Tears down every queue (CC.EN 1 → 0).
     pub fn reset_queues(&self, c: &mut CtrlState) {
         c.admin_sq = None;
+        lock(&self.stalled).clear();
         for s in self.sqs.iter() {
             *lock(s) = None;
         }

@@ -91,6 +91,9 @@ impl ModelRegs {
         let core = &self.core;
         let mut c = core.lock_ctrl();
         let old = c.cc;
+        if core.cfg.ignore_disable && old & 1 == 1 && value & 1 == 0 {
+            return;
+        }
         c.cc = value;
         let now = core.now();
         match (old & 1, value & 1) {

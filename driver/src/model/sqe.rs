@@ -78,6 +78,7 @@ impl Status {
     pub const INVALID_OPCODE: Status = generic(0x01, true);
     pub const INVALID_FIELD: Status = generic(0x02, true);
     pub const DATA_TRANSFER_ERROR: Status = generic(0x04, false);
+    pub const INTERNAL_ERROR: Status = generic(0x06, false);
     pub const INVALID_FORMAT: Status = generic(0x0A, true);
     pub const INVALID_NAMESPACE: Status = generic(0x0B, true);
     pub const COMMAND_SEQUENCE_ERROR: Status = generic(0x0C, true);
