@@ -6,7 +6,7 @@ use vfnvme::controller::{Controller, ControllerOptions};
 use vfnvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 use vfnvme::platform::{Platform, RegisterIo};
 use vfnvme::spec::command::DsmRange;
-use vfnvme::spec::registers::{Csts, CSTS};
+use vfnvme::spec::registers::{Cc, Csts, CC, CSTS, SHN_NORMAL};
 use vfnvme::{Error, IoCompletion, QpairOptions, SubmitErrorKind};
 
 fn config(lba_size: u32) -> ModelConfig {
@@ -386,8 +386,15 @@ fn drop_deletes_queues_and_shuts_down() {
     drop(ctrl);
     let s = platform.stats();
     assert_eq!((s.admin(0x00), s.admin(0x04)), (1, 1));
-    let csts = Csts(platform.regs().read32(CSTS));
-    assert_eq!(csts.shst(), 0b10, "shutdown complete");
+    // Shut down (CC.SHN = normal), then disabled (CC.EN = 0, CSTS.RDY = 0) so that nothing the
+    // controller was given is freed while it could still use it.
+    let cc = Cc(platform.regs().read32(CC));
+    assert_eq!(
+        (cc.shn(), cc.en()),
+        (SHN_NORMAL, false),
+        "shut down, then disabled"
+    );
+    assert!(!Csts(platform.regs().read32(CSTS)).rdy());
     // The queue pair outlives the controller; dropping it deletes nothing more.
     drop(qp);
     assert_eq!(platform.stats().admin(0x00), 1);

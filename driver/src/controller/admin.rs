@@ -6,7 +6,7 @@ use crate::error::Error;
 use crate::platform::Platform;
 use crate::queue::ring::Rings;
 use crate::spec::{Command, Completion, Status};
-use vfnvme_dma::{DmaError, DmaPool};
+use vfnvme_dma::{DmaBuffer, DmaError, DmaPool};
 
 /// Owner marker: the command identifier is free.
 const IDLE: usize = usize::MAX;
@@ -48,6 +48,47 @@ pub struct AdminQueue {
     events: Vec<AerResult>,
     /// AERs outstanding on the controller.
     aers: usize,
+    /// Per command identifier: the DMA memory of a command that timed out, parked until its
+    /// completion arrives or the controller is disabled (the device may still use it).
+    parked: Vec<Parked>,
+    /// Memory the device may use until the controller is disabled, whatever completes.
+    until_disabled: Vec<DmaBuffer>,
+}
+
+/// DMA memory parked with a command identifier.
+#[derive(Debug, Default)]
+struct Parked {
+    buffers: Vec<DmaBuffer>,
+    /// The device keeps using it after the command completes (Doorbell Buffer Config).
+    until_disabled: bool,
+}
+
+/// How long the device may use the memory of an admin command run by
+/// [`AdminQueue::run_owned`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DeviceUse {
+    /// Until the command completes (data transfers).
+    UntilCompletion,
+    /// Until the controller is disabled, once the command succeeded (Doorbell Buffer Config).
+    UntilDisabled,
+}
+
+/// [`AdminWork`] for one command (for [`AdminQueue::run_owned`]).
+struct OneCommand {
+    cmd: Option<Command>,
+    slot: Option<u16>,
+    result: Option<Result<Completion, Error>>,
+}
+
+impl AdminWork for OneCommand {
+    fn next(&mut self, slot: u16) -> Option<Command> {
+        let c = self.cmd.take()?;
+        self.slot = Some(slot);
+        Some(c)
+    }
+    fn done(&mut self, _slot: u16, result: Result<Completion, Error>) {
+        self.result = Some(result);
+    }
 }
 
 /// Adapts a slice of commands to [`AdminWork`] for [`AdminQueue::run`].
@@ -94,7 +135,61 @@ impl AdminQueue {
             opcodes: vec![0; slots],
             events: Vec::new(),
             aers: 0,
+            parked: (0..slots).map(|_| Parked::default()).collect(),
+            until_disabled: Vec::new(),
         })
+    }
+
+    /// Runs one command whose data lives in `data`, which the queue owns while the device may
+    /// use it: the buffers come back with a successful completion (and are freed with an error
+    /// one). If the command times out they stay parked with its command identifier, and are
+    /// freed when its completion arrives or the controller is disabled
+    /// ([`release_parked`](Self::release_parked)); the caller never gets them back, so it can't
+    /// free or reuse memory the device may still write.
+    pub(crate) fn run_owned<P: Platform>(
+        &mut self,
+        platform: &P,
+        cmd: Command,
+        data: Vec<DmaBuffer>,
+        device_use: DeviceUse,
+        timeout_ns: u64,
+    ) -> Result<(Completion, Vec<DmaBuffer>), Error> {
+        let opcode = cmd.opcode();
+        let mut work = OneCommand {
+            cmd: Some(cmd),
+            slot: None,
+            result: None,
+        };
+        self.pipeline(platform, &mut work, timeout_ns);
+        let result = work.result.unwrap_or(Err(Error::AdminTimeout {
+            opcode,
+            waited_ms: 0,
+        }));
+        match (&result, work.slot) {
+            (Err(Error::AdminTimeout { .. }), Some(slot))
+                if self.owner.get(slot as usize) == Some(&ABANDONED) =>
+            {
+                if let Some(p) = self.parked.get_mut(slot as usize) {
+                    p.buffers = data;
+                    p.until_disabled = device_use == DeviceUse::UntilDisabled;
+                }
+                Err(result.err().unwrap_or(Error::AdminTimeout {
+                    opcode,
+                    waited_ms: 0,
+                }))
+            }
+            _ => result.map(|c| (c, data)),
+        }
+    }
+
+    /// The controller is disabled (CC.EN = 0, CSTS.RDY = 0): the device no longer uses any
+    /// parked memory, so it is freed. Outstanding commands (and AERs) are gone with the
+    /// controller's queues.
+    pub(crate) fn release_parked(&mut self) {
+        for p in &mut self.parked {
+            p.buffers.clear();
+        }
+        self.until_disabled.clear();
     }
 
     /// Device address of the admin SQ.
@@ -222,7 +317,16 @@ impl AdminQueue {
                     log::error!("admin completion for idle command id {cid} ignored");
                     continue;
                 }
-                ABANDONED => {}
+                ABANDONED => {
+                    // The device is done with this command: free (or keep) what it used.
+                    if let Some(p) = self.parked.get_mut(cid as usize) {
+                        let buffers = std::mem::take(&mut p.buffers);
+                        if p.until_disabled && status.is_success() {
+                            self.until_disabled.extend(buffers);
+                        }
+                        p.until_disabled = false;
+                    }
+                }
                 AER => {
                     self.aers = self.aers.saturating_sub(1);
                     self.events.push(if status.is_success() {

@@ -1,7 +1,7 @@
 //! Bring-up as an explicit step sequence; every wait is bounded by CAP.TO.
 
-use super::admin::AdminQueue;
-use super::shared::{QueueIds, Shared};
+use super::admin::{AdminQueue, DeviceUse};
+use super::shared::Shared;
 use super::{ControllerInfo, ControllerOptions};
 use crate::error::Error;
 use crate::platform::{Platform, RegisterIo};
@@ -11,7 +11,7 @@ use crate::spec::features::NumberOfQueues;
 use crate::spec::identify::IdentifyController;
 use crate::spec::registers::{aqa, Cap, Cc, Csts, Version, ACQ, AQA, ASQ, CAP, CC, CSTS, VS};
 use crate::spec::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Waits until `done(csts)` holds, at most CAP.TO (stopping early on an all-ones read, or on
 /// CSTS.CFS if `fatal_is_error`). The error is the last CSTS and the time waited in ms.
@@ -54,7 +54,7 @@ fn csts_error(csts: Csts, waited_ms: u64, ready: bool) -> Error {
 }
 
 /// Step 1: CC.EN = 0 and wait for CSTS.RDY = 0.
-fn disable<P: Platform>(platform: &P, cap: Cap) -> Result<(), Error> {
+pub(super) fn disable<P: Platform>(platform: &P, cap: Cap) -> Result<(), Error> {
     let regs = platform.regs();
     let cc = Cc(regs.read32(CC));
     if cc.en() {
@@ -89,8 +89,10 @@ fn enable<P: Platform>(platform: &P, cap: Cap) -> Result<(), Error> {
 /// Step 4: Identify Controller.
 fn identify_controller<P: Platform>(shared: &Shared<P>) -> Result<IdentifyController, Error> {
     let buf = shared.platform.dma().alloc(4096)?;
-    shared.admin_sync(Command::identify_controller(buf.iova()))?;
-    Ok(IdentifyController::parse(buf.as_slice())?)
+    let cmd = Command::identify_controller(buf.iova());
+    let (_, bufs) = shared.admin_sync_owned(cmd, vec![buf], DeviceUse::UntilCompletion)?;
+    let page = bufs.first().map_or(&[][..], |b| b.as_slice());
+    Ok(IdentifyController::parse(page)?)
 }
 
 /// Step 5: Set Features, Number of Queues; returns the queue pairs granted (≤ requested).
@@ -104,13 +106,20 @@ fn number_of_queues<P: Platform>(shared: &Shared<P>, requested: u16) -> Result<u
 /// Step 6 (optional): Doorbell Buffer Config. Failure is not fatal: MMIO doorbells are used.
 fn doorbell_buffer_config<P: Platform>(shared: &Shared<P>) -> Option<Arc<ShadowBuffers>> {
     let pool = shared.platform.dma();
-    let bufs = ShadowBuffers {
-        doorbells: pool.alloc(prp::PAGE_SIZE).ok()?,
-        event_idx: pool.alloc(prp::PAGE_SIZE).ok()?,
-    };
-    let cmd = Command::doorbell_buffer_config(bufs.doorbells.iova(), bufs.event_idx.iova());
-    match shared.admin_sync(cmd) {
-        Ok(_) => Some(Arc::new(bufs)),
+    let doorbells = pool.alloc(prp::PAGE_SIZE).ok()?;
+    let event_idx = pool.alloc(prp::PAGE_SIZE).ok()?;
+    let cmd = Command::doorbell_buffer_config(doorbells.iova(), event_idx.iova());
+    // The controller uses both pages for as long as it is enabled once this succeeded.
+    let data = vec![doorbells, event_idx];
+    match shared.admin_sync_owned(cmd, data, DeviceUse::UntilDisabled) {
+        Ok((_, mut bufs)) => {
+            let event_idx = bufs.pop()?;
+            let doorbells = bufs.pop()?;
+            Some(Arc::new(ShadowBuffers {
+                doorbells,
+                event_idx,
+            }))
+        }
         Err(e) => {
             log::warn!("Doorbell Buffer Config failed ({e}); using MMIO doorbells");
             None
@@ -147,18 +156,15 @@ pub(crate) fn bring_up<P: Platform>(
         .max(2) as u16;
     let admin = AdminQueue::new(platform.dma(), admin_depth, cap.dstrd())?;
     program_admin_queue(&*platform, &admin);
-    enable(&*platform, cap)?;
-    let mut shared = Shared {
-        platform: platform.clone(),
+    // From here on `shared` owns the admin rings: on any error below, dropping it disables the
+    // controller before they are freed (or leaks them if it can't be disabled).
+    let mut shared = Shared::new(
+        platform.clone(),
         cap,
-        admin: Mutex::new(admin),
-        admin_timeout_ns: options.admin_timeout_ms.saturating_mul(1_000_000),
-        queues: Mutex::new(QueueIds {
-            in_use: Vec::new(),
-            shut_down: false,
-        }),
-        shadow: None,
-    };
+        admin,
+        options.admin_timeout_ms.saturating_mul(1_000_000),
+    );
+    enable(&*platform, cap)?;
     let identify = identify_controller(&shared)?;
     let pairs = number_of_queues(&shared, options.io_queues)?;
     shared

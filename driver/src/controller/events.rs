@@ -6,6 +6,7 @@
 //! (first entry FFFFFFFFh). AERs are re-armed before the log is read, so a change that happens
 //! meanwhile raises a new event instead of being lost.
 
+use super::admin::DeviceUse;
 use super::Controller;
 use crate::error::Error;
 use crate::namespace::scan::ScanReport;
@@ -62,8 +63,12 @@ fn changed_list<P: Platform>(ctrl: &Controller<P>) -> Result<Option<Vec<u32>>, E
         false,
         page.iova(),
     );
-    ctrl.shared.admin_sync(cmd)?;
-    Ok(parse_changed_ns_list(page.as_slice()))
+    let (_, bufs) = ctrl
+        .shared
+        .admin_sync_owned(cmd, vec![page], DeviceUse::UntilCompletion)?;
+    Ok(parse_changed_ns_list(
+        bufs.first().map_or(&[][..], |b| b.as_slice()),
+    ))
 }
 
 /// Reads log page `lid` to clear a non-namespace event (its content is only logged).
@@ -72,7 +77,11 @@ fn clear_event<P: Platform>(ctrl: &Controller<P>, event: AsyncEvent) {
         return;
     };
     let cmd = Command::get_log_page(event.log_page, NSID_ALL, 512, 0, false, page.iova());
-    if let Err(e) = ctrl.shared.admin_sync(cmd) {
+    let data = vec![page];
+    if let Err(e) = ctrl
+        .shared
+        .admin_sync_owned(cmd, data, DeviceUse::UntilCompletion)
+    {
         log::warn!("asynchronous event {event:?}: reading log page failed: {e}");
     }
 }

@@ -251,8 +251,16 @@ impl<P: Platform> Controller<P> {
 }
 
 impl<P: Platform> Drop for Controller<P> {
+    /// Removes the namespaces, deletes the I/O queues, shuts the controller down (CC.SHN) and
+    /// disables it (CC.EN = 0), so that memory it was given (scan pages, parked buffers, the
+    /// admin rings once the last queue pair is gone) is freed only when it can't be used any
+    /// more; if it can't be disabled, that memory is leaked.
     fn drop(&mut self) {
         self.registry.clear();
         self.shared.shutdown();
+        if !self.shared.quiesce() {
+            let mut pages = self.scanner.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared.platform.dma().leak(std::mem::take(&mut *pages));
+        }
     }
 }

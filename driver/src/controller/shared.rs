@@ -1,12 +1,22 @@
 //! State shared by the controller and its queue pairs.
 
-use super::admin::{AdminQueue, AdminWork};
+use super::admin::{AdminQueue, AdminWork, DeviceUse};
 use crate::error::Error;
 use crate::platform::{Platform, RegisterIo};
 use crate::queue::ring::ShadowBuffers;
 use crate::spec::registers::{Cap, Cc, Csts, CC, CSTS, SHN_NORMAL, SHST_COMPLETE};
 use crate::spec::{Command, Completion};
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
+use vfnvme_dma::DmaBuffer;
+
+/// The controller may be enabled: it may use any memory it was given.
+const LIVE: u8 = 0;
+/// CC.EN = 0 and CSTS.RDY = 0 were seen: the device no longer uses memory it was given.
+const DISABLED: u8 = 1;
+/// Disabling failed: the device may still use memory it was given, which is leaked.
+const STUCK: u8 = 2;
 
 /// Which I/O queue ids are in use, and whether the controller was shut down.
 #[derive(Debug)]
@@ -18,16 +28,95 @@ pub(crate) struct QueueIds {
 }
 
 /// What the controller and every queue pair share.
+///
+/// Memory the device was given (admin rings, parked buffers, shadow doorbells) is freed on drop
+/// only once the controller is disabled; if it can't be, it is leaked (see [`Shared::quiesce`]).
 pub(crate) struct Shared<P: Platform> {
     pub platform: Arc<P>,
     pub cap: Cap,
-    pub admin: Mutex<AdminQueue>,
+    /// Taken out only in `drop` (to free or leak it).
+    pub admin: ManuallyDrop<Mutex<AdminQueue>>,
     pub admin_timeout_ns: u64,
     pub queues: Mutex<QueueIds>,
     pub shadow: Option<Arc<ShadowBuffers>>,
+    /// [`LIVE`], [`DISABLED`] or [`STUCK`].
+    pub device: AtomicU8,
 }
 
 impl<P: Platform> Shared<P> {
+    /// Shared state over the admin queue `admin`, programmed and (about to be) enabled.
+    pub fn new(platform: Arc<P>, cap: Cap, admin: AdminQueue, admin_timeout_ns: u64) -> Self {
+        Shared {
+            platform,
+            cap,
+            admin: ManuallyDrop::new(Mutex::new(admin)),
+            admin_timeout_ns,
+            queues: Mutex::new(QueueIds {
+                in_use: Vec::new(),
+                shut_down: false,
+            }),
+            shadow: None,
+            device: AtomicU8::new(LIVE),
+        }
+    }
+
+    fn live(&self) -> bool {
+        self.device.load(Ordering::Acquire) == LIVE
+    }
+
+    /// Makes sure the device no longer uses memory it was given: disables the controller
+    /// (CC.EN = 0, CSTS.RDY = 0 within CAP.TO) unless that was done, and frees what timed-out
+    /// admin commands left parked. Returns whether memory the device was given may now be
+    /// freed; `false` (the controller can't be disabled) means it must be leaked.
+    pub fn quiesce(&self) -> bool {
+        match self.device.load(Ordering::Acquire) {
+            DISABLED => return true,
+            STUCK => return false,
+            _ => {}
+        }
+        let mut admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
+        if self.device.load(Ordering::Acquire) != LIVE {
+            return self.device.load(Ordering::Acquire) == DISABLED;
+        }
+        match super::bringup::disable(&*self.platform, self.cap) {
+            Ok(()) => {
+                self.device.store(DISABLED, Ordering::Release);
+                admin.release_parked();
+                true
+            }
+            Err(e) => {
+                log::error!(
+                    "{}: {e}; the controller may still DMA into memory it was given, which is leaked on purpose",
+                    self.platform.name()
+                );
+                self.device.store(STUCK, Ordering::Release);
+                false
+            }
+        }
+    }
+
+    /// Runs one admin command on DMA memory the admin queue owns while the device may use it
+    /// (see [`AdminQueue::run_owned`]): `data` comes back with a successful completion; after a
+    /// timeout it stays parked until the completion arrives or the controller is disabled.
+    pub fn admin_sync_owned(
+        &self,
+        cmd: Command,
+        data: Vec<DmaBuffer>,
+        device_use: DeviceUse,
+    ) -> Result<(Completion, Vec<DmaBuffer>), Error> {
+        if !self.live() {
+            return Err(Error::ShutDown);
+        }
+        let mut admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
+        admin.run_owned(
+            &*self.platform,
+            cmd,
+            data,
+            device_use,
+            self.admin_timeout_ns,
+        )
+    }
+
     pub fn admin_sync(&self, cmd: Command) -> Result<Completion, Error> {
         let mut out = Err(Error::AdminTimeout {
             opcode: cmd.opcode(),
@@ -40,14 +129,24 @@ impl<P: Platform> Shared<P> {
     pub fn admin_batch(
         &self,
         cmds: &[Command],
-        done: impl FnMut(usize, Result<Completion, Error>),
+        mut done: impl FnMut(usize, Result<Completion, Error>),
     ) {
+        if !self.live() {
+            for i in 0..cmds.len() {
+                done(i, Err(Error::ShutDown));
+            }
+            return;
+        }
         let mut admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
         admin.run(&*self.platform, cmds, self.admin_timeout_ns, done);
     }
 
     /// Runs `work` through the admin queue's pipelined submitter.
     pub fn admin_pipeline(&self, work: &mut dyn AdminWork) {
+        if !self.live() {
+            work.timed_out(0);
+            return;
+        }
         let mut admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
         admin.pipeline(&*self.platform, work, self.admin_timeout_ns);
     }
@@ -78,22 +177,69 @@ impl<P: Platform> Shared<P> {
         }
     }
 
-    /// Deletes I/O queue `qid` (SQ, then CQ) unless the controller already shut down.
-    pub fn release_qpair(&self, qid: u16) {
+    /// Tears down I/O queue pair `qid` for a dropped queue pair and says whether its memory
+    /// (rings, trackers, buffers in flight) may be freed: SPDK's order, Delete SQ, `reap` what
+    /// completed, Delete CQ; the caller then fails what is left. If a delete fails the controller
+    /// is disabled first; `false` means it could not be, and the memory must be leaked.
+    pub fn release_qpair(&self, qid: u16, reap: impl FnMut()) -> bool {
         let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        if q.shut_down {
-            return;
+        if q.shut_down || !self.live() {
+            // Deleted by `shutdown`, or the controller was disabled (or is stuck).
+            return self.quiesced_or_live_deleted();
         }
-        self.delete_queue(qid);
-        if let Some(u) = q.in_use.get_mut(qid as usize - 1) {
-            *u = false;
+        let ok = self.delete_queue(qid, true, reap);
+        if ok {
+            if let Some(u) = q.in_use.get_mut(qid as usize - 1) {
+                *u = false;
+            }
+            return true;
         }
+        self.quiesce()
     }
 
-    fn delete_queue(&self, qid: u16) {
-        for cmd in [Command::delete_io_sq(qid), Command::delete_io_cq(qid)] {
-            if let Err(e) = self.admin_sync(cmd) {
-                log::warn!("deleting I/O queue {qid}: {e}");
+    /// A queue pair whose creation failed: deletes what may exist of it (`sq`, `cq`: whether
+    /// a create command for it succeeded or timed out) and says whether its memory may be
+    /// freed, as [`release_qpair`](Self::release_qpair) does.
+    pub fn abandon_qpair(&self, qid: u16, sq: bool, cq: bool) -> bool {
+        let q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.live() {
+            return self.quiesced_or_live_deleted();
+        }
+        // The SQ is created after the CQ: `sq` implies `cq`.
+        let ok = !cq || self.delete_queue(qid, sq, || {});
+        drop(q);
+        if ok {
+            self.unreserve_qid(qid);
+            return true;
+        }
+        self.quiesce()
+    }
+
+    /// After `shutdown` or a disable: whether queue memory may be freed.
+    fn quiesced_or_live_deleted(&self) -> bool {
+        // While LIVE with `shut_down` set, `shutdown` deleted every queue successfully (a
+        // failure disables the controller under the same lock).
+        self.device.load(Ordering::Acquire) != STUCK
+    }
+
+    /// Delete SQ `qid` (if `sq`), `reap`, Delete CQ `qid`: whether every delete succeeded.
+    fn delete_queue(&self, qid: u16, sq: bool, mut reap: impl FnMut()) -> bool {
+        if sq {
+            if let Err(e) = self.admin_sync(Command::delete_io_sq(qid)) {
+                log::warn!("deleting I/O submission queue {qid}: {e}; disabling the controller before its memory is freed");
+                return false;
+            }
+            reap();
+        }
+        self.delete_cq(qid)
+    }
+
+    fn delete_cq(&self, qid: u16) -> bool {
+        match self.admin_sync(Command::delete_io_cq(qid)) {
+            Ok(_) => true,
+            Err(e) => {
+                log::warn!("deleting I/O completion queue {qid}: {e}; disabling the controller before its memory is freed");
+                false
             }
         }
     }
@@ -105,13 +251,21 @@ impl<P: Platform> Shared<P> {
             return;
         }
         q.shut_down = true;
+        let mut all_deleted = true;
         for (i, used) in q.in_use.iter_mut().enumerate() {
-            if *used {
-                self.delete_queue(i as u16 + 1);
+            if *used && self.live() {
+                all_deleted &= self.delete_queue(i as u16 + 1, true, || {});
                 *used = false;
             }
         }
+        if !all_deleted {
+            // Under the queue lock, so that a queue pair dropped meanwhile sees the outcome.
+            self.quiesce();
+        }
         drop(q);
+        if !self.live() {
+            return;
+        }
         let regs = self.platform.regs();
         let cc = Cc(regs.read32(CC));
         regs.write32(CC, cc.with_shn(SHN_NORMAL).0);
@@ -131,5 +285,28 @@ impl<P: Platform> Shared<P> {
             }
             self.platform.relax();
         }
+    }
+}
+
+impl<P: Platform> Drop for Shared<P> {
+    /// Frees the admin rings, parked buffers and shadow doorbells only once the controller is
+    /// disabled (a failed bring-up, or after `shutdown`); leaks them if it can't be.
+    fn drop(&mut self) {
+        let idle = self.quiesce();
+        // SAFETY: `admin` is taken exactly once, here, and `self` is not used afterwards (only
+        // its remaining fields are dropped).
+        let admin = unsafe { ManuallyDrop::take(&mut self.admin) };
+        if idle {
+            return;
+        }
+        let pool = self.platform.dma();
+        pool.leak(admin);
+        if let Some(shadow) = self.shadow.take() {
+            pool.leak(shadow);
+        }
+        log::error!(
+            "{}: leaked the admin queue's DMA memory (the controller could not be disabled)",
+            self.platform.name()
+        );
     }
 }

@@ -79,7 +79,7 @@ pub enum Probe {
 }
 
 /// One 4 KiB DMA page per admin slot, allocated once per controller.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct ScanPages {
     pages: Vec<DmaBuffer>,
 }

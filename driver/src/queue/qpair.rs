@@ -9,6 +9,7 @@ use crate::spec::command::DsmRange;
 use crate::spec::{Command, Status};
 use std::cell::Cell;
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use vfnvme_dma::DmaBuffer;
 
@@ -35,7 +36,8 @@ impl Default for QpairOptions {
 /// `Send` but not `Sync`: one thread at a time submits and polls, without locks. The I/O path
 /// (submit, `commit`, `poll`) allocates nothing and writes at most one doorbell per batch.
 pub struct QueuePair<P: Platform> {
-    io: IoQueue,
+    /// Taken out only in `drop`, to be freed once the device is done with it (or leaked).
+    io: ManuallyDrop<IoQueue>,
     platform: Arc<P>,
     shared: Arc<Shared<P>>,
     qid: u16,
@@ -95,17 +97,24 @@ impl<P: Platform> QueuePair<P> {
             create_cq.cdw10 = qid as u32 | (0xffff << 16);
             create_sq.cdw10 = qid as u32 | (0xffff << 16);
         }
+        // A create command that timed out may still take effect: its queue may exist.
+        let may_exist = |e: &Error| matches!(e, Error::AdminTimeout { .. });
+        let abandon = |io: IoQueue, sq: bool, cq: bool| {
+            if !shared.abandon_qpair(qid, sq, cq) {
+                log::error!("queue pair {qid}: leaked its DMA memory (the controller could not be disabled)");
+                shared.platform.dma().leak(io);
+            }
+        };
         if let Err(e) = shared.admin_sync(create_cq) {
-            shared.unreserve_qid(qid);
+            abandon(io, false, may_exist(&e));
             return Err(e);
         }
         if let Err(e) = shared.admin_sync(create_sq) {
-            let _ = shared.admin_sync(Command::delete_io_cq(qid));
-            shared.unreserve_qid(qid);
+            abandon(io, may_exist(&e), true);
             return Err(e);
         }
         Ok(QueuePair {
-            io,
+            io: ManuallyDrop::new(io),
             platform: shared.platform.clone(),
             shared: shared.clone(),
             qid,
@@ -309,7 +318,24 @@ impl<P: Platform> QueuePair<P> {
 }
 
 impl<P: Platform> Drop for QueuePair<P> {
+    /// Deletes the queues (SQ, reap, CQ) and frees the rings, trackers and buffers in flight
+    /// only once the device is done with them: after successful deletes, or after disabling the
+    /// controller when a delete failed. If even that fails they are leaked (logged, and counted
+    /// by [`DmaPool::leaks`](vfnvme_dma::DmaPool::leaks)).
     fn drop(&mut self) {
-        self.shared.release_qpair(self.qid);
+        // SAFETY: `io` is taken exactly once, here, and `self.io` is not used afterwards.
+        let mut io = unsafe { ManuallyDrop::take(&mut self.io) };
+        let (platform, qid) = (&self.platform, self.qid);
+        let reap = || {
+            platform.before_poll(qid);
+            io.reap(platform.regs(), usize::MAX, drop);
+        };
+        if !self.shared.release_qpair(qid, reap) {
+            log::error!(
+                "{}: queue pair {qid}: leaked its DMA memory (the controller could not be disabled)",
+                platform.name()
+            );
+            platform.dma().leak(io);
+        }
     }
 }
