@@ -43,9 +43,14 @@ impl Default for VfioOptions {
 /// A controller reached through VFIO.
 #[derive(Debug)]
 pub struct VfioPlatform {
-    device: VfioDevice,
-    regs: Bar,
+    // Fields drop in this order, which matters: the pool unmaps its regions (if no buffer
+    // outlives it) while the BAR mapping and the device fd still hold the device. Releasing the
+    // device first lets a pending device request (unplug, unbind) finish, after which the
+    // kernel detaches the group from the container and tears its IOMMU down, and every unmap
+    // then fails ("the IOMMU refused to unmap 2097152 bytes").
     dma: DmaPool,
+    regs: Bar,
+    device: VfioDevice,
     base: Instant,
     name: String,
 }

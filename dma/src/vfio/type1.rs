@@ -116,6 +116,20 @@ impl Type1Iommu {
     pub fn mapped_bytes(&self) -> u64 {
         *self.locked.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Whether the container still has its IOMMU. It loses it when its last group is detached:
+    /// on Linux 6.2 and later the kernel does that itself once a device that was unplugged or
+    /// unbound (a device request) is released, and tearing the IOMMU down removes every
+    /// mapping with it.
+    fn has_iommu(&self) -> bool {
+        let mut info = vfio_iommu_type1_info {
+            argsz: std::mem::size_of::<vfio_iommu_type1_info>() as u32,
+            ..Default::default()
+        };
+        // SAFETY: `info` is a valid vfio_iommu_type1_info with argsz set to its size; the
+        // kernel writes at most that many bytes.
+        unsafe { ioctls::vfio_iommu_get_info(self.container.fd(), &mut info) }.is_ok()
+    }
 }
 
 impl Iommu for Type1Iommu {
@@ -159,12 +173,18 @@ impl Iommu for Type1Iommu {
         };
         // SAFETY: `unmap` is a valid vfio_iommu_type1_dma_unmap without a trailing bitmap; the
         // kernel writes back the unmapped size.
-        unsafe { ioctls::vfio_iommu_unmap_dma(self.container.fd(), &mut unmap) }.map_err(|e| {
-            DmaError::UnmapFailed {
-                iova,
-                len,
-                source: e.into(),
-            }
+        let done = unsafe { ioctls::vfio_iommu_unmap_dma(self.container.fd(), &mut unmap) };
+        if (done.is_err() || unmap.size == 0) && !self.has_iommu() {
+            // The kernel tore the container's IOMMU down (the device was removed): the mapping
+            // and its page pins are already gone.
+            log::debug!("IOVA {iova:#x}: the container has no IOMMU any more; nothing to unmap");
+            *locked = locked.saturating_sub(len);
+            return Ok(());
+        }
+        done.map_err(|e| DmaError::UnmapFailed {
+            iova,
+            len,
+            source: e.into(),
         })?;
         *locked = locked.saturating_sub(unmap.size);
         if unmap.size != len {
