@@ -154,7 +154,7 @@ impl<P: Platform> Shared<P> {
     /// Takes a free I/O queue id.
     pub fn reserve_qid(&self) -> Result<u16, Error> {
         let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        if q.shut_down {
+        if q.shut_down || !self.live() {
             return Err(Error::ShutDown);
         }
         let granted = q.in_use.len() as u16;
@@ -201,12 +201,17 @@ impl<P: Platform> Shared<P> {
     /// a create command for it succeeded or timed out) and says whether its memory may be
     /// freed, as [`release_qpair`](Self::release_qpair) does.
     pub fn abandon_qpair(&self, qid: u16, sq: bool, cq: bool) -> bool {
+        if !cq {
+            // The SQ is created after the CQ (`sq` implies `cq`): the device never got any of
+            // this queue pair's memory.
+            self.unreserve_qid(qid);
+            return true;
+        }
         let q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
         if !self.live() {
             return self.quiesced_or_live_deleted();
         }
-        // The SQ is created after the CQ: `sq` implies `cq`.
-        let ok = !cq || self.delete_queue(qid, sq, || {});
+        let ok = self.delete_queue(qid, sq, || {});
         drop(q);
         if ok {
             self.unreserve_qid(qid);
