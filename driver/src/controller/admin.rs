@@ -165,20 +165,20 @@ impl AdminQueue {
             opcode,
             waited_ms: 0,
         }));
-        match (&result, work.slot) {
-            (Err(Error::AdminTimeout { .. }), Some(slot))
-                if self.owner.get(slot as usize) == Some(&ABANDONED) =>
-            {
-                if let Some(p) = self.parked.get_mut(slot as usize) {
-                    p.buffers = data;
-                    p.until_disabled = device_use == DeviceUse::UntilDisabled;
-                }
-                Err(result.err().unwrap_or(Error::AdminTimeout {
-                    opcode,
-                    waited_ms: 0,
-                }))
+        // Sent and timed out: the device may still use `data`.
+        let abandoned = work
+            .slot
+            .filter(|&slot| self.owner.get(slot as usize) == Some(&ABANDONED));
+        match (
+            result,
+            abandoned.and_then(|s| self.parked.get_mut(s as usize)),
+        ) {
+            (Err(e), Some(parked)) => {
+                parked.buffers = data;
+                parked.until_disabled = device_use == DeviceUse::UntilDisabled;
+                Err(e)
             }
-            _ => result.map(|c| (c, data)),
+            (result, _) => result.map(|c| (c, data)),
         }
     }
 
