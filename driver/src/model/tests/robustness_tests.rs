@@ -92,3 +92,23 @@ fn queue_pairs_on_several_threads() {
     let s = p.stats();
     assert_eq!((s.io(0x01), s.io(0x02)), (200, 200));
 }
+
+/// A device write into a page the host gave back is refused like an IOMMU fault and recorded,
+/// and dropping the platform then fails the test that caused it.
+#[test]
+fn a_device_write_into_freed_memory_is_refused_recorded_and_fails_the_test() {
+    let mut b = Bench::new(config());
+    let page = b.p.dma().alloc(4096).unwrap();
+    let iova = page.iova();
+    drop(page);
+    let c = b.admin(0x06, 0, iova, 0, [1, 0, 0, 0, 0, 0]); // Identify Controller
+    assert_ne!(c.status, 0, "the transfer was refused");
+    let v = b.p.dma_violations();
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(
+        v[0].contains(&format!("write of 4096 bytes at IOVA {iova:#x}")),
+        "{v:?}"
+    );
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(b)));
+    assert!(dropped.is_err(), "dropping the platform panics");
+}
