@@ -4,7 +4,7 @@
 use vfnvme::controller::{Controller, ControllerOptions};
 use vfnvme::model::{
     Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform, VENDOR_FILL_OPCODE,
-    VENDOR_PATTERN_LOG, VENDOR_PATTERN_LOG_BYTES,
+    VENDOR_HOLD_OPCODE, VENDOR_PATTERN_LOG, VENDOR_PATTERN_LOG_BYTES,
 };
 use vfnvme::spec::admin_command::{opcode, AdminCommandError, UNKNOWN_TRANSFER_MAX};
 use vfnvme::spec::command::admin_opcode;
@@ -306,4 +306,34 @@ fn typed_admin_helpers_read_and_change_the_controller() {
     );
     let e = ctrl.format_nvm(9, 0, 0).unwrap_err();
     assert!(matches!(e, Error::NoSuchNamespace { nsid: 9 }), "{e}");
+}
+
+#[test]
+fn a_timed_out_admin_command_keeps_its_memory_for_good() {
+    let platform = ModelPlatform::new(many_namespaces(1)).unwrap();
+    let ctrl = Controller::new(
+        platform.clone(),
+        ControllerOptions {
+            admin_timeout_ms: 50,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let before = vfnvme::controller::abandoned_admin_bytes();
+    let buf = ctrl.dma().alloc(4096).unwrap();
+    let held_at = buf.iova();
+    let hold = AdminCommand::new(VENDOR_HOLD_OPCODE);
+    let e = ctrl.admin_with_data(hold, buf).unwrap_err();
+    assert!(
+        matches!(e, Error::AdminTimeout { opcode, .. } if opcode == VENDOR_HOLD_OPCODE),
+        "{e}"
+    );
+    // The buffer (4 KiB) and the guard pages (a 16 KiB chunk) were not given back to the pool.
+    let kept = vfnvme::controller::abandoned_admin_bytes() - before;
+    assert!(kept >= 4096 + 16384, "kept {kept}");
+    // The pool hands out freed chunks first: the held buffer is not among the next ones.
+    let next: Vec<_> = (0..64).map(|_| ctrl.dma().alloc(4096).unwrap()).collect();
+    assert!(next.iter().all(|b| b.iova() != held_at));
+    // The controller goes on.
+    assert_eq!(ctrl.identify_active_ns_list(0).unwrap(), vec![1]);
 }

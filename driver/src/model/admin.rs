@@ -28,6 +28,8 @@ pub(crate) mod op {
     pub const DOORBELL_BUFFER_CONFIG: u8 = 0x7C;
     /// Vendor-specific (controller to host), see [`super::VENDOR_FILL_OPCODE`].
     pub const VENDOR_FILL: u8 = 0xC2;
+    /// Vendor-specific, see [`super::VENDOR_HOLD_OPCODE`].
+    pub const VENDOR_HOLD: u8 = 0xC6;
 }
 
 /// The largest Get Log Page transfer the model serves (its logs are far smaller; the rest would
@@ -69,6 +71,7 @@ pub(crate) fn execute(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Option<Outco
             doorbell_buffer_config(core, sqe)
         }
         op::VENDOR_FILL => vendor_fill(core, c, sqe),
+        op::VENDOR_HOLD => return None,
         _ => Status::INVALID_OPCODE.into(),
     };
     Some(o)
@@ -174,6 +177,9 @@ fn get_log_page(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
 /// The model's vendor-specific command that fills CDW10 bytes (at most 4 MiB) with the byte
 /// in CDW11: its length is in no field the NVMe specification defines.
 pub const VENDOR_FILL_OPCODE: u8 = op::VENDOR_FILL;
+
+/// The model's vendor-specific command that never completes (to time out an admin command).
+pub const VENDOR_HOLD_OPCODE: u8 = op::VENDOR_HOLD;
 
 /// Vendor-specific log page C0h of the model: 256 KiB whose dword `k` is `k ^ 0xC0C0_0000`, so
 /// that every offset of a read can be checked.
