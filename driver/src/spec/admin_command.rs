@@ -429,7 +429,7 @@ impl AdminCommand {
             },
             op::NAMESPACE_ATTACHMENT => DataTransfer::Bytes(4096),
             op::FIRMWARE_IMAGE_DOWNLOAD => dwords(u64::from(self.cdw10)),
-            op::DIRECTIVE_SEND | op::DIRECTIVE_RECEIVE => dwords(u64::from(self.cdw11)),
+            op::DIRECTIVE_SEND | op::DIRECTIVE_RECEIVE => dwords(u64::from(self.cdw10)),
             op::SECURITY_SEND | op::SECURITY_RECEIVE => match self.cdw11 {
                 0 => DataTransfer::None,
                 al => DataTransfer::Bytes(u64::from(al)),
@@ -494,6 +494,21 @@ mod tests {
         );
         assert_eq!(t(AdminCommand::namespace_delete(1)), DataTransfer::None);
         assert_eq!(t(AdminCommand::new(0xc0)), DataTransfer::Unknown);
+        // Directive Receive: NUMD (0's based) in CDW10; Security Receive: AL bytes in CDW11.
+        let dir = AdminCommand {
+            opcode: opcode::DIRECTIVE_RECEIVE,
+            cdw10: 127,
+            cdw11: 0xffff_ffff,
+            ..Default::default()
+        };
+        assert_eq!(t(dir), DataTransfer::Bytes(512));
+        let sec = AdminCommand {
+            opcode: opcode::SECURITY_RECEIVE,
+            cdw10: 0xffff_ffff,
+            cdw11: 2048,
+            ..Default::default()
+        };
+        assert_eq!(t(sec), DataTransfer::Bytes(2048));
     }
 
     #[test]
