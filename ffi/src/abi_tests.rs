@@ -76,8 +76,8 @@ fn model(namespaces: u32, lba_size: u32, blocks: u64) -> *mut Ctrl {
 fn alloc(ctrl: *mut Ctrl, len: usize) -> (*mut u8, u64) {
     let mut p = null_mut();
     let mut iova = 0;
-    // SAFETY: valid pointers.
     assert_eq!(
+        // SAFETY: `ctrl` is open; `p` and `iova` are valid out pointers.
         unsafe { vfnvme_dma_alloc(ctrl, len, &mut p, &mut iova) },
         OK
     );
@@ -478,8 +478,8 @@ fn namespace_events_follow_the_controller() {
         kind: NsEventKind::VfnvmeNsEventAdded,
         nsid: 9,
     };
-    // SAFETY (all calls below): valid pointers from this test.
     assert_eq!(
+        // SAFETY: `ctrl` is open and `ev` is a valid out pointer (so for the calls below).
         unsafe { vfnvme_ctrl_next_event(ctrl, &mut ev) },
         0,
         "no event yet"
@@ -487,8 +487,10 @@ fn namespace_events_follow_the_controller() {
     assert_eq!(ev.kind, NsEventKind::VfnvmeNsEventNone);
 
     platform.detach_namespace(2).expect("detach");
+    // SAFETY: `ctrl` is open; `ev`/`info` are valid out pointers.
     let arrived = unsafe { vfnvme_ctrl_process_admin(ctrl) };
     assert!(arrived >= 1, "{arrived}: {}", last_error());
+    // SAFETY: `ctrl` is open; `ev`/`info` are valid out pointers.
     assert_eq!(unsafe { vfnvme_ctrl_next_event(ctrl, &mut ev) }, 1);
     assert_eq!(
         ev,
@@ -499,20 +501,26 @@ fn namespace_events_follow_the_controller() {
     );
     let mut info = NsInfo::default();
     assert_eq!(
+        // SAFETY: `ctrl` is open; `ev`/`info` are valid out pointers.
         unsafe { vfnvme_ctrl_namespace(ctrl, 2, &mut info) },
         code(Status::VfnvmeErrNotFound)
     );
 
     platform.attach_namespace(ns(2)).expect("attach");
+    // SAFETY: `ctrl` is open; `ev`/`info` are valid out pointers.
     assert!(unsafe { vfnvme_ctrl_process_admin(ctrl) } >= 1);
+    // SAFETY: `ctrl` is open; `ev`/`info` are valid out pointers.
     assert_eq!(unsafe { vfnvme_ctrl_next_event(ctrl, &mut ev) }, 1);
     assert_eq!(ev.kind, NsEventKind::VfnvmeNsEventAdded);
     assert_eq!(ev.nsid, 2);
+    // SAFETY: `ctrl` is open; `ev`/`info` are valid out pointers.
     assert_eq!(unsafe { vfnvme_ctrl_namespace(ctrl, 2, &mut info) }, OK);
     assert_eq!(
+        // SAFETY: `ctrl` is open; `ev`/`info` are valid out pointers.
         unsafe { vfnvme_ctrl_next_event(null(), &mut ev) },
         code(Status::VfnvmeErrInvalidArgument)
     );
+    // SAFETY: `ctrl` is open; `ev`/`info` are valid out pointers.
     assert_eq!(unsafe { vfnvme_ctrl_close(ctrl) }, OK);
 }
 

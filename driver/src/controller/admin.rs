@@ -21,7 +21,7 @@ const BUSY: usize = usize::MAX - 3;
 ///
 /// A *slot* is the command identifier the command goes out with; at most one command uses a
 /// slot at a time, so a caller can give every slot its own DMA page.
-pub trait AdminWork {
+pub(crate) trait AdminWork {
     /// The next command to send in `slot`, or `None` when there is nothing to send right now
     /// (more may follow once outstanding commands complete).
     fn next(&mut self, slot: u16) -> Option<Command>;
@@ -37,7 +37,7 @@ pub type AerResult = Result<u32, Status>;
 
 /// The admin submission/completion rings and their command identifiers.
 #[derive(Debug)]
-pub struct AdminQueue {
+pub(crate) struct AdminQueue {
     rings: Rings,
     free: Vec<u16>,
     /// Per command identifier: a marker, or (for `run`) unused.
@@ -112,10 +112,6 @@ impl AdminQueue {
     /// Command identifiers (slots): `depth - 1`.
     pub fn slots(&self) -> usize {
         self.owner.len()
-    }
-    /// Asynchronous Event Requests outstanding.
-    pub fn aers_outstanding(&self) -> usize {
-        self.aers
     }
 
     /// Runs `cmds`, keeping as many in flight as the queue allows, and calls `done(i, result)`

@@ -10,7 +10,7 @@ use crate::queue::ring::ShadowBuffers;
 use crate::spec::features::NumberOfQueues;
 use crate::spec::identify::IdentifyController;
 use crate::spec::registers::{aqa, Cap, Cc, Csts, Version, ACQ, AQA, ASQ, CAP, CC, CSTS, VS};
-use crate::spec::Command;
+use crate::spec::{AdminCommand, Command};
 use std::sync::{Arc, Mutex};
 
 /// Waits until `done(csts)` holds, at most CAP.TO (stopping early on an all-ones read, or on
@@ -89,7 +89,9 @@ fn enable<P: Platform>(platform: &P, cap: Cap) -> Result<(), Error> {
 /// Step 4: Identify Controller.
 fn identify_controller<P: Platform>(shared: &Shared<P>) -> Result<IdentifyController, Error> {
     let buf = shared.platform.dma().alloc(4096)?;
-    shared.admin_sync(Command::identify_controller(buf.iova()))?;
+    let (_, buf) = shared
+        .admin_data(&AdminCommand::identify_controller(), buf, 0, prp::PAGE_SIZE)
+        .map_err(|(e, _)| e)?;
     Ok(IdentifyController::parse(buf.as_slice())?)
 }
 
@@ -109,8 +111,17 @@ fn doorbell_buffer_config<P: Platform>(shared: &Shared<P>) -> Option<Arc<ShadowB
         event_idx: pool.alloc(prp::PAGE_SIZE).ok()?,
     };
     let cmd = Command::doorbell_buffer_config(bufs.doorbells.iova(), bufs.event_idx.iova());
-    match shared.admin_sync(cmd) {
+    // SAFETY: both pages belong to `bufs`, which the controller keeps (in `Shared`) for as
+    // long as it runs once the command succeeds; after an error status the controller does
+    // not use them.
+    match unsafe { shared.admin_sync_raw(cmd) } {
         Ok(_) => Some(Arc::new(bufs)),
+        Err(e @ Error::AdminTimeout { .. }) => {
+            // The controller may still take the pages: keep them for good.
+            log::warn!("Doorbell Buffer Config timed out ({e}); using MMIO doorbells");
+            std::mem::forget(bufs);
+            None
+        }
         Err(e) => {
             log::warn!("Doorbell Buffer Config failed ({e}); using MMIO doorbells");
             None

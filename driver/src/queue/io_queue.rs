@@ -66,7 +66,7 @@ impl IoQueue {
     /// Rings of `depth` entries for queue `qid` and `depth - 1` trackers, so that outstanding
     /// commands never exceed what the CQ can hold. `max_transfer` is capped to
     /// [`prp::MAX_TRANSFER`] and rounded down to whole pages.
-    pub fn new(
+    pub(crate) fn new(
         pool: &DmaPool,
         qid: u16,
         depth: u32,
@@ -315,7 +315,8 @@ impl IoQueue {
             ));
         }
         let mut cmd = Command::flush(ns.nsid());
-        self.submit_single(&mut cmd, tag)
+        // SAFETY: Flush has no data or metadata pointer.
+        unsafe { self.submit_single(&mut cmd, tag) }
     }
 
     /// Queues Write Zeroes of `blocks` blocks at `lba` (split at 65536 blocks per command).
@@ -376,9 +377,17 @@ impl IoQueue {
         Ok(())
     }
 
-    /// Queues a raw command without data (e.g. a vendor command); the CID is set here.
+    /// Queues a command exactly as given (e.g. a vendor command); the CID is set here and the
+    /// completion carries no buffer.
+    ///
+    /// # Safety
+    /// Every device address in `cmd` (PRP1/PRP2 or SGL, PRP list entries, MPTR) must be mapped
+    /// for the device and refer to memory that stays allocated and is not used by anything else
+    /// until the command completes (or the queue pair is deleted), covering every byte the
+    /// command's length fields say the device moves. A command without data (all pointer fields
+    /// zero, PSDT zero) meets this trivially.
     #[inline]
-    pub fn submit_single(&mut self, cmd: &mut Command, tag: u64) -> Result<(), SubmitError> {
+    pub unsafe fn submit_single(&mut self, cmd: &mut Command, tag: u64) -> Result<(), SubmitError> {
         let Some(idx) = self.trackers.alloc() else {
             return Err(SubmitError::new(
                 SubmitErrorKind::QueueFull { free: 0, needed: 1 },

@@ -95,11 +95,14 @@ impl<P: Platform> QueuePair<P> {
             create_cq.cdw10 = qid as u32 | (0xffff << 16);
             create_sq.cdw10 = qid as u32 | (0xffff << 16);
         }
-        if let Err(e) = shared.admin_sync(create_cq) {
+        // SAFETY: (both creates) the rings belong to `io`, which the queue pair keeps until
+        // the queues are deleted on drop.
+        if let Err(e) = unsafe { shared.admin_sync_raw(create_cq) } {
             shared.unreserve_qid(qid);
             return Err(e);
         }
-        if let Err(e) = shared.admin_sync(create_sq) {
+        // SAFETY: as for the CQ above.
+        if let Err(e) = unsafe { shared.admin_sync_raw(create_sq) } {
             let _ = shared.admin_sync(Command::delete_io_cq(qid));
             shared.unreserve_qid(qid);
             return Err(e);
