@@ -167,13 +167,21 @@ impl DmaPool {
     }
 
     fn map_region(&self, min_len: usize) -> Result<(usize, u64, usize), DmaError> {
-        let mut page = self.page_size();
+        // Miri supports only plain private anonymous mappings (no hugepages, no MAP_POPULATE).
+        let mut page = if cfg!(miri) {
+            PageSize::Small4K
+        } else {
+            self.page_size()
+        };
         let map = loop {
             let len = min_len
                 .max(page.bytes().max(2 << 20))
                 .next_multiple_of(page.bytes());
             let mut opts = MmapOptions::new();
-            opts.len(len).populate();
+            opts.len(len);
+            if !cfg!(miri) {
+                opts.populate();
+            }
             if let Some(shift) = page.huge_shift() {
                 opts.huge(Some(shift));
             }
