@@ -27,7 +27,7 @@ pub mod vfio;
 pub use error::DmaError;
 pub use iommu::{Iommu, IovaRange};
 pub use iova_allocator::IovaAllocator;
-pub use memory::{DmaBuffer, DmaPool, DmaRegion, PageSize};
+pub use memory::{Allocation, DmaBuffer, DmaPool, DmaRegion, DmaSpan, PageSize};
 pub use pci_address::PciAddress;
 pub use sys_paths::SysPaths;
 pub use vfio::{Bar, VfioDevice};

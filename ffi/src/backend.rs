@@ -7,15 +7,10 @@ use nvme::dma::DmaPool;
 use nvme::namespace::Namespace;
 use std::sync::Arc;
 
-/// A data buffer already translated to the device's address space: `len` bytes at `iova`,
-/// inside a DMA buffer whose lifetime the C caller guarantees until the completion.
-#[derive(Debug, Clone, Copy)]
-pub struct RawIova {
-    /// Device address of the first byte.
-    pub iova: u64,
-    /// Length in bytes.
-    pub len: usize,
-}
+/// A data buffer already translated to the device's address space: a range of one live
+/// allocation of the controller's pool (checked by `ffi::qpair`), whose lifetime the C caller
+/// guarantees until the completion.
+pub type RawIova = nvme::dma::DmaSpan;
 
 /// One I/O command as the ABI layer hands it to a queue pair.
 #[derive(Debug, Clone, Copy)]

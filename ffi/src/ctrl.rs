@@ -232,7 +232,9 @@ pub unsafe extern "C" fn vfnvme_ctrl_namespace(
 
 /// Allocates a zeroed DMA buffer of at least `len` bytes (4 KiB aligned, physically contiguous
 /// for the device) and stores its address in `*ptr` and its device address in `*iova` (`iova`
-/// may be NULL). Only memory from this function may be passed to the submit functions.
+/// may be NULL). Only memory from this function may be passed to the submit functions, and only
+/// within the `len` bytes asked for here (the rest of the allocator's chunk does not count): a
+/// data range that runs past them fails with VFNVME_ERR_BAD_BUFFER.
 ///
 /// Thread safety: thread-safe (takes a lock: a control-path call, not for the I/O path).
 ///
@@ -268,7 +270,8 @@ pub unsafe extern "C" fn vfnvme_dma_alloc(
 
 /// Frees a buffer from vfnvme_dma_alloc. The device must no longer use it (no command using it
 /// in flight). NULL is a no-op; any other pointer not from vfnvme_dma_alloc of this controller
-/// fails with VFNVME_ERR_BAD_BUFFER.
+/// fails with VFNVME_ERR_BAD_BUFFER. From here on the submit functions refuse the buffer with
+/// VFNVME_ERR_BAD_BUFFER (until vfnvme_dma_alloc hands the memory out again).
 ///
 /// Thread safety: thread-safe (takes a lock).
 ///
@@ -292,8 +295,9 @@ pub unsafe extern "C" fn vfnvme_dma_free(ctrl: *const Ctrl, ptr: *mut c_void) ->
     })
 }
 
-/// Translates an address inside DMA memory of this controller to its device address; stores it
-/// in `*iova`. VFNVME_ERR_BAD_BUFFER for any other address.
+/// Translates an address inside a live buffer from vfnvme_dma_alloc of this controller (within
+/// the length asked for) to its device address; stores it in `*iova`. VFNVME_ERR_BAD_BUFFER for
+/// any other address, a freed buffer's included.
 ///
 /// Thread safety: thread-safe, lock-free.
 ///
@@ -308,10 +312,10 @@ pub unsafe extern "C" fn vfnvme_dma_translate(
     guard("vfnvme_dma_translate", || {
         let ctrl = deref(ctrl, "ctrl")?;
         let iova = out_ptr(iova, "iova")?;
-        *iova = ctrl.ops.dma().translate(ptr.cast()).ok_or_else(|| {
+        *iova = ctrl.ops.dma().span(ptr.cast(), 1).map(|s| s.iova()).ok_or_else(|| {
             FfiError::new(
                 Status::VfnvmeErrBadBuffer,
-                format!("{ptr:p} is not inside DMA memory of this controller; allocate with vfnvme_dma_alloc"),
+                format!("{ptr:p} is not inside a live buffer from vfnvme_dma_alloc of this controller; allocate with vfnvme_dma_alloc"),
             )
         })?;
         Ok(0)

@@ -137,15 +137,15 @@ impl<P: Platform> QpairOps for QueuePair<P> {
     #[inline]
     fn submit(&mut self, ns: &Namespace, cmd: IoCmd<'_>, tag: u64) -> FfiResult<()> {
         let r = match cmd {
-            // SAFETY: `buf` was translated from a pointer inside this controller's DMA memory
-            // (ffi::qpair checks both ends); the C caller keeps the buffer allocated and leaves
-            // it alone until the completion callback, as the header requires.
+            // SAFETY: `buf` is a span of a live allocation of this controller's pool
+            // (ffi::qpair made it); the C caller keeps the buffer allocated and leaves it alone
+            // until the completion callback, as the header requires.
             IoCmd::Read { lba, blocks, buf } => unsafe {
-                self.submit_raw(ns, Direction::Read, lba, blocks, buf.iova, buf.len, tag)
+                self.submit_raw(ns, Direction::Read, lba, blocks, buf, tag)
             },
             // SAFETY: as for reads.
             IoCmd::Write { lba, blocks, buf } => unsafe {
-                self.submit_raw(ns, Direction::Write, lba, blocks, buf.iova, buf.len, tag)
+                self.submit_raw(ns, Direction::Write, lba, blocks, buf, tag)
             },
             IoCmd::Flush => self.flush(ns, tag),
             IoCmd::WriteZeroes { lba, blocks } => self.write_zeroes(ns, lba, blocks, tag),
@@ -179,10 +179,10 @@ impl<P: Platform> QpairOps for QueuePair<P> {
         } else {
             Direction::Read
         };
-        // SAFETY: `buf` was translated from a pointer inside this controller's DMA memory
-        // (ffi::qpair checks both ends); the C caller keeps the buffer allocated and leaves it
-        // alone until the completion, as the header requires.
-        unsafe { self.submit_raw(ns, dir, lba, blocks, buf.iova, buf.len, tag) }
+        // SAFETY: `buf` is a span of a live allocation of this controller's pool (ffi::qpair
+        // made it); the C caller keeps the buffer allocated and leaves it alone until the
+        // completion, as the header requires.
+        unsafe { self.submit_raw(ns, dir, lba, blocks, buf, tag) }
             .map_err(|e| submit_error(ns, e))
     }
     #[inline]

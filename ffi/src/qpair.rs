@@ -8,7 +8,7 @@ use crate::backend::{IoCmd, QpairOps, RawCompletion, RawIova, Slot};
 use crate::ctrl::{deref, Ctrl};
 use crate::error::{guard, FfiError, FfiResult, Status};
 use crate::types::{Callback, Completion, Cpl, Range};
-use nvme::dma::DmaRegion;
+use nvme::dma::{DmaPool, DmaRegion};
 use nvme::namespace::{Namespace, NamespaceState};
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
@@ -209,8 +209,10 @@ impl Qpair {
     }
 }
 
-/// `len` bytes at `buf` as a device address: through `region` (the region of the last buffer),
-/// else one lookup in the controller's pool, remembered in `region` for the next.
+/// `len` bytes at `buf` as a device address, if they lie inside one live allocation of the
+/// controller's pool (within the length given to vfnvme_dma_alloc): one atomic load through
+/// `region` (the region of the last buffer), else one lookup in the pool, remembered in
+/// `region` for the next.
 #[inline(always)]
 fn translate(
     region: &mut DmaRegion,
@@ -219,10 +221,13 @@ fn translate(
     len: u64,
 ) -> FfiResult<RawIova> {
     let Ok(len) = usize::try_from(len) else {
-        return Err(bad_buffer());
+        return Err(FfiError::new(
+            Status::VfnvmeErrBadBuffer,
+            format!("a transfer of {len} bytes does not fit this machine's address space"),
+        ));
     };
-    match region.translate_range(buf.cast(), len) {
-        Some(iova) => Ok(RawIova { iova, len }),
+    match region.span(buf.cast(), len) {
+        Some(span) => Ok(span),
         None => translate_new_region(region, ctrl, buf, len),
     }
 }
@@ -237,21 +242,34 @@ fn translate_new_region(
 ) -> FfiResult<RawIova> {
     // SAFETY: the controller outlives its queue pairs (see Qpair::ctrl).
     let ctrl = unsafe { &*ctrl };
-    let r = ctrl
-        .ops
-        .dma()
-        .region_of(buf.cast())
-        .ok_or_else(bad_buffer)?;
-    *region = r;
-    let iova = r.translate_range(buf.cast(), len).ok_or_else(bad_buffer)?;
-    Ok(RawIova { iova, len })
+    let pool = ctrl.ops.dma();
+    if !region.contains(buf.cast()) {
+        if let Some(r) = pool.region_of(buf.cast()) {
+            *region = r;
+            if let Some(span) = region.span(buf.cast(), len) {
+                return Ok(span);
+            }
+        }
+    }
+    Err(bad_buffer(pool, buf, len))
 }
 
-fn bad_buffer() -> FfiError {
-    FfiError::new(
-        Status::VfnvmeErrBadBuffer,
-        "data buffer is not inside DMA memory of this controller; allocate it with vfnvme_dma_alloc",
-    )
+/// Why `len` bytes at `buf` are not a range of one live allocation of `pool`.
+#[cold]
+fn bad_buffer(pool: &DmaPool, buf: *const c_void, len: usize) -> FfiError {
+    let msg = match pool.allocation_of(buf.cast()) {
+        Some(a) => format!(
+            "data buffer {buf:p} + {len} bytes runs past the end of its buffer ({} bytes at {:#x} from vfnvme_dma_alloc); pass a buffer of at least blocks * lba_size bytes",
+            a.len, a.va
+        ),
+        None if pool.region_of(buf.cast()).is_some() => format!(
+            "data buffer {buf:p} was freed with vfnvme_dma_free (or never allocated); allocate it with vfnvme_dma_alloc and keep it until the completion"
+        ),
+        None => format!(
+            "data buffer {buf:p} is not inside DMA memory of this controller; allocate it with vfnvme_dma_alloc"
+        ),
+    };
+    FfiError::new(Status::VfnvmeErrBadBuffer, msg)
 }
 
 fn check_range(ns: &Namespace, lba: u64, blocks: u32) -> FfiResult<()> {

@@ -10,7 +10,7 @@ use crate::platform::RegisterIo;
 use crate::spec::command::{io_opcode, DsmRange};
 use crate::spec::{Command, Status};
 use std::sync::Arc;
-use vfnvme_dma::{DmaBuffer, DmaError, DmaPool};
+use vfnvme_dma::{DmaBuffer, DmaError, DmaPool, DmaSpan};
 
 /// Most blocks one NVM command carries (NLB is 16 bits, 0's based).
 pub const MAX_BLOCKS_PER_COMMAND: u32 = 1 << 16;
@@ -253,13 +253,16 @@ impl IoQueue {
         Ok(())
     }
 
-    /// Queues a read or write of `blocks` blocks at `lba` on memory the caller owns at device
-    /// address `iova` (`len` bytes, dword aligned). The completion carries no buffer.
+    /// Queues a read or write of `blocks` blocks at `lba` on borrowed memory: `span`, a range
+    /// of one live allocation of a [`DmaPool`] (checked when the span was made, see
+    /// [`DmaPool::span`]); the transfer never goes past the span. The completion carries no
+    /// buffer.
     ///
     /// # Safety
-    /// `iova..iova+len` must be mapped for the device and the memory behind it must stay
-    /// allocated and untouched by the caller until the request completes (or the queue pair is
-    /// deleted), since the device reads or writes it at any time in between.
+    /// `span` must come from the pool of the controller this queue belongs to, and its
+    /// allocation must stay allocated and untouched by the caller until the request completes
+    /// (or the queue pair is deleted), since the device reads or writes it at any time in
+    /// between.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn submit_raw(
@@ -268,10 +271,10 @@ impl IoQueue {
         dir: Direction,
         lba: u64,
         blocks: u32,
-        iova: u64,
-        len: usize,
+        span: DmaSpan,
         tag: u64,
     ) -> Result<(), SubmitError> {
+        let (iova, len) = (span.iova(), span.len());
         Self::check_ns(ns, lba, blocks as u64).map_err(|k| SubmitError::new(k, None))?;
         let needed = (blocks as u64) << ns.lba_shift();
         if (len as u64) < needed {
