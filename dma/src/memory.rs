@@ -256,7 +256,9 @@ impl DmaPool {
         slot.iova.store(iova, Ordering::Relaxed);
         let chunks = Chunks {
             shift: chunk.trailing_zeros(),
-            live: (0..len.div_ceil(chunk)).map(|_| AtomicU32::new(0)).collect(),
+            live: (0..len.div_ceil(chunk))
+                .map(|_| AtomicU32::new(0))
+                .collect(),
         };
         // The slot is unpublished, so nothing set it before; an error cannot happen.
         let _ = slot.chunks.set(chunks);
@@ -271,7 +273,11 @@ impl DmaPool {
     pub fn allocation_of(&self, addr: *const u8) -> Option<Allocation> {
         let r = self.region_of(addr)?;
         let off = (addr as usize).wrapping_sub(r.va);
-        let len = r.live.as_ref()?.get(off >> r.shift)?.load(Ordering::Acquire) as usize;
+        let len = r
+            .live
+            .as_ref()?
+            .get(off >> r.shift)?
+            .load(Ordering::Acquire) as usize;
         if len == 0 {
             return None;
         }
@@ -649,7 +655,11 @@ mod tests {
             Some(a.iova() + 512)
         );
         assert_eq!(region.span(inside, 3585), None, "one byte too many");
-        assert_eq!(region.span(a.as_ptr(), 9 * 512), None, "runs into the neighbour");
+        assert_eq!(
+            region.span(a.as_ptr(), 9 * 512),
+            None,
+            "runs into the neighbour"
+        );
         assert_eq!(p.span(a.as_ptr(), 64 << 10), None);
         assert_eq!(p.span(std::ptr::null(), 1), None);
         assert_eq!(DmaRegion::default().span(a.as_ptr(), 1), None);

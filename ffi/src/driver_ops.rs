@@ -182,8 +182,7 @@ impl<P: Platform> QpairOps for QueuePair<P> {
         // SAFETY: `buf` is a span of a live allocation of this controller's pool (ffi::qpair
         // made it); the C caller keeps the buffer allocated and leaves it alone until the
         // completion, as the header requires.
-        unsafe { self.submit_raw(ns, dir, lba, blocks, buf, tag) }
-            .map_err(|e| submit_error(ns, e))
+        unsafe { self.submit_raw(ns, dir, lba, blocks, buf, tag) }.map_err(|e| submit_error(ns, e))
     }
     #[inline]
     fn commit(&mut self) {
