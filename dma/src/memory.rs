@@ -183,9 +183,10 @@ impl DmaPool {
             // A region address is never null.
             ptr: NonNull::new(va as *mut u8).ok_or(DmaError::BadBufferSize { len, max: MAX })?,
             len,
-            chunk,
+            // Both fit 32 bits: a class is below 64, a region index below MAX_REGIONS.
+            class: class as u32,
+            region: region as u32,
             iova,
-            region,
             pool: self.inner.clone(),
         };
         // Live from here on (`len <= MAX` fits 32 bits): the zeroing above happens before.
@@ -454,10 +455,12 @@ impl Drop for PoolInner {
 pub struct DmaBuffer {
     ptr: NonNull<u8>,
     len: usize,
-    chunk: usize,
+    /// Size class: log2 of the chunk size.
+    class: u32,
+    /// Index of the region (translation table slot) the chunk belongs to. (Two 32-bit fields
+    /// keep the buffer at five words: it moves through the I/O path by value.)
+    region: u32,
     iova: u64,
-    /// Index of the region (translation table slot) the chunk belongs to.
-    region: usize,
     pool: Arc<PoolInner>,
 }
 
@@ -477,7 +480,7 @@ impl DmaBuffer {
     }
     /// The usable capacity (the chunk size, at least `len`).
     pub fn capacity(&self) -> usize {
-        self.chunk
+        1 << self.class
     }
     /// The device address of the first byte.
     pub fn iova(&self) -> u64 {
@@ -496,7 +499,10 @@ impl DmaBuffer {
     }
     /// Records `len` (0: free) as the chunk's live allocation length.
     fn publish_len(&self, len: usize) {
-        if let Some(cell) = self.pool.live_cell(self.region, self.ptr.as_ptr() as usize) {
+        if let Some(cell) = self
+            .pool
+            .live_cell(self.region as usize, self.ptr.as_ptr() as usize)
+        {
             cell.store(u32::try_from(len).unwrap_or(0), Ordering::Release);
         }
     }
@@ -513,10 +519,10 @@ impl DmaBuffer {
     }
     /// Changes the length within the capacity.
     pub fn set_len(&mut self, len: usize) -> Result<(), DmaError> {
-        if len == 0 || len > self.chunk {
+        if len == 0 || len > self.capacity() {
             return Err(DmaError::BadBufferSize {
                 len,
-                max: self.chunk,
+                max: self.capacity(),
             });
         }
         self.len = len;
@@ -539,11 +545,11 @@ impl Drop for DmaBuffer {
         // Not live from here on: borrowed-memory checks refuse the chunk until its next
         // allocation.
         self.publish_len(0);
-        let class = self.chunk.trailing_zeros() as usize;
+        let class = self.class as usize;
         self.pool.free.lock().unwrap_or_else(|e| e.into_inner())[class].push((
             self.ptr.as_ptr() as usize,
             self.iova,
-            self.region,
+            self.region as usize,
         ));
     }
 }
