@@ -65,16 +65,18 @@ pub enum Direction {
 impl IoQueue {
     /// Rings of `depth` entries for queue `qid` and `depth - 1` trackers, so that outstanding
     /// commands never exceed what the CQ can hold. `max_transfer` is capped to
-    /// [`prp::MAX_TRANSFER`] and rounded down to whole pages.
-    pub fn new(
+    /// [`prp::MAX_TRANSFER`] and rounded down to whole pages. The queue's doorbells are
+    /// checked against `regs` here (see [`Rings::new`]).
+    pub fn new<R: RegisterIo + ?Sized>(
         pool: &DmaPool,
+        regs: &R,
         qid: u16,
         depth: u32,
         dstrd: u8,
         shadow: Option<&Arc<ShadowBuffers>>,
         max_transfer: usize,
     ) -> Result<Self, DmaError> {
-        let rings = Rings::new(pool, qid, depth, dstrd, shadow)?;
+        let rings = Rings::new(pool, regs, qid, depth, dstrd, shadow)?;
         let trackers = Trackers::new(pool, depth.saturating_sub(1) as usize)?;
         let max_transfer = (max_transfer.min(prp::MAX_TRANSFER) / prp::PAGE_SIZE * prp::PAGE_SIZE)
             .max(prp::PAGE_SIZE);

@@ -74,6 +74,7 @@ impl<P: Platform> QueuePair<P> {
         let qid = shared.reserve_qid()?;
         let io = match IoQueue::new(
             shared.platform.dma(),
+            shared.platform.regs(),
             qid,
             options.depth,
             shared.cap.dstrd(),
