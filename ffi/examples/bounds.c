@@ -2,7 +2,8 @@
  * bounds.c: the C ABI lets the device touch only the buffer a data pointer is in. Reads that
  * run past the end of a buffer from vfnvme_dma_alloc, and reads into a buffer given back with
  * vfnvme_dma_free, must fail with VFNVME_ERR_BAD_BUFFER and leave the neighbouring buffer
- * alone. Exits 0 when they do.
+ * alone; vfnvme_dma_free of a buffer with a read in flight must fail with VFNVME_ERR_BUSY.
+ * Exits 0 when they do.
  *
  *   bounds --model            against the in-memory controller model
  *   bounds 0000:00:10.0 [ns]  against a controller bound to vfio-pci (reads only)
@@ -90,6 +91,12 @@ int main(int argc, char **argv)
 	       read_blocks(qp, nsid, a, (64 << 10) / info.lba_size), VFNVME_ERR_BAD_BUFFER);
 	expect("write 4096 + 1 block from a 4096-byte buffer",
 	       vfnvme_qpair_write(qp, nsid, a, 0, per_4k + 1, NULL, NULL), VFNVME_ERR_BAD_BUFFER);
+	/* A buffer in flight can't be freed: the device may still write it. */
+	CHECK(vfnvme_qpair_read(qp, nsid, a, 0, per_4k, NULL, NULL));
+	CHECK(vfnvme_qpair_commit(qp));
+	expect("free a buffer with a read in flight", vfnvme_dma_free(ctrl, a), VFNVME_ERR_BUSY);
+	while (vfnvme_qpair_outstanding(qp) > 0)
+		CHECK(vfnvme_qpair_process_completions(qp, 0));
 	CHECK(vfnvme_dma_free(ctrl, a));
 	expect("read into a freed buffer", read_blocks(qp, nsid, a, 1), VFNVME_ERR_BAD_BUFFER);
 	uint64_t iova;

@@ -263,10 +263,13 @@ int32_t vfnvme_ctrl_namespace(const struct vfnvme_ctrl *ctrl, uint32_t nsid, str
 // Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_dma_alloc(const struct vfnvme_ctrl *ctrl, size_t len, void **ptr, uint64_t *iova);
 
-// Frees a buffer from vfnvme_dma_alloc. The device must no longer use it (no command using it
-// in flight). NULL is a no-op; any other pointer not from vfnvme_dma_alloc of this controller
-// fails with VFNVME_ERR_BAD_BUFFER. From here on the submit functions refuse the buffer with
-// VFNVME_ERR_BAD_BUFFER (until vfnvme_dma_alloc hands the memory out again).
+// Frees a buffer from vfnvme_dma_alloc. Fails with VFNVME_ERR_BUSY while a command submitted
+// on one of this controller's queue pairs with a data pointer inside the buffer has not been
+// reaped (poll it first; a free racing a submit of the same buffer on another thread, without
+// synchronisation between the two, is not detected). NULL is a no-op; any other pointer not
+// from vfnvme_dma_alloc of this controller fails with VFNVME_ERR_BAD_BUFFER. From here on the
+// submit functions refuse the buffer with VFNVME_ERR_BAD_BUFFER (until vfnvme_dma_alloc hands
+// the memory out again).
 //
 // Thread safety: thread-safe (takes a lock).
 //

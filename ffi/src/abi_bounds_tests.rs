@@ -167,3 +167,50 @@ fn freed_buffers_are_refused() {
     }
     close(ctrl, qp);
 }
+
+#[test]
+fn a_buffer_in_flight_cannot_be_freed() {
+    let (ctrl, qp) = open();
+    let a = alloc(ctrl, 8192);
+    let b = alloc(ctrl, 4096);
+    let mut qp2 = null_mut();
+    // SAFETY: buffers from vfnvme_dma_alloc, freed only once nothing uses them; live handles.
+    unsafe {
+        assert_eq!(vfnvme_qpair_alloc(ctrl, 4, &mut qp2), OK);
+        // A read into the second half of `a`, not yet reaped: `a` stays allocated.
+        let rc = vfnvme_qpair_read(qp, 1, a.as_ptr().add(4096).cast(), 0, 8, None, null_mut());
+        assert_eq!(rc, OK, "{}", last_error());
+        assert_eq!(vfnvme_qpair_commit(qp), OK);
+        assert_eq!(
+            vfnvme_dma_free(ctrl, a.as_ptr().cast()),
+            Status::VfnvmeErrBusy as i32
+        );
+        assert!(last_error().contains("in flight"), "{}", last_error());
+        // Another buffer is free to go, and the refused one still works.
+        let rc = vfnvme_qpair_write(qp2, 1, b.as_ptr().cast(), 8, 8, None, null_mut());
+        assert_eq!(rc, OK, "{}", last_error());
+        assert_eq!(
+            vfnvme_dma_free(ctrl, b.as_ptr().cast()),
+            Status::VfnvmeErrBusy as i32,
+            "in flight on the other queue pair"
+        );
+        while vfnvme_qpair_outstanding(qp2) > 0 {
+            let mut out = [crate::types::Completion {
+                arg: null_mut(),
+                cpl: crate::types::Cpl::default(),
+            }; 4];
+            assert!(vfnvme_qpair_poll_completions(qp2, 4, out.as_mut_ptr()) >= 0);
+        }
+        assert_eq!(vfnvme_dma_free(ctrl, b.as_ptr().cast()), OK);
+        while vfnvme_qpair_outstanding(qp) > 0 {
+            assert!(vfnvme_qpair_process_completions(qp, 0) >= 0);
+        }
+        assert_eq!(vfnvme_dma_free(ctrl, a.as_ptr().cast()), OK);
+        // A refused submit leaves no mark behind.
+        let c = alloc(ctrl, 4096);
+        assert_eq!(read(qp, c.as_ptr(), 9), BAD_BUFFER);
+        assert_eq!(vfnvme_qpair_free(qp2), OK);
+        assert_eq!(vfnvme_dma_free(ctrl, c.as_ptr().cast()), OK);
+    }
+    close(ctrl, qp);
+}

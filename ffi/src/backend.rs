@@ -116,10 +116,11 @@ pub trait QpairOps: Send {
     fn poll(&mut self, max: u32, f: &mut dyn FnMut(RawCompletion)) -> usize;
     /// Reaps up to `out.len()` completions straight into `out[0..n]` (the batch path: no call
     /// per completion): each entry gets the `arg` of `slots[tag]`, whose index goes back on
-    /// `free`. Returns `n`.
+    /// `free` and whose `in_flight` mark is cleared. Returns `n`.
     fn poll_into(
         &mut self,
         slots: &[Slot],
+        in_flight: &[std::sync::atomic::AtomicUsize],
         free: &mut Vec<u32>,
         out: &mut [crate::types::Completion],
     ) -> usize;

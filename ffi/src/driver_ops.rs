@@ -10,6 +10,7 @@ use nvme::platform::Platform;
 use nvme::queue::Direction;
 use nvme::spec::command::DsmRange;
 use nvme::{Controller, Error, QpairOptions, QueuePair, SubmitErrorKind};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// The status code for a driver error.
@@ -200,11 +201,20 @@ impl<P: Platform> QpairOps for QueuePair<P> {
         })
     }
     #[inline]
-    fn poll_into(&mut self, slots: &[Slot], free: &mut Vec<u32>, out: &mut [Completion]) -> usize {
+    fn poll_into(
+        &mut self,
+        slots: &[Slot],
+        in_flight: &[AtomicUsize],
+        free: &mut Vec<u32>,
+        out: &mut [Completion],
+    ) -> usize {
         let mut n = 0usize;
         QueuePair::poll(self, out.len(), |c| {
             let idx = c.tag as usize;
             if let (Some(s), Some(o)) = (slots.get(idx), out.get_mut(n)) {
+                if let Some(m) = in_flight.get(idx) {
+                    m.store(0, Ordering::Relaxed);
+                }
                 free.push(idx as u32);
                 *o = Completion {
                     arg: s.arg,
