@@ -43,8 +43,9 @@ compile_error!(
 /// as the device sees them: put it before a doorbell write.
 #[inline(always)]
 pub fn dma_wmb() {
+    // Release: no earlier access moves after a later store (the doorbell).
     #[cfg(target_arch = "x86_64")]
-    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::Release);
     #[cfg(target_arch = "aarch64")]
     // SAFETY: a barrier instruction: no memory access, no register or flag change; it acts as
     // a compiler barrier too (no `nomem`).
@@ -57,8 +58,9 @@ pub fn dma_wmb() {
 /// writes: put it after seeing a completion's phase bit, before reading the rest of the entry.
 #[inline(always)]
 pub fn dma_rmb() {
+    // Acquire: no later access moves before an earlier load (the phase bit).
     #[cfg(target_arch = "x86_64")]
-    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::Acquire);
     #[cfg(target_arch = "aarch64")]
     // SAFETY: as in `dma_wmb`.
     unsafe {
