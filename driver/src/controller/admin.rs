@@ -3,7 +3,7 @@
 //! outstanding on it (control path; callers lock it).
 
 use crate::error::Error;
-use crate::platform::Platform;
+use crate::platform::{Platform, RegisterIo};
 use crate::queue::ring::Rings;
 use crate::spec::{Command, Completion, Status};
 use vfnvme_dma::{DmaError, DmaPool};
@@ -82,10 +82,16 @@ impl<F: FnMut(usize, Result<Completion, Error>)> AdminWork for SliceWork<'_, F> 
 }
 
 impl AdminQueue {
-    /// Admin rings of `depth` entries (2..=4096), `depth - 1` usable command identifiers.
-    pub fn new(pool: &DmaPool, depth: u16, dstrd: u8) -> Result<Self, DmaError> {
+    /// Admin rings of `depth` entries (2..=4096), `depth - 1` usable command identifiers; the
+    /// admin doorbells are checked against `regs`.
+    pub fn new<R: RegisterIo + ?Sized>(
+        pool: &DmaPool,
+        regs: &R,
+        depth: u16,
+        dstrd: u8,
+    ) -> Result<Self, DmaError> {
         let depth = depth.clamp(2, 4096);
-        let rings = Rings::new(pool, 0, depth as u32, dstrd, None)?;
+        let rings = Rings::new(pool, regs, 0, depth as u32, dstrd, None)?;
         let slots = depth as usize - 1;
         Ok(AdminQueue {
             rings,

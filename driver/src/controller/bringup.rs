@@ -156,7 +156,7 @@ pub(crate) fn bring_up<P: Platform>(
     let admin_depth = (options.admin_depth as u32)
         .min(cap.max_queue_entries())
         .max(2) as u16;
-    let admin = AdminQueue::new(platform.dma(), admin_depth, cap.dstrd())?;
+    let admin = AdminQueue::new(platform.dma(), platform.regs(), admin_depth, cap.dstrd())?;
     program_admin_queue(&*platform, &admin);
     enable(&*platform, cap)?;
     let mut shared = Shared {
