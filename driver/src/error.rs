@@ -1,6 +1,7 @@
 //! The crate's errors. Every message says what to do about it.
 
 use crate::namespace::NamespaceState;
+use crate::spec::admin_command::AdminCommandError;
 use crate::spec::identify::ParseError;
 use crate::spec::Status;
 use thiserror::Error;
@@ -62,6 +63,9 @@ pub enum Error {
         /// The completion status.
         status: Status,
     },
+    /// An admin command the safe API can't send as given.
+    #[error(transparent)]
+    AdminCommand(#[from] AdminCommandError),
     /// Identify data could not be parsed.
     #[error(transparent)]
     Parse(#[from] ParseError),

@@ -3,10 +3,11 @@
 //! outstanding on it (control path; callers lock it).
 
 use crate::error::Error;
-use crate::platform::Platform;
+use crate::platform::{Platform, RegisterIo};
 use crate::queue::ring::Rings;
 use crate::spec::{Command, Completion, Status};
-use vfnvme_dma::{DmaBuffer, DmaError, DmaPool};
+use std::any::Any;
+use vfnvme_dma::{DmaError, DmaPool};
 
 /// Owner marker: the command identifier is free.
 const IDLE: usize = usize::MAX;
@@ -21,7 +22,7 @@ const BUSY: usize = usize::MAX - 3;
 ///
 /// A *slot* is the command identifier the command goes out with; at most one command uses a
 /// slot at a time, so a caller can give every slot its own DMA page.
-pub trait AdminWork {
+pub(crate) trait AdminWork {
     /// The next command to send in `slot`, or `None` when there is nothing to send right now
     /// (more may follow once outstanding commands complete).
     fn next(&mut self, slot: u16) -> Option<Command>;
@@ -37,7 +38,7 @@ pub type AerResult = Result<u32, Status>;
 
 /// The admin submission/completion rings and their command identifiers.
 #[derive(Debug)]
-pub struct AdminQueue {
+pub(crate) struct AdminQueue {
     rings: Rings,
     free: Vec<u16>,
     /// Per command identifier: a marker, or (for `run`) unused.
@@ -52,13 +53,16 @@ pub struct AdminQueue {
     /// completion arrives or the controller is disabled (the device may still use it).
     parked: Vec<Parked>,
     /// Memory the device may use until the controller is disabled, whatever completes.
-    until_disabled: Vec<DmaBuffer>,
+    until_disabled: Vec<Held>,
 }
+
+/// DMA memory (buffers, or a value that owns some) held for the device.
+type Held = Box<dyn Any + Send>;
 
 /// DMA memory parked with a command identifier.
 #[derive(Debug, Default)]
 struct Parked {
-    buffers: Vec<DmaBuffer>,
+    held: Option<Held>,
     /// The device keeps using it after the command completes (Doorbell Buffer Config).
     until_disabled: bool,
 }
@@ -123,10 +127,16 @@ impl<F: FnMut(usize, Result<Completion, Error>)> AdminWork for SliceWork<'_, F> 
 }
 
 impl AdminQueue {
-    /// Admin rings of `depth` entries (2..=4096), `depth - 1` usable command identifiers.
-    pub fn new(pool: &DmaPool, depth: u16, dstrd: u8) -> Result<Self, DmaError> {
+    /// Admin rings of `depth` entries (2..=4096), `depth - 1` usable command identifiers; the
+    /// admin doorbells are checked against `regs`.
+    pub fn new<R: RegisterIo + ?Sized>(
+        pool: &DmaPool,
+        regs: &R,
+        depth: u16,
+        dstrd: u8,
+    ) -> Result<Self, DmaError> {
         let depth = depth.clamp(2, 4096);
-        let rings = Rings::new(pool, 0, depth as u32, dstrd, None)?;
+        let rings = Rings::new(pool, regs, 0, depth as u32, dstrd, None)?;
         let slots = depth as usize - 1;
         Ok(AdminQueue {
             rings,
@@ -140,20 +150,20 @@ impl AdminQueue {
         })
     }
 
-    /// Runs one command whose data lives in `data`, which the queue owns while the device may
-    /// use it: the buffers come back with a successful completion (and are freed with an error
-    /// one). If the command times out they stay parked with its command identifier, and are
+    /// Runs one command whose data lives in `data` (DMA buffers, or a value that owns them),
+    /// which the queue owns while the device may use it: `data` comes back with a successful
+    /// completion (and is freed with an error one). If the command times out they stay parked with its command identifier, and are
     /// freed when its completion arrives or the controller is disabled
     /// ([`release_parked`](Self::release_parked)); the caller never gets them back, so it can't
     /// free or reuse memory the device may still write.
-    pub(crate) fn run_owned<P: Platform>(
+    pub(crate) fn run_owned<P: Platform, T: Send + 'static>(
         &mut self,
         platform: &P,
         cmd: Command,
-        data: Vec<DmaBuffer>,
+        data: T,
         device_use: DeviceUse,
         timeout_ns: u64,
-    ) -> Result<(Completion, Vec<DmaBuffer>), Error> {
+    ) -> Result<(Completion, T), Error> {
         let opcode = cmd.opcode();
         let mut work = OneCommand {
             cmd: Some(cmd),
@@ -174,7 +184,7 @@ impl AdminQueue {
             abandoned.and_then(|s| self.parked.get_mut(s as usize)),
         ) {
             (Err(e), Some(parked)) => {
-                parked.buffers = data;
+                parked.held = Some(Box::new(data));
                 parked.until_disabled = device_use == DeviceUse::UntilDisabled;
                 Err(e)
             }
@@ -187,7 +197,7 @@ impl AdminQueue {
     /// controller's queues.
     pub(crate) fn release_parked(&mut self) {
         for p in &mut self.parked {
-            p.buffers.clear();
+            p.held = None;
         }
         self.until_disabled.clear();
     }
@@ -207,10 +217,6 @@ impl AdminQueue {
     /// Command identifiers (slots): `depth - 1`.
     pub fn slots(&self) -> usize {
         self.owner.len()
-    }
-    /// Asynchronous Event Requests outstanding.
-    pub fn aers_outstanding(&self) -> usize {
-        self.aers
     }
 
     /// Runs `cmds`, keeping as many in flight as the queue allows, and calls `done(i, result)`
@@ -320,9 +326,9 @@ impl AdminQueue {
                 ABANDONED => {
                     // The device is done with this command: free (or keep) what it used.
                     if let Some(p) = self.parked.get_mut(cid as usize) {
-                        let buffers = std::mem::take(&mut p.buffers);
+                        let held = p.held.take();
                         if p.until_disabled && status.is_success() {
-                            self.until_disabled.extend(buffers);
+                            self.until_disabled.extend(held);
                         }
                         p.until_disabled = false;
                     }

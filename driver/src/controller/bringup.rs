@@ -10,7 +10,7 @@ use crate::queue::ring::ShadowBuffers;
 use crate::spec::features::NumberOfQueues;
 use crate::spec::identify::IdentifyController;
 use crate::spec::registers::{aqa, Cap, Cc, Csts, Version, ACQ, AQA, ASQ, CAP, CC, CSTS, VS};
-use crate::spec::Command;
+use crate::spec::{AdminCommand, Command};
 use std::sync::Arc;
 
 /// Waits until `done(csts)` holds, at most CAP.TO (stopping early on an all-ones read, or on
@@ -89,10 +89,9 @@ fn enable<P: Platform>(platform: &P, cap: Cap) -> Result<(), Error> {
 /// Step 4: Identify Controller.
 fn identify_controller<P: Platform>(shared: &Shared<P>) -> Result<IdentifyController, Error> {
     let buf = shared.platform.dma().alloc(4096)?;
-    let cmd = Command::identify_controller(buf.iova());
-    let (_, bufs) = shared.admin_sync_owned(cmd, vec![buf], DeviceUse::UntilCompletion)?;
-    let page = bufs.first().map_or(&[][..], |b| b.as_slice());
-    Ok(IdentifyController::parse(page)?)
+    let (_, buf) =
+        shared.admin_data(&AdminCommand::identify_controller(), buf, 0, prp::PAGE_SIZE)?;
+    Ok(IdentifyController::parse(buf.as_slice())?)
 }
 
 /// Step 5: Set Features, Number of Queues; returns the queue pairs granted (≤ requested).
@@ -106,20 +105,16 @@ fn number_of_queues<P: Platform>(shared: &Shared<P>, requested: u16) -> Result<u
 /// Step 6 (optional): Doorbell Buffer Config. Failure is not fatal: MMIO doorbells are used.
 fn doorbell_buffer_config<P: Platform>(shared: &Shared<P>) -> Option<Arc<ShadowBuffers>> {
     let pool = shared.platform.dma();
-    let doorbells = pool.alloc(prp::PAGE_SIZE).ok()?;
-    let event_idx = pool.alloc(prp::PAGE_SIZE).ok()?;
-    let cmd = Command::doorbell_buffer_config(doorbells.iova(), event_idx.iova());
-    // The controller uses both pages for as long as it is enabled once this succeeded.
-    let data = vec![doorbells, event_idx];
-    match shared.admin_sync_owned(cmd, data, DeviceUse::UntilDisabled) {
-        Ok((_, mut bufs)) => {
-            let event_idx = bufs.pop()?;
-            let doorbells = bufs.pop()?;
-            Some(Arc::new(ShadowBuffers {
-                doorbells,
-                event_idx,
-            }))
-        }
+    let bufs = ShadowBuffers {
+        doorbells: pool.alloc(prp::PAGE_SIZE).ok()?,
+        event_idx: pool.alloc(prp::PAGE_SIZE).ok()?,
+    };
+    let cmd = Command::doorbell_buffer_config(bufs.doorbells.iova(), bufs.event_idx.iova());
+    // SAFETY: both pages belong to `bufs`, which the admin queue owns while the command runs
+    // (parked with it if it times out); the controller uses them for as long as it is enabled
+    // once the command succeeded, which `UntilDisabled` covers (and `Shared` keeps them after).
+    match unsafe { shared.admin_sync_owned(cmd, bufs, DeviceUse::UntilDisabled) } {
+        Ok((_, bufs)) => Some(Arc::new(bufs)),
         Err(e) => {
             log::warn!("Doorbell Buffer Config failed ({e}); using MMIO doorbells");
             None
@@ -154,7 +149,7 @@ pub(crate) fn bring_up<P: Platform>(
     let admin_depth = (options.admin_depth as u32)
         .min(cap.max_queue_entries())
         .max(2) as u16;
-    let admin = AdminQueue::new(platform.dma(), admin_depth, cap.dstrd())?;
+    let admin = AdminQueue::new(platform.dma(), platform.regs(), admin_depth, cap.dstrd())?;
     program_admin_queue(&*platform, &admin);
     // From here on `shared` owns the admin rings: on any error below, dropping it disables the
     // controller before they are freed (or leaks them if it can't be disabled).

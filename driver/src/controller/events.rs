@@ -6,7 +6,6 @@
 //! (first entry FFFFFFFFh). AERs are re-armed before the log is read, so a change that happens
 //! meanwhile raises a new event instead of being lost.
 
-use super::admin::DeviceUse;
 use super::Controller;
 use crate::error::Error;
 use crate::namespace::scan::ScanReport;
@@ -54,34 +53,13 @@ fn arm<P: Platform>(ctrl: &Controller<P>) {
 
 /// Reads (and thereby clears) the Changed Namespace List: `None` if it overflowed.
 fn changed_list<P: Platform>(ctrl: &Controller<P>) -> Result<Option<Vec<u32>>, Error> {
-    let page = ctrl.dma().alloc(4096)?;
-    let cmd = Command::get_log_page(
-        log_id::CHANGED_NS_LIST,
-        NSID_ALL,
-        4096,
-        0,
-        false,
-        page.iova(),
-    );
-    let (_, bufs) = ctrl
-        .shared
-        .admin_sync_owned(cmd, vec![page], DeviceUse::UntilCompletion)?;
-    Ok(parse_changed_ns_list(
-        bufs.first().map_or(&[][..], |b| b.as_slice()),
-    ))
+    let page = ctrl.get_log_page(log_id::CHANGED_NS_LIST, NSID_ALL, 4096, false)?;
+    Ok(parse_changed_ns_list(page.as_slice()))
 }
 
 /// Reads log page `lid` to clear a non-namespace event (its content is only logged).
 fn clear_event<P: Platform>(ctrl: &Controller<P>, event: AsyncEvent) {
-    let Ok(page) = ctrl.dma().alloc(4096) else {
-        return;
-    };
-    let cmd = Command::get_log_page(event.log_page, NSID_ALL, 512, 0, false, page.iova());
-    let data = vec![page];
-    if let Err(e) = ctrl
-        .shared
-        .admin_sync_owned(cmd, data, DeviceUse::UntilCompletion)
-    {
+    if let Err(e) = ctrl.get_log_page(event.log_page, NSID_ALL, 512, false) {
         log::warn!("asynchronous event {event:?}: reading log page failed: {e}");
     }
 }

@@ -5,11 +5,10 @@ use crate::error::Error;
 use crate::platform::{Platform, RegisterIo};
 use crate::queue::ring::ShadowBuffers;
 use crate::spec::registers::{Cap, Cc, Csts, CC, CSTS, SHN_NORMAL, SHST_COMPLETE};
-use crate::spec::{Command, Completion};
+use crate::spec::{AdminCommand, Command, Completion};
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use vfnvme_dma::DmaBuffer;
 
 /// The controller may be enabled: it may use any memory it was given.
 const LIVE: u8 = 0;
@@ -98,12 +97,17 @@ impl<P: Platform> Shared<P> {
     /// Runs one admin command on DMA memory the admin queue owns while the device may use it
     /// (see [`AdminQueue::run_owned`]): `data` comes back with a successful completion; after a
     /// timeout it stays parked until the completion arrives or the controller is disabled.
-    pub fn admin_sync_owned(
+    ///
+    /// # Safety
+    /// Every device address in `cmd` (PRP1/PRP2, the PRP list entries, MPTR) must lie inside
+    /// DMA buffers that `data` owns, covering every byte the command moves; `device_use` must
+    /// say how long the device uses them.
+    pub unsafe fn admin_sync_owned<T: Send + 'static>(
         &self,
         cmd: Command,
-        data: Vec<DmaBuffer>,
+        data: T,
         device_use: DeviceUse,
-    ) -> Result<(Completion, Vec<DmaBuffer>), Error> {
+    ) -> Result<(Completion, T), Error> {
         if !self.live() {
             return Err(Error::ShutDown);
         }
@@ -117,16 +121,37 @@ impl<P: Platform> Shared<P> {
         )
     }
 
+    /// Runs one admin command that has no data or metadata pointer and waits for it; a
+    /// command with a pointer (or CDW0 flags) is refused with
+    /// [`AdminCommandError::PointerSet`].
     pub fn admin_sync(&self, cmd: Command) -> Result<Completion, Error> {
+        AdminCommand::try_from(cmd)?;
+        // SAFETY: the command has no data or metadata pointer (checked above), so the device
+        // reaches no memory for it.
+        unsafe { self.admin_sync_raw(cmd) }
+    }
+
+    /// Runs one admin command as given and waits for it.
+    ///
+    /// # Safety
+    /// As [`Controller::admin_sync`](super::Controller::admin_sync): every address in `cmd`
+    /// must stay valid for the device until the command completes, and for good if this
+    /// returns [`Error::AdminTimeout`].
+    pub unsafe fn admin_sync_raw(&self, cmd: Command) -> Result<Completion, Error> {
         let mut out = Err(Error::AdminTimeout {
             opcode: cmd.opcode(),
             waited_ms: 0,
         });
-        self.admin_batch(std::slice::from_ref(&cmd), |_, r| out = r);
+        // SAFETY: the caller vouches for the command's addresses.
+        unsafe { self.admin_batch(std::slice::from_ref(&cmd), |_, r| out = r) };
         out
     }
 
-    pub fn admin_batch(
+    /// Runs `cmds` pipelined, as given.
+    ///
+    /// # Safety
+    /// As [`Controller::admin_batch`](super::Controller::admin_batch).
+    pub unsafe fn admin_batch(
         &self,
         cmds: &[Command],
         mut done: impl FnMut(usize, Result<Completion, Error>),
@@ -142,7 +167,12 @@ impl<P: Platform> Shared<P> {
     }
 
     /// Runs `work` through the admin queue's pipelined submitter.
-    pub fn admin_pipeline(&self, work: &mut dyn AdminWork) {
+    ///
+    /// # Safety
+    /// Every address in a command `work` hands out must stay valid for the device until
+    /// `work.done` is called for its slot, and for good if that reports
+    /// [`Error::AdminTimeout`].
+    pub unsafe fn admin_pipeline(&self, work: &mut dyn AdminWork) {
         if !self.live() {
             work.timed_out(0);
             return;

@@ -26,6 +26,10 @@ pub(crate) mod op {
     pub const NS_MANAGEMENT: u8 = 0x0D;
     pub const NS_ATTACHMENT: u8 = 0x15;
     pub const DOORBELL_BUFFER_CONFIG: u8 = 0x7C;
+    /// Vendor-specific (controller to host), see [`super::VENDOR_FILL_OPCODE`].
+    pub const VENDOR_FILL: u8 = 0xC2;
+    /// Vendor-specific, see [`super::VENDOR_HOLD_OPCODE`].
+    pub const VENDOR_HOLD: u8 = 0xC6;
 }
 
 /// The largest Get Log Page transfer the model serves (its logs are far smaller; the rest would
@@ -66,6 +70,8 @@ pub(crate) fn execute(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Option<Outco
         op::DOORBELL_BUFFER_CONFIG if core.cfg.shadow_doorbells => {
             doorbell_buffer_config(core, sqe)
         }
+        op::VENDOR_FILL => vendor_fill(core, c, sqe),
+        op::VENDOR_HOLD => return None,
         _ => Status::INVALID_OPCODE.into(),
     };
     Some(o)
@@ -146,6 +152,7 @@ fn get_log_page(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
     let page = match lid {
         0x01 => vec![0u8; 64],
         0x02 => smart_log(core),
+        VENDOR_PATTERN_LOG => pattern_log(),
         0x04 => {
             if offset >= 4096 {
                 return Status::INVALID_FIELD.into();
@@ -161,6 +168,37 @@ fn get_log_page(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
     let avail = &page[offset as usize..];
     let n = avail.len().min(data.len());
     data[..n].copy_from_slice(&avail[..n]);
+    match prp::write_out(&core.iommu, sqe.prp1(), sqe.prp2(), c.page, &data) {
+        Ok(()) => Outcome::ok(0),
+        Err(s) => s.into(),
+    }
+}
+
+/// The model's vendor-specific command that fills CDW10 bytes (at most 4 MiB) with the byte
+/// in CDW11: its length is in no field the NVMe specification defines.
+pub const VENDOR_FILL_OPCODE: u8 = op::VENDOR_FILL;
+
+/// The model's vendor-specific command that never completes (to time out an admin command).
+pub const VENDOR_HOLD_OPCODE: u8 = op::VENDOR_HOLD;
+
+/// Vendor-specific log page C0h of the model: 256 KiB whose dword `k` is `k ^ 0xC0C0_0000`, so
+/// that every offset of a read can be checked.
+pub const VENDOR_PATTERN_LOG: u8 = 0xC0;
+/// Bytes in [`VENDOR_PATTERN_LOG`].
+pub const VENDOR_PATTERN_LOG_BYTES: usize = 256 << 10;
+
+fn pattern_log() -> Vec<u8> {
+    (0..VENDOR_PATTERN_LOG_BYTES as u32 / 4)
+        .flat_map(|k| (k ^ 0xC0C0_0000).to_le_bytes())
+        .collect()
+}
+
+fn vendor_fill(core: &Core, c: &CtrlState, sqe: &Sqe) -> Outcome {
+    let len = u64::from(sqe.cdw(10));
+    if len > 4 << 20 {
+        return Status::INVALID_FIELD.into();
+    }
+    let data = vec![sqe.cdw(11) as u8; len as usize];
     match prp::write_out(&core.iommu, sqe.prp1(), sqe.prp2(), c.page, &data) {
         Ok(()) => Outcome::ok(0),
         Err(s) => s.into(),

@@ -194,6 +194,10 @@ impl RegisterIo for ModelRegs {
         }
     }
 
+    fn size(&self) -> usize {
+        self.bar_end()
+    }
+
     fn write64(&self, offset: usize, value: u64) {
         match offset {
             ASQ => self.core.lock_ctrl().asq = value,

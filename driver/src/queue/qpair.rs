@@ -76,6 +76,7 @@ impl<P: Platform> QueuePair<P> {
         let qid = shared.reserve_qid()?;
         let io = match IoQueue::new(
             shared.platform.dma(),
+            shared.platform.regs(),
             qid,
             options.depth,
             shared.cap.dstrd(),
@@ -105,11 +106,15 @@ impl<P: Platform> QueuePair<P> {
                 shared.platform.dma().leak(io);
             }
         };
-        if let Err(e) = shared.admin_sync(create_cq) {
+        // SAFETY: (both creates) the rings belong to `io`, which the queue pair keeps until
+        // the queues are deleted on drop; if a create fails or times out, `abandon` frees them
+        // only once the queue is deleted or the controller disabled (or leaks them).
+        if let Err(e) = unsafe { shared.admin_sync_raw(create_cq) } {
             abandon(io, false, may_exist(&e));
             return Err(e);
         }
-        if let Err(e) = shared.admin_sync(create_sq) {
+        // SAFETY: as for the CQ above.
+        if let Err(e) = unsafe { shared.admin_sync_raw(create_sq) } {
             abandon(io, may_exist(&e), true);
             return Err(e);
         }
@@ -177,13 +182,17 @@ impl<P: Platform> QueuePair<P> {
         self.io.write(ns, lba, blocks, buf, tag)
     }
 
-    /// Queues a read or write on caller-owned memory at device address `iova` (the C ABI's
-    /// entry point); the completion carries no buffer.
+    /// Queues a read or write on borrowed memory (the C ABI's entry point): `span` is a range
+    /// of one live allocation of this controller's [`vfnvme_dma::DmaPool`], checked when it was
+    /// made ([`vfnvme_dma::DmaPool::span`], [`vfnvme_dma::DmaRegion::span`] or
+    /// [`DmaBuffer::span`]), so the device never touches memory past it. A span shorter than
+    /// the transfer fails with [`crate::SubmitErrorKind::BufferTooSmall`]. The completion
+    /// carries no buffer.
     ///
     /// # Safety
-    /// `iova..iova+len` must be mapped for this controller (e.g. memory of this controller's
-    /// [`vfnvme_dma::DmaPool`]) and must stay allocated and untouched until the request
-    /// completes or the queue pair is dropped.
+    /// `span` must come from this controller's pool ([`crate::Controller::dma`]), and its
+    /// allocation must stay allocated and untouched until the request completes or the queue
+    /// pair is dropped.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn submit_raw(
@@ -192,12 +201,11 @@ impl<P: Platform> QueuePair<P> {
         dir: Direction,
         lba: u64,
         blocks: u32,
-        iova: u64,
-        len: usize,
+        span: vfnvme_dma::DmaSpan,
         tag: u64,
     ) -> Result<(), SubmitError> {
         // SAFETY: the caller upholds the contract documented above.
-        unsafe { self.io.submit_raw(ns, dir, lba, blocks, iova, len, tag) }
+        unsafe { self.io.submit_raw(ns, dir, lba, blocks, span, tag) }
     }
 
     /// Queues a flush.
