@@ -5,25 +5,10 @@
 use crate::error::DmaError;
 use crate::pci_address::PciAddress;
 use crate::pci_sysfs::{self, VFIO_PCI};
+pub use crate::pci_sysfs::{PciDeviceInfo, NVME_CLASS};
 use crate::sys_paths::{io_error, SysPaths};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// The PCI class code of an NVMe controller (mass storage, non-volatile memory, NVMe).
-pub const NVME_CLASS: u32 = 0x01_08_02;
-
-/// A PCI device as sysfs shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PciDeviceInfo {
-    /// Its address.
-    pub address: PciAddress,
-    /// PCI vendor ID.
-    pub vendor: u16,
-    /// PCI device ID.
-    pub device: u16,
-    /// The bound driver, if any.
-    pub driver: Option<String>,
-}
 
 /// Binds devices to drivers through a sysfs tree.
 #[derive(Debug, Clone)]
@@ -49,11 +34,6 @@ fn write_sysfs(path: &Path, text: &str) -> Result<(), DmaError> {
         .open(path)
         .and_then(|mut f| f.write_all(text.as_bytes()))
         .map_err(|e| io_error(path, e))
-}
-
-fn read_hex(path: &Path) -> Option<u32> {
-    let t = std::fs::read_to_string(path).ok()?;
-    u32::from_str_radix(t.trim().trim_start_matches("0x"), 16).ok()
 }
 
 impl PciBinder {
@@ -180,16 +160,10 @@ impl PciBinder {
             let Ok(address) = PciAddress::parse(&name) else {
                 continue;
             };
-            let dev = entry.path();
-            if read_hex(&dev.join("class")) != Some(NVME_CLASS) {
-                continue;
+            let info = pci_sysfs::info_of_dir(address, &entry.path())?;
+            if info.class == NVME_CLASS {
+                out.push(info);
             }
-            out.push(PciDeviceInfo {
-                address,
-                vendor: read_hex(&dev.join("vendor")).unwrap_or(0xffff) as u16,
-                device: read_hex(&dev.join("device")).unwrap_or(0xffff) as u16,
-                driver: pci_sysfs::driver_of_dir(&dev)?,
-            });
         }
         out.sort_by_key(|d| d.address);
         Ok(out)
