@@ -54,7 +54,7 @@ pub fn collect() -> Result<Vec<Value>> {
             }
             let devs: Vec<String> = kernel_nvme::block_devices(&paths, &addr)
                 .into_iter()
-                .map(|(n, _)| n)
+                .map(|d| d.name)
                 .collect();
             v["block_devices"] = json!(devs);
         }

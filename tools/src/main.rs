@@ -1,5 +1,6 @@
 //! `vfnvme`: set up, list, identify and benchmark NVMe controllers, and run commands in a QEMU guest.
 
+mod holders;
 mod identify;
 mod kernel_nvme;
 mod list;
