@@ -67,7 +67,7 @@ pub fn processes_holding(proc: &Path, wanted: &Wanted) -> Vec<Holder> {
                 continue;
             };
             let target = target.to_string_lossy().into_owned();
-            let by_path = wanted.paths.iter().any(|p| *p == target);
+            let by_path = wanted.paths.contains(&target);
             let by_number = !by_path
                 && std::fs::metadata(fd.path()).is_ok_and(|m| {
                     let t = m.file_type();

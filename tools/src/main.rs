@@ -37,6 +37,26 @@ enum Command {
     Vm(vm::VmArgs),
 }
 
+/// The error and its causes joined by ": ", like anyhow's `{:#}`, but without a cause whose
+/// text its parent already ends with (errors that print their source, e.g. `DmaError::Io`'s
+/// "{path}: {source}", would otherwise show it twice).
+fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut last = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !last.is_empty() && last.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+        last = text;
+    }
+    out
+}
+
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
@@ -51,8 +71,38 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("vfnvme: error: {e:#}");
+            eprintln!("vfnvme: error: {}", error_text(&e));
             ExitCode::from(if is_vm { vm::EXIT_HARNESS_ERROR } else { 1 })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context;
+
+    #[test]
+    fn error_text_says_each_cause_once() {
+        let busy = std::io::Error::new(
+            std::io::ErrorKind::ResourceBusy,
+            "busy: this VFIO group is already open",
+        );
+        let e = vfnvme::dma::DmaError::Io {
+            path: "/dev/vfio/3".into(),
+            source: busy,
+        };
+        let r: Result<(), _> = Err(e);
+        let e = r.context("opening 0000:00:10.0 through VFIO").unwrap_err();
+        let text = error_text(&e);
+        assert_eq!(
+            text,
+            "opening 0000:00:10.0 through VFIO: /dev/vfio/3: busy: this VFIO group is already open"
+        );
+        assert_eq!(
+            format!("{e:#}").matches("busy").count(),
+            2,
+            "anyhow repeats it"
+        );
     }
 }
