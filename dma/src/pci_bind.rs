@@ -199,8 +199,11 @@ impl PciBinder {
         };
         let mut child = std::process::Command::new("sh")
             .args(["-c", &script, "sh", &addr.to_string()])
+            // No inherited pipes: a caller capturing vfnvme's output must not wait for the
+            // helper, which may outlive vfnvme.
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
             .spawn()
             .map_err(|e| bind_err(format!("could not run sh for the unbind: {e}")))?;
         let start = std::time::Instant::now();

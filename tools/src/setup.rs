@@ -165,6 +165,8 @@ pub fn run(args: &SetupArgs) -> Result<()> {
     let paths = SysPaths::default();
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
     let actions = plan(args, &paths, Path::new("/proc"), &mounts)?;
+    // A hugepage count that would starve the system fails before anything is bound.
+    precheck_hugepages(args)?;
     let iommu = iommu_enabled(&paths);
     let binder = pci_bind::PciBinder::default();
     let mut bound = Vec::new();
@@ -276,6 +278,24 @@ pub fn run(args: &SetupArgs) -> Result<()> {
     Ok(())
 }
 
+/// Fails if `--hugepages` asks for more than the memory floor allows (see
+/// [`hugepages::check_count`]).
+fn precheck_hugepages(args: &SetupArgs) -> Result<()> {
+    let Some(wanted) = args.hugepages else {
+        return Ok(());
+    };
+    let total = hugepages::status(PageSize::Huge2M)?.map_or(0, |s| s.total);
+    if wanted > total {
+        hugepages::check_count(
+            &hugepages::MemInfo::read()?,
+            PageSize::Huge2M,
+            total,
+            wanted,
+        )?;
+    }
+    Ok(())
+}
+
 fn check_hugepages(args: &SetupArgs) -> Result<()> {
     let status = hugepages::status(PageSize::Huge2M)?;
     let total = status.map(|s| s.total).unwrap_or(0);
@@ -313,12 +333,14 @@ fn check_hugepages(args: &SetupArgs) -> Result<()> {
                 file.display()
             );
         }
-    } else {
+    } else if wanted > total {
         say!(
             "hugepages: not kept across reboots; add --persist to write {SYSCTL_DIR}/{SYSCTL_FILE}"
         );
     }
-    say!("hugepages: for 1 GiB pages (reserved at boot only), add `default_hugepagesz=1G hugepagesz=1G hugepages=N` to the kernel command line (GRUB_CMDLINE_LINUX in /etc/default/grub, then update-grub and reboot)");
+    if args.persist || wanted > total {
+        say!("hugepages: for 1 GiB pages (reserved at boot only), add `default_hugepagesz=1G hugepagesz=1G hugepages=N` to the kernel command line (GRUB_CMDLINE_LINUX in /etc/default/grub, then update-grub and reboot)");
+    }
     Ok(())
 }
 
