@@ -221,9 +221,14 @@ fn ctrl_c_on_perf_prints_the_partial_results() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run vfnvme");
-    // Wait (bounded by the process itself: it runs an hour) until the handler is installed,
-    // then interrupt it as a terminal's Ctrl-C would.
+    // Wait until the handler is installed (bounded: an old perf without one would run for
+    // an hour), then interrupt it as a terminal's Ctrl-C would.
+    let start = std::time::Instant::now();
     while !catches_sigint(child.id()) {
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("perf installed no SIGINT handler within 60 s");
+        }
         assert!(child.try_wait().unwrap().is_none(), "perf ended early");
         std::thread::yield_now();
     }
