@@ -59,27 +59,67 @@ pub fn block_devices(paths: &SysPaths, addr: &PciAddress) -> Vec<BlockDevice> {
         for ns in names {
             let name = ns.file_name().to_string_lossy().into_owned();
             // Namespaces: nvme<C>n<N> (the controller's own attributes have other names).
-            if !name.starts_with(&cname) || name == cname || !ns.path().join("dev").exists() {
+            if !name.starts_with(&cname) || name == cname {
                 continue;
             }
-            out.push(block_device(paths, &ns.path(), name.clone()));
-            if let Ok(parts) = std::fs::read_dir(ns.path()) {
-                let mut parts: Vec<_> = parts
-                    .filter_map(|e| e.ok())
-                    .filter(|e| {
-                        let n = e.file_name().to_string_lossy().into_owned();
-                        n.starts_with(&name) && e.path().join("partition").exists()
-                    })
-                    .collect();
-                parts.sort_by_key(|e| e.file_name());
-                for p in parts {
-                    let pname = p.file_name().to_string_lossy().into_owned();
-                    out.push(block_device(paths, &p.path(), pname));
-                }
+            // A native-multipath path (nvme0c0n1) has no node of its own: its head does.
+            if ns.path().join("dev").exists() {
+                out.push(block_device(paths, &ns.path(), name.clone()));
             }
+            push_partitions(paths, &ns.path(), &name, &mut out);
+        }
+    }
+    for head in multipath_heads(paths, addr) {
+        if !out.iter().any(|d| d.name == head) {
+            let dir = paths.sys.join("block").join(&head);
+            out.push(block_device(paths, &dir, head.clone()));
+            push_partitions(paths, &dir, &head, &mut out);
         }
     }
     out
+}
+
+/// Adds the partitions (`<name>p<N>`, with a `partition` attribute) in the disk folder `dir`.
+fn push_partitions(paths: &SysPaths, dir: &Path, name: &str, out: &mut Vec<BlockDevice>) {
+    let Ok(parts) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut parts: Vec<_> = parts
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with(name) && e.path().join("partition").exists()
+        })
+        .collect();
+    parts.sort_by_key(|e| e.file_name());
+    for p in parts {
+        let pname = p.file_name().to_string_lossy().into_owned();
+        out.push(block_device(paths, &p.path(), pname));
+    }
+}
+
+/// Native-multipath head devices (`/sys/block/nvmeXnY` with a `multipath/` folder) that have
+/// a path through the controller at `addr`: taking the controller away takes that path.
+fn multipath_heads(paths: &SysPaths, addr: &PciAddress) -> Vec<String> {
+    let Ok(dev) = std::fs::canonicalize(paths.pci_device(addr)) else {
+        return Vec::new();
+    };
+    let Ok(blocks) = std::fs::read_dir(paths.sys.join("block")) else {
+        return Vec::new();
+    };
+    let mut heads: Vec<String> = blocks
+        .filter_map(|e| e.ok())
+        .filter(|b| {
+            std::fs::read_dir(b.path().join("multipath")).is_ok_and(|d| {
+                d.filter_map(|e| e.ok()).any(|p| {
+                    std::fs::canonicalize(p.path()).is_ok_and(|real| real.starts_with(&dev))
+                })
+            })
+        })
+        .map(|b| b.file_name().to_string_lossy().into_owned())
+        .collect();
+    heads.sort();
+    heads
 }
 
 fn block_device(paths: &SysPaths, dir: &Path, name: String) -> BlockDevice {
@@ -192,6 +232,42 @@ mod tests {
             ]
         );
         assert!(mounted(&["nvme1n1".to_string()], mounts).is_empty());
+    }
+
+    #[test]
+    fn a_multipath_head_through_the_controller_counts() {
+        let dir = std::env::temp_dir().join(format!("vfnvme-knvme-mp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let real = dir.join("sys/devices/pci0000:00/0000:01:00.0");
+        let path = real.join("nvme/nvme1/nvme0c1n1");
+        std::fs::create_dir_all(&path).unwrap();
+        std::fs::create_dir_all(dir.join("sys/bus/pci/devices")).unwrap();
+        std::os::unix::fs::symlink(&real, dir.join("sys/bus/pci/devices/0000:01:00.0")).unwrap();
+        let head = dir.join("sys/devices/virtual/nvme-subsystem/nvme-subsys0/nvme0n1");
+        std::fs::create_dir_all(head.join("multipath")).unwrap();
+        std::fs::create_dir_all(head.join("holders")).unwrap();
+        std::fs::write(head.join("dev"), "259:4\n").unwrap();
+        std::fs::create_dir_all(head.join("nvme0n1p1")).unwrap();
+        std::fs::write(head.join("nvme0n1p1/partition"), "1\n").unwrap();
+        std::fs::write(head.join("nvme0n1p1/dev"), "259:5\n").unwrap();
+        std::os::unix::fs::symlink(&path, head.join("multipath/nvme0c1n1")).unwrap();
+        std::fs::create_dir_all(dir.join("sys/block")).unwrap();
+        std::os::unix::fs::symlink(&head, dir.join("sys/block/nvme0n1")).unwrap();
+        let paths = SysPaths::new(dir.join("sys"), dir.join("dev/vfio"));
+        let addr = PciAddress::parse("0000:01:00.0").unwrap();
+        let devs = block_devices(&paths, &addr);
+        assert_eq!(devs.len(), 2, "{devs:?}");
+        assert_eq!(devs[0].name, "nvme0n1");
+        assert_eq!(devs[0].dev, Some(libc::makedev(259, 4)));
+        assert_eq!(devs[1].name, "nvme0n1p1");
+        let why = in_use(
+            &paths,
+            &dir.join("proc"),
+            &addr,
+            "/dev/nvme0n1p1 /srv xfs rw 0 0\n",
+        );
+        assert_eq!(why, vec!["/dev/nvme0n1p1 is mounted on /srv".to_string()]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -39,10 +39,14 @@ fn kernel_view(paths: &SysPaths, addr: &PciAddress, v: &mut Value) {
     }
     let mut namespaces = Vec::new();
     for d in kernel_nvme::block_devices(paths, addr) {
+        // The namespace's folder: under the controller, or a native-multipath head.
+        let dir = ctrl_dir
+            .as_ref()
+            .map(|c| c.join(&d.name))
+            .filter(|p| p.exists())
+            .unwrap_or_else(|| paths.sys.join("block").join(&d.name));
         // Namespaces only (partitions have a `partition` attribute).
-        let Some(c) = &ctrl_dir else { break };
-        let dir = c.join(&d.name);
-        if !dir.exists() {
+        if dir.join("partition").exists() || !dir.exists() {
             continue;
         }
         let sectors: Option<u64> = read_trimmed(&dir.join("size")).and_then(|s| s.parse().ok());

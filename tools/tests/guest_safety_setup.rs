@@ -179,6 +179,19 @@ fn a_device_that_is_not_nvme_is_refused_and_left_alone() {
         );
         assert!(!t.contains("vfnvme setup"), "advises setup on a NIC: {t}");
     }
+    // The library (and so the C ABI, which opens through it) says the same.
+    let err = vfnvme::vfio_platform::VfioPlatform::open(nic, Default::default())
+        .expect_err("opened a network card as an NVMe controller");
+    assert!(
+        matches!(
+            err,
+            vfnvme::dma::DmaError::NotNvme {
+                class: 0x020000,
+                ..
+            }
+        ),
+        "{err}"
+    );
     // `list` shows NVMe controllers only.
     let t = expect(&["list"], 0, &[]);
     assert!(!t.contains(nic.as_str()), "{t}");
