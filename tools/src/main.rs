@@ -1,5 +1,6 @@
 //! `vfnvme`: set up, list, identify and benchmark NVMe controllers, and run commands in a QEMU guest.
 
+mod features;
 mod holders;
 mod identify;
 mod kernel_nvme;
@@ -35,6 +36,10 @@ enum Command {
     Identify(identify::IdentifyArgs),
     /// Measure IOPS and latency on controllers bound to vfio-pci (or on the in-memory model).
     Perf(perf::PerfArgs),
+    /// Read a feature (nvme-cli's get-feature), for features whose value fits in the command.
+    GetFeature(features::GetFeatureArgs),
+    /// Change a feature (nvme-cli's set-feature), for features whose value fits in the command.
+    SetFeature(features::SetFeatureArgs),
     /// Print a shell completion script (bash or zsh) to standard output.
     Completions(CompletionsArgs),
     /// Print the man page (roff) to standard output, or write one page per command to a folder.
@@ -137,6 +142,8 @@ fn main() -> ExitCode {
         Command::List(args) => list::run(&args).map(|()| 0),
         Command::Identify(args) => identify::run(&args).map(|()| 0),
         Command::Setup(args) => setup::run(&args).map(|()| 0),
+        Command::GetFeature(args) => features::run_get(&args).map(|()| 0),
+        Command::SetFeature(args) => features::run_set(&args).map(|()| 0),
         Command::Completions(args) => {
             completions(args.shell, &mut std::io::stdout().lock());
             Ok(0)
@@ -172,6 +179,8 @@ mod tests {
                 "setup",
                 "identify",
                 "perf",
+                "get-feature",
+                "set-feature",
                 "completions",
                 "man",
                 "vm"
