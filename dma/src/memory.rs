@@ -238,7 +238,14 @@ impl DmaPool {
                 Err(e) if page != PageSize::Small4K => {
                     let next = page.smaller();
                     log::warn!(
-                        "no {page:?} hugepages available ({e}); falling back to {next:?} pages. Reserve hugepages for speed: echo 512 > /proc/sys/vm/nr_hugepages"
+                        "{}",
+                        fallback_warning(
+                            page,
+                            next,
+                            len,
+                            crate::hugepages::status(page).ok().flatten(),
+                            &e
+                        )
                     );
                     page = next;
                     *self.inner.page.lock().unwrap_or_else(|e| e.into_inner()) = page;
@@ -639,11 +646,57 @@ impl Drop for DmaBuffer {
     }
 }
 
+/// The warning when a region can't get hugepages of `page` and falls back to `next`: how many
+/// pages the region needed and how many were free (`status`, when the kernel has the size).
+fn fallback_warning(
+    page: PageSize,
+    next: PageSize,
+    len: usize,
+    status: Option<crate::hugepages::HugepageStatus>,
+    err: &std::io::Error,
+) -> String {
+    let needed = len.div_ceil(page.bytes());
+    let pool = match status {
+        Some(s) if s.total == 0 => format!("no {page:?} hugepages are reserved"),
+        Some(s) => format!(
+            "a DMA region needs {needed} {page:?} hugepages but only {} of the {} reserved are free",
+            s.free, s.total
+        ),
+        None => format!("this kernel has no {page:?} hugepages"),
+    };
+    format!(
+        "{pool} ({err}); falling back to {next:?} pages. Reserve more for speed: vfnvme setup --hugepages N (or echo N > /proc/sys/vm/nr_hugepages)"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::iommu::IovaRange;
     use crate::IovaAllocator;
+
+    #[test]
+    fn fallback_warning_says_how_many_are_free_and_needed() {
+        use crate::hugepages::HugepageStatus;
+        let e = std::io::Error::from_raw_os_error(libc::ENOMEM);
+        let some = HugepageStatus {
+            size: PageSize::Huge2M,
+            total: 256,
+            free: 3,
+        };
+        let w = fallback_warning(PageSize::Huge2M, PageSize::Small4K, 8 << 20, Some(some), &e);
+        assert!(
+            w.contains("needs 4 Huge2M hugepages but only 3 of the 256 reserved are free"),
+            "{w}"
+        );
+        let none = HugepageStatus {
+            free: 0,
+            total: 0,
+            ..some
+        };
+        let w = fallback_warning(PageSize::Huge2M, PageSize::Small4K, 2 << 20, Some(none), &e);
+        assert!(w.starts_with("no Huge2M hugepages are reserved"), "{w}");
+    }
 
     /// An IOMMU that only records mappings.
     struct Recording {

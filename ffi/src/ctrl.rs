@@ -63,7 +63,9 @@ pub(crate) fn publish(ops: Arc<dyn CtrlOps>, out: &mut *mut Ctrl) -> i32 {
 
 /// Opens the NVMe controller at PCI address `pci_addr` ("0000:00:10.0"; "0000.00.10.0" also
 /// works), which must be bound to vfio-pci, brings it up and scans its namespaces. `opts` may be
-/// NULL. On success stores the controller in `*out`.
+/// NULL. On success stores the controller in `*out`. A PCI device that is not an NVMe
+/// controller (class 01:08:02) fails with VFNVME_ERR_UNSUPPORTED, its message saying "not an
+/// NVMe controller" and what the device is.
 ///
 /// Thread safety: thread-safe; each controller can be opened once per process.
 ///

@@ -8,6 +8,8 @@
 //! - `VFNVME_EXPECT_SERIAL_<SLOT>` / `VFNVME_EXPECT_NS_<SLOT>`: per controller, slot in hex
 //!   (e.g. `VFNVME_EXPECT_NS_11`).
 //! - `VFNVME_EXPECT_SUBNQN`: the subsystem NQN, when the scenario has a subsystem.
+//! - `VFNVME_OTHER_DEVICES`: comma-separated PCI addresses of devices that are not NVMe
+//!   controllers (e.g. the `safety` scenario's e1000).
 //!
 //! A namespace list is `nsid:blocks:lba_size` items joined by commas.
 
@@ -29,6 +31,15 @@ pub fn scenario_env(scenario: &Scenario, extra_vfio: &[String]) -> Vec<(String, 
         ("VFNVME_SCENARIO".to_string(), scenario.name.to_string()),
         ("VFNVME_VFIO_DEVICES".to_string(), vfio.join(",")),
         ("VFNVME_KERNEL_DEVICES".to_string(), kernel.join(",")),
+        (
+            "VFNVME_OTHER_DEVICES".to_string(),
+            scenario
+                .other_devices()
+                .iter()
+                .map(|d| d.bdf())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
         ("VFNVME_EXPECT_MODEL".to_string(), QEMU_MODEL.to_string()),
         (
             "VFNVME_EXPECT_MDTS".to_string(),
