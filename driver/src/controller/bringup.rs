@@ -96,7 +96,10 @@ fn identify_controller<P: Platform>(shared: &Shared<P>) -> Result<IdentifyContro
 }
 
 /// Step 5: Set Features, Number of Queues; returns the queue pairs granted (≤ requested).
-pub(super) fn number_of_queues<P: Platform>(shared: &Shared<P>, requested: u16) -> Result<u16, Error> {
+pub(super) fn number_of_queues<P: Platform>(
+    shared: &Shared<P>,
+    requested: u16,
+) -> Result<u16, Error> {
     let requested = requested.clamp(1, u16::MAX - 1);
     let c = shared.admin_sync(Command::set_number_of_queues(requested, requested))?;
     let n = NumberOfQueues::from_dw0(c.dw0);

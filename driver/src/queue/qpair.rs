@@ -319,11 +319,16 @@ impl<P: Platform> QueuePair<P> {
         let opcode = cmd.opcode();
         let refuse = |what: String| Err(Error::IoPassthru { opcode, what });
         if cmd.prp1 != 0 || cmd.prp2 != 0 || cmd.mptr != 0 || cmd.cdw0 & !0xff != 0 {
-            return refuse("leave PRP1, PRP2, MPTR and the CDW0 flags zero: the data goes in a DmaBuffer".into());
+            return refuse(
+                "leave PRP1, PRP2, MPTR and the CDW0 flags zero: the data goes in a DmaBuffer"
+                    .into(),
+            );
         }
         let id = ns.identity();
         if id.csi != 0 || id.metadata_size != 0 {
-            return refuse("the namespace has metadata or is not an NVM command set namespace".into());
+            return refuse(
+                "the namespace has metadata or is not an NVM command set namespace".into(),
+            );
         }
         let bytes: u64 = match opcode {
             0x00 | 0x04 | 0x08 | 0x0c => 0,
