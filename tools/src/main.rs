@@ -1,5 +1,6 @@
 //! `vfnvme`: set up, list, identify and benchmark NVMe controllers, and run commands in a QEMU guest.
 
+mod admin;
 mod identify;
 mod kernel_nvme;
 mod list;
@@ -34,6 +35,8 @@ enum Command {
     Setup(setup::SetupArgs),
     /// Run a command inside a QEMU guest whose emulated NVMe controllers sit on vfio-pci.
     Vm(vm::VmArgs),
+    #[command(flatten)]
+    Admin(admin::AdminCmd),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
         Command::Identify(args) => identify::run(&args).map(|()| 0),
         Command::Setup(args) => setup::run(&args).map(|()| 0),
         Command::Vm(args) => vm::run(&args),
+        Command::Admin(cmd) => admin::run(&cmd).map(|()| 0),
     };
     match result {
         Ok(code) => ExitCode::from(code),
