@@ -42,24 +42,41 @@ pub struct FwCommitArgs {
 }
 
 /// `vfnvme fw-download`.
-pub fn fw_download<P: Platform>(ctrl: &Controller<P>, a: &FwDownloadArgs, io: &mut Io) -> Result<()> {
+pub fn fw_download<P: Platform>(
+    ctrl: &Controller<P>,
+    a: &FwDownloadArgs,
+    io: &mut Io,
+) -> Result<()> {
     let image = read_file(&a.fw)?;
     if image.is_empty() || image.len() % 4 != 0 {
-        bail!("{}: {} bytes; a firmware image is a non-empty multiple of 4 bytes", a.fw.display(), image.len());
+        bail!(
+            "{}: {} bytes; a firmware image is a non-empty multiple of 4 bytes",
+            a.fw.display(),
+            image.len()
+        );
     }
     let limit = ctrl.identify().max_transfer_bytes;
-    if a.xfer == 0 || a.xfer % 4 != 0 || a.xfer as usize > limit {
-        bail!("--xfer {}: give a multiple of 4 up to {limit} (the controller's transfer limit)", a.xfer);
+    if a.xfer == 0 || !a.xfer.is_multiple_of(4) || a.xfer as usize > limit {
+        bail!(
+            "--xfer {}: give a multiple of 4 up to {limit} (the controller's transfer limit)",
+            a.xfer
+        );
     }
-    if a.offset % 4 != 0 {
+    if !a.offset.is_multiple_of(4) {
         bail!("--offset {}: give a multiple of 4", a.offset);
     }
     for (i, part) in image.chunks(a.xfer as usize).enumerate() {
         let at = a.offset + i as u32 * a.xfer;
-        ctrl.admin_write(AdminCommand::firmware_image_download(at, part.len() as u32), part)
-            .map_err(|e| failed(e, "Firmware Image Download"))?;
+        ctrl.admin_write(
+            AdminCommand::firmware_image_download(at, part.len() as u32),
+            part,
+        )
+        .map_err(|e| failed(e, "Firmware Image Download"))?;
     }
-    put(io, &format!("Firmware download success ({} bytes)", image.len()))
+    put(
+        io,
+        &format!("Firmware download success ({} bytes)", image.len()),
+    )
 }
 
 /// `vfnvme fw-commit`.
@@ -78,5 +95,11 @@ pub fn fw_commit<P: Platform>(ctrl: &Controller<P>, a: &FwCommitArgs, io: &mut I
     }
     ctrl.admin(AdminCommand::firmware_commit(a.slot, a.action))
         .map_err(|e| failed(e, "Firmware Commit"))?;
-    put(io, &format!("Success committing firmware action:{} slot:{}", a.action, a.slot))
+    put(
+        io,
+        &format!(
+            "Success committing firmware action:{} slot:{}",
+            a.action, a.slot
+        ),
+    )
 }

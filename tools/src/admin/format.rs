@@ -56,12 +56,22 @@ pub struct SanitizeArgs {
 /// `vfnvme format`.
 pub fn format<P: Platform>(ctrl: &Controller<P>, a: &FormatArgs, io: &mut Io) -> Result<()> {
     check_nsid(ctrl, a.nsid)?;
-    let id = ctrl.identify_namespace(a.nsid).map_err(|e| failed(e, "Identify Namespace"))?;
+    let id = ctrl
+        .identify_namespace(a.nsid)
+        .map_err(|e| failed(e, "Identify Namespace"))?;
     let lbaf = a.lbaf.unwrap_or(id.format_index() as u8);
     if lbaf > id.nlbaf {
         bail!("LBA format {lbaf} does not exist on namespace {:#x}: it has formats 0..={} (see `vfnvme id-ns`)", a.nsid, id.nlbaf);
     }
-    confirm(io, a.yes, &format!("Format NVM of namespace {:#x} (LBA format {lbaf}, secure erase {})", a.nsid, a.ses), "all its data will be lost")?;
+    confirm(
+        io,
+        a.yes,
+        &format!(
+            "Format NVM of namespace {:#x} (LBA format {lbaf}, secure erase {})",
+            a.nsid, a.ses
+        ),
+        "all its data will be lost",
+    )?;
     match ctrl.format_nvm(a.nsid, lbaf, a.ses) {
         Ok(()) => {}
         Err(Error::NoSuchNamespace { nsid }) => bail!("namespace {nsid} does not exist"),
@@ -78,7 +88,12 @@ pub fn sanitize<P: Platform>(ctrl: &Controller<P>, a: &SanitizeArgs, io: &mut Io
         .iter()
         .find(|(n, v, _)| *n == a.sanact || a.sanact == v.to_string())
         .copied()
-        .ok_or_else(|| anyhow::anyhow!("--sanact {:?}: give exit-failure, block-erase, overwrite or crypto-erase (1..=4)", a.sanact))?;
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--sanact {:?}: give exit-failure, block-erase, overwrite or crypto-erase (1..=4)",
+                a.sanact
+            )
+        })?;
     let raw = ctrl
         .admin_read(AdminCommand::identify_controller(), 4096)
         .map_err(|e| failed(e, "Identify Controller"))?
@@ -88,9 +103,17 @@ pub fn sanitize<P: Platform>(ctrl: &Controller<P>, a: &SanitizeArgs, io: &mut Io
         if cap & bit == 0 {
             bail!("this controller doesn't support Sanitize {name} (SANICAP {cap:#x})");
         }
-        confirm(io, a.yes, &format!("Sanitize ({name}) of every namespace"), "all its data will be lost")?;
+        confirm(
+            io,
+            a.yes,
+            &format!("Sanitize ({name}) of every namespace"),
+            "all its data will be lost",
+        )?;
     }
     ctrl.admin(AdminCommand::sanitize(sanact, a.ause, a.ovrpat))
         .map_err(|e| failed(e, "Sanitize"))?;
-    put(io, &format!("sanitize ({name}): started; see `vfnvme get-log --log-id 0x81 --log-len 512`"))
+    put(
+        io,
+        &format!("sanitize ({name}): started; see `vfnvme get-log --log-id 0x81 --log-len 512`"),
+    )
 }

@@ -63,7 +63,13 @@ pub struct GetLogArgs {
     pub raw: bool,
 }
 
-fn read_log<P: Platform>(ctrl: &Controller<P>, lid: u8, nsid: u32, len: usize, what: &str) -> Result<Vec<u8>> {
+fn read_log<P: Platform>(
+    ctrl: &Controller<P>,
+    lid: u8,
+    nsid: u32,
+    len: usize,
+    what: &str,
+) -> Result<Vec<u8>> {
     Ok(ctrl
         .get_log_page(lid, nsid, len, false)
         .map_err(|e| failed(e, what))?
@@ -86,9 +92,15 @@ pub fn smart_json(b: &[u8]) -> Value {
     m.insert("percent_used".into(), json!(b[5]));
     m.insert("endurance_grp_critical_warning_summary".into(), json!(b[6]));
     for (name, off) in [
-        ("data_units_read", 32), ("data_units_written", 48), ("host_read_commands", 64),
-        ("host_write_commands", 80), ("controller_busy_time", 96), ("power_cycles", 112),
-        ("power_on_hours", 128), ("unsafe_shutdowns", 144), ("media_errors", 160),
+        ("data_units_read", 32),
+        ("data_units_written", 48),
+        ("host_read_commands", 64),
+        ("host_write_commands", 80),
+        ("controller_busy_time", 96),
+        ("power_cycles", 112),
+        ("power_on_hours", 128),
+        ("unsafe_shutdowns", 144),
+        ("media_errors", 160),
         ("num_err_log_entries", 176),
     ] {
         m.insert(name.into(), json!(counter(b, off)));
@@ -126,16 +138,23 @@ pub fn smart_log<P: Platform>(ctrl: &Controller<P>, a: &SmartLogArgs, io: &mut I
     if a.format.json() {
         return put_json(io, &v);
     }
-    put(io, &format!("Smart Log for NVME device:{} namespace-id:{:x}", io.name, a.nsid))?;
+    put(
+        io,
+        &format!(
+            "Smart Log for NVME device:{} namespace-id:{:x}",
+            io.name, a.nsid
+        ),
+    )?;
     let k = le(&b, 1, 2) as i64;
     put(io, &format!("{:<40}: {:#x}", "critical_warning", b[0]))?;
-    put(io, &format!("{:<40}: {} °C ({k} K)", "temperature", k - 273))?;
-    let mut rest = v;
-    if let Value::Object(m) = &mut rest {
-        m.remove("critical_warning");
-        m.remove("temperature");
+    put(
+        io,
+        &format!("{:<40}: {} °C ({k} K)", "temperature", k - 273),
+    )?;
+    for (k, x) in v.as_object().into_iter().flatten().skip(2) {
+        put(io, &format!("{k:<40}: {x}"))?;
     }
-    lines(io, &rest)
+    Ok(())
 }
 
 /// `vfnvme error-log`.
@@ -145,7 +164,13 @@ pub fn error_log<P: Platform>(ctrl: &Controller<P>, a: &ErrorLogArgs, io: &mut I
     if n == 0 || n > max {
         bail!("--log-entries {n}: this controller keeps 1..={max} error log entries (ELPE + 1)");
     }
-    let b = read_log(ctrl, 0x01, u32::MAX, n as usize * 64, "Error Information log (01h)")?;
+    let b = read_log(
+        ctrl,
+        0x01,
+        u32::MAX,
+        n as usize * 64,
+        "Error Information log (01h)",
+    )?;
     let entries: Vec<Value> = b
         .chunks_exact(64)
         .map(|e| {
@@ -161,7 +186,10 @@ pub fn error_log<P: Platform>(ctrl: &Controller<P>, a: &ErrorLogArgs, io: &mut I
     if a.format.json() {
         return put_json(io, &json!({ "errors": entries }));
     }
-    put(io, &format!("Error Log Entries for device:{} entries:{n}", io.name))?;
+    put(
+        io,
+        &format!("Error Log Entries for device:{} entries:{n}", io.name),
+    )?;
     for (i, e) in entries.iter().enumerate() {
         put(io, &format!(" Entry[{i:2}]\n................."))?;
         lines(io, e)?;
@@ -172,7 +200,13 @@ pub fn error_log<P: Platform>(ctrl: &Controller<P>, a: &ErrorLogArgs, io: &mut I
 
 /// `vfnvme fw-log`.
 pub fn fw_log<P: Platform>(ctrl: &Controller<P>, a: &FwLogArgs, io: &mut Io) -> Result<()> {
-    let b = read_log(ctrl, 0x03, u32::MAX, 512, "Firmware Slot Information log (03h)")?;
+    let b = read_log(
+        ctrl,
+        0x03,
+        u32::MAX,
+        512,
+        "Firmware Slot Information log (03h)",
+    )?;
     let mut m = Map::new();
     m.insert("afi".into(), json!(b[0]));
     for slot in 1..=7 {
@@ -182,10 +216,21 @@ pub fn fw_log<P: Platform>(ctrl: &Controller<P>, a: &FwLogArgs, io: &mut Io) -> 
         }
     }
     if a.format.json() {
-        return put_json(io, &json!({ "Firmware Log for device": io.name.clone(), "fw_log": Value::Object(m) }));
+        return put_json(
+            io,
+            &json!({ "Firmware Log for device": io.name.clone(), "fw_log": Value::Object(m) }),
+        );
     }
     put(io, &format!("Firmware Log for device:{}", io.name))?;
-    put(io, &format!("afi  : {:#x} (active slot {}, next {})", b[0], b[0] & 7, b[0] >> 4 & 7))?;
+    put(
+        io,
+        &format!(
+            "afi  : {:#x} (active slot {}, next {})",
+            b[0],
+            b[0] & 7,
+            b[0] >> 4 & 7
+        ),
+    )?;
     for (k, v) in m.iter().skip(1) {
         put(io, &format!("{k} : {}", v.as_str().unwrap_or_default()))?;
     }
@@ -208,8 +253,11 @@ pub fn hex_dump(b: &[u8]) -> String {
 
 /// `vfnvme get-log`.
 pub fn get_log<P: Platform>(ctrl: &Controller<P>, a: &GetLogArgs, io: &mut Io) -> Result<()> {
-    if a.log_len == 0 || a.log_len % 4 != 0 {
-        bail!("--log-len {}: give a non-zero multiple of 4 bytes", a.log_len);
+    if a.log_len == 0 || !a.log_len.is_multiple_of(4) {
+        bail!(
+            "--log-len {}: give a non-zero multiple of 4 bytes",
+            a.log_len
+        );
     }
     let what = format!("log page {:#04x}", a.log_id);
     let b = ctrl
@@ -218,7 +266,13 @@ pub fn get_log<P: Platform>(ctrl: &Controller<P>, a: &GetLogArgs, io: &mut Io) -
     if a.raw {
         return io.out.write_all(b.as_slice()).map_err(Into::into);
     }
-    put(io, &format!("Device:{} log-id:{} namespace-id:{:#x}", io.name, a.log_id, a.nsid))?;
+    put(
+        io,
+        &format!(
+            "Device:{} log-id:{} namespace-id:{:#x}",
+            io.name, a.log_id, a.nsid
+        ),
+    )?;
     let dump = hex_dump(b.as_slice());
     io.out.write_all(dump.as_bytes())?;
     Ok(())

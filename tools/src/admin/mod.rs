@@ -243,7 +243,10 @@ fn confirm(io: &mut Io, yes: bool, what: &str, consequence: &str) -> Result<()> 
     if yes {
         return Ok(());
     }
-    let question = format!("{what} on {}: {consequence}. Type 'yes' to continue: ", io.name);
+    let question = format!(
+        "{what} on {}: {consequence}. Type 'yes' to continue: ",
+        io.name
+    );
     let Some(answers) = io.answers.as_mut() else {
         bail!("{what} on {}: {consequence}: pass --yes to confirm (standard input is not a terminal to ask)", io.name);
     };
@@ -271,7 +274,10 @@ fn check_nsid<P: Platform>(ctrl: &Controller<P>, nsid: u32) -> Result<()> {
         Err(_) => ctrl.namespace(nsid).is_some(),
     };
     if !exists {
-        bail!("namespace {nsid} does not exist on {}: see `vfnvme list-ns --all`", ctrl.platform().name());
+        bail!(
+            "namespace {nsid} does not exist on {}: see `vfnvme list-ns --all`",
+            ctrl.platform().name()
+        );
     }
     Ok(())
 }

@@ -97,9 +97,15 @@ pub fn create_ns<P: Platform>(ctrl: &Controller<P>, a: &CreateNsArgs, io: &mut I
     if a.nsze == 0 {
         bail!("--nsze 0: a namespace needs at least one block");
     }
-    let formats = ctrl.identify_namespace(u32::MAX).map_err(|e| failed(e, "Identify Namespace (all formats)"))?;
+    let formats = ctrl
+        .identify_namespace(u32::MAX)
+        .map_err(|e| failed(e, "Identify Namespace (all formats)"))?;
     if a.flbas & 0xf > formats.nlbaf {
-        bail!("--flbas {}: this controller has LBA formats 0..={} (see `vfnvme id-ns -n 0xffffffff`)", a.flbas, formats.nlbaf);
+        bail!(
+            "--flbas {}: this controller has LBA formats 0..={} (see `vfnvme id-ns -n 0xffffffff`)",
+            a.flbas,
+            formats.nlbaf
+        );
     }
     let mut data = vec![0u8; 4096];
     data[0..8].copy_from_slice(&a.nsze.to_le_bytes());
@@ -116,21 +122,35 @@ pub fn create_ns<P: Platform>(ctrl: &Controller<P>, a: &CreateNsArgs, io: &mut I
 /// `vfnvme delete-ns`.
 pub fn delete_ns<P: Platform>(ctrl: &Controller<P>, a: &DeleteNsArgs, io: &mut Io) -> Result<()> {
     check_nsid(ctrl, a.nsid)?;
-    confirm(io, a.yes, &format!("Deleting namespace {:#x}", a.nsid), "all its data will be lost")?;
-    ctrl.admin(AdminCommand::namespace_delete(a.nsid)).map_err(|e| failed(e, NS_MGMT))?;
+    confirm(
+        io,
+        a.yes,
+        &format!("Deleting namespace {:#x}", a.nsid),
+        "all its data will be lost",
+    )?;
+    ctrl.admin(AdminCommand::namespace_delete(a.nsid))
+        .map_err(|e| failed(e, NS_MGMT))?;
     let _ = ctrl.rescan();
     put(io, &format!("delete-ns: Success, deleted nsid:{}", a.nsid))
 }
 
 /// `vfnvme attach-ns` (`attach`) and `vfnvme detach-ns`.
-pub fn attach_ns<P: Platform>(ctrl: &Controller<P>, a: &AttachArgs, attach: bool, io: &mut Io) -> Result<()> {
+pub fn attach_ns<P: Platform>(
+    ctrl: &Controller<P>,
+    a: &AttachArgs,
+    attach: bool,
+    io: &mut Io,
+) -> Result<()> {
     check_nsid(ctrl, a.nsid)?;
     let ids: Vec<u16> = if a.controllers.is_empty() {
         vec![ctrl.identify().identify.cntlid]
     } else {
         a.controllers
             .iter()
-            .map(|&c| u16::try_from(c).map_err(|_| anyhow::anyhow!("controller id {c} is out of range (0..=65535)")))
+            .map(|&c| {
+                u16::try_from(c)
+                    .map_err(|_| anyhow::anyhow!("controller id {c} is out of range (0..=65535)"))
+            })
             .collect::<Result<_>>()?
     };
     ctrl.namespace_attachment(a.nsid, attach, &ids)
@@ -152,7 +172,16 @@ pub fn list_ns<P: Platform>(ctrl: &Controller<P>, a: &ListNsArgs, io: &mut Io) -
     let cns = if a.all { 0x10 } else { 0x02 };
     let (_, b) = ctrl
         .admin_read(AdminCommand::identify(cns, a.start, 0, 0), 4096)
-        .map_err(|e| failed(e, if a.all { "listing allocated namespaces (Namespace Management)" } else { "Identify active namespace list" }))?;
+        .map_err(|e| {
+            failed(
+                e,
+                if a.all {
+                    "listing allocated namespaces (Namespace Management)"
+                } else {
+                    "Identify active namespace list"
+                },
+            )
+        })?;
     let ids = id_list(b.as_slice(), 4);
     if a.format.json() {
         let list: Vec<_> = ids.iter().map(|n| json!({"nsid": n})).collect();

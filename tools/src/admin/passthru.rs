@@ -78,9 +78,17 @@ impl PassthruArgs {
             bail!("--write needs --input-file FILE with the data to send");
         };
         let mut d = read_file(path)?;
-        let len = if self.data_len == 0 { d.len() } else { self.data_len as usize };
+        let len = if self.data_len == 0 {
+            d.len()
+        } else {
+            self.data_len as usize
+        };
         if d.len() > len {
-            bail!("{}: {} bytes, more than --data-len {len}", path.display(), d.len());
+            bail!(
+                "{}: {} bytes, more than --data-len {len}",
+                path.display(),
+                d.len()
+            );
         }
         d.resize(len, 0);
         Ok(d)
@@ -88,7 +96,10 @@ impl PassthruArgs {
 
     fn check(&self) -> Result<()> {
         if self.data_len > 0 && !self.read && !self.write {
-            bail!("--data-len {} needs --read or --write to say which way the data goes", self.data_len);
+            bail!(
+                "--data-len {} needs --read or --write to say which way the data goes",
+                self.data_len
+            );
         }
         if self.input.is_some() && !self.write {
             bail!("--input-file needs --write");
@@ -99,7 +110,8 @@ impl PassthruArgs {
     /// Delivers the data the command read.
     fn deliver(&self, io: &mut Io, data: &[u8]) -> Result<()> {
         if let Some(path) = &self.output {
-            return std::fs::write(path, data).with_context(|| format!("writing {}", path.display()));
+            return std::fs::write(path, data)
+                .with_context(|| format!("writing {}", path.display()));
         }
         if self.raw {
             return io.out.write_all(data).map_err(Into::into);
@@ -112,11 +124,21 @@ impl PassthruArgs {
 /// `vfnvme reset`: a controller reset through the driver (see `Controller::reset`).
 pub fn reset<P: Platform>(ctrl: &Controller<P>, io: &mut Io) -> Result<()> {
     ctrl.reset().map_err(|e| failed(e, "controller reset"))?;
-    put(io, &format!("{}: controller reset done (CC.EN 1 -> 0 -> 1, CSTS.RDY back to 1)", io.name))
+    put(
+        io,
+        &format!(
+            "{}: controller reset done (CC.EN 1 -> 0 -> 1, CSTS.RDY back to 1)",
+            io.name
+        ),
+    )
 }
 
 /// `vfnvme admin-passthru`.
-pub fn admin_passthru<P: Platform>(ctrl: &Controller<P>, a: &PassthruArgs, io: &mut Io) -> Result<()> {
+pub fn admin_passthru<P: Platform>(
+    ctrl: &Controller<P>,
+    a: &PassthruArgs,
+    io: &mut Io,
+) -> Result<()> {
     a.check()?;
     let cmd = AdminCommand {
         opcode: a.opcode,
@@ -132,9 +154,12 @@ pub fn admin_passthru<P: Platform>(ctrl: &Controller<P>, a: &PassthruArgs, io: &
     };
     let what = format!("admin opcode {:#04x}", a.opcode);
     let done = if a.write {
-        ctrl.admin_write(cmd, &a.data_out()?).map_err(|e| failed(e, &what))?
+        ctrl.admin_write(cmd, &a.data_out()?)
+            .map_err(|e| failed(e, &what))?
     } else if a.read && a.data_len > 0 {
-        let (c, b) = ctrl.admin_read(cmd, a.data_len as usize).map_err(|e| failed(e, &what))?;
+        let (c, b) = ctrl
+            .admin_read(cmd, a.data_len as usize)
+            .map_err(|e| failed(e, &what))?;
         if !a.raw {
             put(io, &format!("NVMe command result:{:08x}", c.dw0))?;
         }
@@ -150,7 +175,11 @@ pub fn io_passthru<P: Platform>(ctrl: &Controller<P>, a: &PassthruArgs, io: &mut
     a.check()?;
     let Some(ns) = ctrl.namespace(a.nsid) else {
         let active: Vec<u32> = ctrl.namespaces().iter().map(|n| n.nsid()).collect();
-        bail!("namespace {} is not active on {}: give --namespace-id, one of {active:?}", a.nsid, io.name);
+        bail!(
+            "namespace {} is not active on {}: give --namespace-id, one of {active:?}",
+            a.nsid,
+            io.name
+        );
     };
     let mut cmd = Command::new(a.opcode);
     cmd.cdw2 = a.cdw2;
@@ -171,9 +200,14 @@ pub fn io_passthru<P: Platform>(ctrl: &Controller<P>, a: &PassthruArgs, io: &mut
     } else {
         None
     };
-    let mut q = ctrl.alloc_qpair(QpairOptions { depth: 2, ..QpairOptions::default() })?;
+    let mut q = ctrl.alloc_qpair(QpairOptions {
+        depth: 2,
+        ..QpairOptions::default()
+    })?;
     let what = format!("I/O opcode {:#04x}", a.opcode);
-    let (status, back) = q.passthru_sync(&ns, cmd, buf).map_err(|e| failed(e, &what))?;
+    let (status, back) = q
+        .passthru_sync(&ns, cmd, buf)
+        .map_err(|e| failed(e, &what))?;
     if !status.is_success() {
         return Err(failed(vfnvme::Error::IoFailed { status }, &what));
     }
