@@ -1,6 +1,6 @@
 //! `fw-download` and `fw-commit`.
 
-use super::{confirm, failed, put, read_file, Io, Target};
+use super::{confirm, failed, put, read_file, require_oacs, Io, Target};
 use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
@@ -47,6 +47,7 @@ pub fn fw_download<P: Platform>(
     a: &FwDownloadArgs,
     io: &mut Io,
 ) -> Result<()> {
+    require_oacs(ctrl, 2, "Firmware Image Download")?;
     let image = read_file(&a.fw)?;
     if image.is_empty() || image.len() % 4 != 0 {
         bail!(
@@ -81,6 +82,7 @@ pub fn fw_download<P: Platform>(
 
 /// `vfnvme fw-commit`.
 pub fn fw_commit<P: Platform>(ctrl: &Controller<P>, a: &FwCommitArgs, io: &mut Io) -> Result<()> {
+    require_oacs(ctrl, 2, "Firmware Commit")?;
     let (_, id) = ctrl
         .admin_read(AdminCommand::identify_controller(), 4096)
         .map_err(|e| failed(e, "Identify Controller"))?;

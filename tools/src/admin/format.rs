@@ -1,6 +1,6 @@
 //! `format` (Format NVM) and `sanitize`: both ask before they erase, unless `--yes`.
 
-use super::{check_nsid, confirm, failed, put, Io, Target};
+use super::{check_nsid, confirm, failed, put, require_oacs, Io, Target};
 use anyhow::{bail, Result};
 use clap::Args;
 use vfnvme::platform::Platform;
@@ -55,6 +55,7 @@ pub struct SanitizeArgs {
 
 /// `vfnvme format`.
 pub fn format<P: Platform>(ctrl: &Controller<P>, a: &FormatArgs, io: &mut Io) -> Result<()> {
+    require_oacs(ctrl, 1, "Format NVM")?;
     check_nsid(ctrl, a.nsid)?;
     let id = ctrl
         .identify_namespace(a.nsid)
@@ -101,7 +102,7 @@ pub fn sanitize<P: Platform>(ctrl: &Controller<P>, a: &SanitizeArgs, io: &mut Io
     let cap = u32::from_le_bytes(raw.as_slice()[328..332].try_into().unwrap_or_default());
     if let Some(bit) = needs {
         if cap & bit == 0 {
-            bail!("this controller doesn't support Sanitize {name} (SANICAP {cap:#x})");
+            bail!("this controller doesn't support Sanitize ({name}; SANICAP {cap:#x})");
         }
         confirm(
             io,

@@ -259,6 +259,15 @@ fn confirm(io: &mut Io, yes: bool, what: &str, consequence: &str) -> Result<()> 
     Ok(())
 }
 
+/// Fails with "this controller doesn't support `what`" unless OACS bit `bit` is set.
+fn require_oacs<P: Platform>(ctrl: &Controller<P>, bit: u16, what: &str) -> Result<()> {
+    let oacs = ctrl.identify().oacs();
+    if oacs & (1 << bit) == 0 {
+        bail!("this controller doesn't support {what} (OACS {oacs:#x}, bit {bit} clear)");
+    }
+    Ok(())
+}
+
 /// Checks that `nsid` is an allocated (or, failing CNS 11h, active) namespace.
 fn check_nsid<P: Platform>(ctrl: &Controller<P>, nsid: u32) -> Result<()> {
     let nn = ctrl.identify().nn();

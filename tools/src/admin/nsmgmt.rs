@@ -1,7 +1,7 @@
 //! Namespace management: `create-ns`, `delete-ns`, `attach-ns`, `detach-ns`, `list-ns`,
 //! `list-ctrl`.
 
-use super::{check_nsid, confirm, failed, put, put_json, Format, Io, Target};
+use super::{check_nsid, confirm, failed, put, put_json, require_oacs, Format, Io, Target};
 use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::json;
