@@ -94,18 +94,19 @@ const NS_MGMT: &str = "Namespace Management";
 
 /// `vfnvme create-ns`.
 pub fn create_ns<P: Platform>(ctrl: &Controller<P>, a: &CreateNsArgs, io: &mut Io) -> Result<()> {
+    require_oacs(ctrl, 3, NS_MGMT)?;
     if a.nsze == 0 {
         bail!("--nsze 0: a namespace needs at least one block");
     }
-    let formats = ctrl
-        .identify_namespace(u32::MAX)
-        .map_err(|e| failed(e, "Identify Namespace (all formats)"))?;
-    if a.flbas & 0xf > formats.nlbaf {
-        bail!(
-            "--flbas {}: this controller has LBA formats 0..={} (see `vfnvme id-ns -n 0xffffffff`)",
-            a.flbas,
-            formats.nlbaf
-        );
+    // The formats every namespace can use (Identify Namespace of the broadcast nsid).
+    if let Ok(formats) = ctrl.identify_namespace(u32::MAX) {
+        if a.flbas & 0xf > formats.nlbaf {
+            bail!(
+                "--flbas {}: this controller has LBA formats 0..={} (see `vfnvme id-ns -n 0xffffffff`)",
+                a.flbas,
+                formats.nlbaf
+            );
+        }
     }
     let mut data = vec![0u8; 4096];
     data[0..8].copy_from_slice(&a.nsze.to_le_bytes());
@@ -121,6 +122,7 @@ pub fn create_ns<P: Platform>(ctrl: &Controller<P>, a: &CreateNsArgs, io: &mut I
 
 /// `vfnvme delete-ns`.
 pub fn delete_ns<P: Platform>(ctrl: &Controller<P>, a: &DeleteNsArgs, io: &mut Io) -> Result<()> {
+    require_oacs(ctrl, 3, NS_MGMT)?;
     check_nsid(ctrl, a.nsid)?;
     confirm(
         io,
