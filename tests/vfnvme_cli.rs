@@ -60,10 +60,14 @@ pub fn ok(args: &[&str]) -> String {
     r.out
 }
 
-/// Runs `vfnvme ARGS`, expects exit status 1 with `needle` in standard error.
+/// Runs `vfnvme ARGS`, expects exit status 1 (or 2, clap's for a bad argument) with `needle`
+/// in standard error.
 pub fn fails(args: &[&str], needle: &str) {
     let r = run(args);
-    assert_eq!(r.code, 1, "vfnvme {args:?}: expected failure, got {r:?}");
+    assert!(
+        r.code == 1 || r.code == 2,
+        "vfnvme {args:?}: expected failure, got {r:?}"
+    );
     assert!(
         r.err.contains(needle),
         "vfnvme {args:?}: no {needle:?} in {}",

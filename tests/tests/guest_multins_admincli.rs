@@ -234,7 +234,7 @@ fn nvme_cli_admin_commands_on_qemu() {
     let pid = holder.0.id().to_string();
     fails(
         &["format", b, "-n", "1", "--yes"],
-        &format!("in use by PID {pid} (sh)"),
+        &format!("in use by PID {pid} (sleep)"),
     );
     fails(
         &["delete-ns", b, "-n", "1", "--yes"],

@@ -66,3 +66,29 @@ pub fn refuse_if_held(addr: &PciAddress) -> Result<()> {
         who.join(", ")
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::processes_holding;
+    use std::process::{Command, Stdio};
+
+    #[test]
+    fn finds_the_process_holding_a_file_by_pid_and_name() {
+        let path = std::env::temp_dir().join(format!("vfnvme-holder-{}", std::process::id()));
+        std::fs::write(&path, b"x").unwrap();
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(format!("exec 3<{}; echo ok; exec sleep 60", path.display()))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        let out = child.stdout.take().unwrap();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line).unwrap();
+        let found = processes_holding(std::slice::from_ref(&path));
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(found, vec![(child.id(), "sleep".to_string())]);
+    }
+}
