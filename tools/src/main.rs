@@ -1,6 +1,6 @@
 //! `vfnvme`: set up, list, identify and benchmark NVMe controllers, and run commands in a QEMU guest.
 
-mod features;
+mod admin;
 mod holders;
 mod identify;
 mod kernel_nvme;
@@ -36,10 +36,6 @@ enum Command {
     Identify(identify::IdentifyArgs),
     /// Measure IOPS and latency on controllers bound to vfio-pci (or on the in-memory model).
     Perf(perf::PerfArgs),
-    /// Read a feature (nvme-cli's get-feature), for features whose value fits in the command.
-    GetFeature(features::GetFeatureArgs),
-    /// Change a feature (nvme-cli's set-feature), for features whose value fits in the command.
-    SetFeature(features::SetFeatureArgs),
     /// Print a shell completion script (bash or zsh) to standard output.
     Completions(CompletionsArgs),
     /// Print the man page (roff) to standard output, or write one page per command to a folder.
@@ -47,6 +43,8 @@ enum Command {
     /// Run a command inside a QEMU guest whose emulated NVMe controllers sit on vfio-pci
     /// (for development and tests).
     Vm(vm::VmArgs),
+    #[command(flatten)]
+    Admin(admin::AdminCmd),
 }
 
 /// Arguments of `vfnvme completions`.
@@ -142,14 +140,13 @@ fn main() -> ExitCode {
         Command::List(args) => list::run(&args).map(|()| 0),
         Command::Identify(args) => identify::run(&args).map(|()| 0),
         Command::Setup(args) => setup::run(&args).map(|()| 0),
-        Command::GetFeature(args) => features::run_get(&args).map(|()| 0),
-        Command::SetFeature(args) => features::run_set(&args).map(|()| 0),
         Command::Completions(args) => {
             completions(args.shell, &mut std::io::stdout().lock());
             Ok(0)
         }
         Command::Man(args) => man(&args).map(|()| 0),
         Command::Vm(args) => vm::run(&args),
+        Command::Admin(cmd) => admin::run(&cmd).map(|()| 0),
     };
     match result {
         Ok(code) => ExitCode::from(code),
