@@ -36,6 +36,9 @@ enum Command {
     Identify(identify::IdentifyArgs),
     /// Measure IOPS and latency on controllers bound to vfio-pci (or on the in-memory model).
     Perf(perf::PerfArgs),
+    /// nvme-cli's admin commands (id-ctrl, smart-log, get-feature, format, ...).
+    #[command(flatten)]
+    Admin(admin::AdminCmd),
     /// Print a shell completion script (bash or zsh) to standard output.
     Completions(CompletionsArgs),
     /// Print the man page (roff) to standard output, or write one page per command to a folder.
@@ -43,8 +46,6 @@ enum Command {
     /// Run a command inside a QEMU guest whose emulated NVMe controllers sit on vfio-pci
     /// (for development and tests).
     Vm(vm::VmArgs),
-    #[command(flatten)]
-    Admin(admin::AdminCmd),
 }
 
 /// Arguments of `vfnvme completions`.
@@ -169,20 +170,19 @@ mod tests {
             .get_subcommands()
             .map(|c| c.get_name().to_string())
             .collect();
-        assert_eq!(
-            names,
-            [
-                "list",
-                "setup",
-                "identify",
-                "perf",
-                "get-feature",
-                "set-feature",
-                "completions",
-                "man",
-                "vm"
-            ]
-        );
+        assert_eq!(names[..4], ["list", "setup", "identify", "perf"]);
+        assert_eq!(names[names.len() - 3..], ["completions", "man", "vm"]);
+        let admin = &names[4..names.len() - 3];
+        for want in [
+            "id-ctrl",
+            "smart-log",
+            "get-feature",
+            "set-feature",
+            "format",
+            "reset",
+        ] {
+            assert!(admin.iter().any(|n| n == want), "{want} missing: {names:?}");
+        }
         let help = Cli::command().render_help().to_string();
         let at = |n: &str| help.find(&format!("  {n} ")).unwrap_or(usize::MAX);
         assert!(
