@@ -94,6 +94,20 @@ pub enum Error {
         "the controller was shut down: keep the Controller alive while its queue pairs are used"
     )]
     ShutDown,
+    /// An I/O passthrough command the safe API can't send as given.
+    #[error("I/O command {opcode:#04x} can't go through the safe passthrough: {what}")]
+    IoPassthru {
+        /// The opcode.
+        opcode: u8,
+        /// Why, and what to do instead.
+        what: String,
+    },
+    /// A controller reset was asked for while I/O queue pairs exist.
+    #[error("{pairs} I/O queue pairs are still open: a controller reset deletes their queues; drop every QueuePair first")]
+    ResetWithQueues {
+        /// Queue pairs still open.
+        pairs: usize,
+    },
     /// No active namespace with this nsid.
     #[error("namespace {nsid} is not active on this controller: list namespaces with Controller::namespaces()")]
     NoSuchNamespace {

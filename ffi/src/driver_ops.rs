@@ -19,7 +19,9 @@ pub fn status_of(e: &Error) -> Status {
         Error::QueueDepthTooLarge { .. } | Error::QueueDepthTooSmall { .. } => {
             Status::VfnvmeErrInvalidArgument
         }
-        Error::NoFreeQueue { .. } | Error::QueueBusy { .. } => Status::VfnvmeErrBusy,
+        Error::NoFreeQueue { .. } | Error::QueueBusy { .. } | Error::ResetWithQueues { .. } => {
+            Status::VfnvmeErrBusy
+        }
         Error::NoSuchNamespace { .. } => Status::VfnvmeErrNotFound,
         Error::Unsupported { .. } => Status::VfnvmeErrUnsupported,
         Error::Dma(_) => Status::VfnvmeErrNoMemory,

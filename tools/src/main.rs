@@ -1,6 +1,6 @@
 //! `vfnvme`: set up, list, identify and benchmark NVMe controllers, and run commands in a QEMU guest.
 
-mod features;
+mod admin;
 mod holders;
 mod identify;
 mod kernel_nvme;
@@ -36,10 +36,9 @@ enum Command {
     Identify(identify::IdentifyArgs),
     /// Measure IOPS and latency on controllers bound to vfio-pci (or on the in-memory model).
     Perf(perf::PerfArgs),
-    /// Read a feature (nvme-cli's get-feature), for features whose value fits in the command.
-    GetFeature(features::GetFeatureArgs),
-    /// Change a feature (nvme-cli's set-feature), for features whose value fits in the command.
-    SetFeature(features::SetFeatureArgs),
+    /// nvme-cli's admin commands (id-ctrl, smart-log, get-feature, format, ...).
+    #[command(flatten)]
+    Admin(admin::AdminCmd),
     /// Print a shell completion script (bash or zsh) to standard output.
     Completions(CompletionsArgs),
     /// Print the man page (roff) to standard output, or write one page per command to a folder.
@@ -142,14 +141,13 @@ fn main() -> ExitCode {
         Command::List(args) => list::run(&args).map(|()| 0),
         Command::Identify(args) => identify::run(&args).map(|()| 0),
         Command::Setup(args) => setup::run(&args).map(|()| 0),
-        Command::GetFeature(args) => features::run_get(&args).map(|()| 0),
-        Command::SetFeature(args) => features::run_set(&args).map(|()| 0),
         Command::Completions(args) => {
             completions(args.shell, &mut std::io::stdout().lock());
             Ok(0)
         }
         Command::Man(args) => man(&args).map(|()| 0),
         Command::Vm(args) => vm::run(&args),
+        Command::Admin(cmd) => admin::run(&cmd).map(|()| 0),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -172,20 +170,19 @@ mod tests {
             .get_subcommands()
             .map(|c| c.get_name().to_string())
             .collect();
-        assert_eq!(
-            names,
-            [
-                "list",
-                "setup",
-                "identify",
-                "perf",
-                "get-feature",
-                "set-feature",
-                "completions",
-                "man",
-                "vm"
-            ]
-        );
+        assert_eq!(names[..4], ["list", "setup", "identify", "perf"]);
+        assert_eq!(names[names.len() - 3..], ["completions", "man", "vm"]);
+        let admin = &names[4..names.len() - 3];
+        for want in [
+            "id-ctrl",
+            "smart-log",
+            "get-feature",
+            "set-feature",
+            "format",
+            "reset",
+        ] {
+            assert!(admin.iter().any(|n| n == want), "{want} missing: {names:?}");
+        }
         let help = Cli::command().render_help().to_string();
         let at = |n: &str| help.find(&format!("  {n} ")).unwrap_or(usize::MAX);
         assert!(

@@ -281,3 +281,23 @@ fn identify_list_and_setup_fail_cleanly() {
         assert!(v.is_array(), "{v}");
     }
 }
+
+#[test]
+fn admin_commands_run_on_the_model_and_check_their_input() {
+    let o = vfnvme(&["smart-log", "--model", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("smart-log JSON");
+    assert_eq!(v["temperature"], 313);
+    let o = vfnvme(&["id-ctrl", "--model", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("id-ctrl JSON");
+    assert_eq!(v["sn"], "MODEL0001");
+    fails_with(&["id-ctrl"], 2, "<BDF>");
+    fails_with(&["id-ns", "--model", "-n", "0"], 1, "out of range");
+    fails_with(
+        &["get-feature", "--model", "-f", "0x100"],
+        2,
+        "out of range",
+    );
+    fails_with(&["format", "--model", "-n", "1"], 1, "pass --yes");
+    fails_with(&["id-ctrl", "0000:ff:1f.7"], 1, "0000:ff:1f.7");
+}

@@ -65,7 +65,7 @@ pub(super) fn disable<P: Platform>(platform: &P, cap: Cap) -> Result<(), Error> 
 }
 
 /// Step 2: program AQA/ASQ/ACQ.
-fn program_admin_queue<P: Platform>(platform: &P, admin: &AdminQueue) {
+pub(super) fn program_admin_queue<P: Platform>(platform: &P, admin: &AdminQueue) {
     let regs = platform.regs();
     let depth = admin.depth() as u16;
     regs.write32(AQA, aqa(depth, depth));
@@ -74,7 +74,7 @@ fn program_admin_queue<P: Platform>(platform: &P, admin: &AdminQueue) {
 }
 
 /// Step 3: enable with 64-byte SQEs, 16-byte CQEs, 4 KiB pages, NVM command set; wait RDY.
-fn enable<P: Platform>(platform: &P, cap: Cap) -> Result<(), Error> {
+pub(super) fn enable<P: Platform>(platform: &P, cap: Cap) -> Result<(), Error> {
     let cc = Cc(0)
         .with_css(0)
         .with_mps(0)
@@ -95,7 +95,10 @@ fn identify_controller<P: Platform>(shared: &Shared<P>) -> Result<IdentifyContro
 }
 
 /// Step 5: Set Features, Number of Queues; returns the queue pairs granted (≤ requested).
-fn number_of_queues<P: Platform>(shared: &Shared<P>, requested: u16) -> Result<u16, Error> {
+pub(super) fn number_of_queues<P: Platform>(
+    shared: &Shared<P>,
+    requested: u16,
+) -> Result<u16, Error> {
     let requested = requested.clamp(1, u16::MAX - 1);
     let c = shared.admin_sync(Command::set_number_of_queues(requested, requested))?;
     let n = NumberOfQueues::from_dw0(c.dw0);

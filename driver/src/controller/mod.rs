@@ -4,6 +4,7 @@ mod admin;
 mod admin_data;
 mod bringup;
 mod events;
+mod reset;
 mod shared;
 
 pub(crate) use admin::AdminWork;

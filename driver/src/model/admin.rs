@@ -1,6 +1,7 @@
 //! Admin commands: queue management, features, log pages, AER, namespace attachment, doorbell
 //! buffer config (Identify is in `identify`).
 
+use super::admin_maint as maint;
 use super::admin_namespaces::{ns_attachment, ns_management};
 use super::admin_queues::{
     create_cq, create_sq, delete_cq, delete_sq, granted, io_queues_exist, queue_mapped,
@@ -54,7 +55,7 @@ pub(crate) fn execute(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Option<Outco
         op::GET_LOG_PAGE => get_log_page(core, c, sqe),
         op::DELETE_CQ => delete_cq(core, sqe),
         op::CREATE_CQ => create_cq(core, c, sqe),
-        op::IDENTIFY => identify::execute(core, sqe, c.page),
+        op::IDENTIFY => identify::execute(core, sqe, c.page, c.maintenance.running()),
         op::ABORT => Outcome::ok(1), // bit 0: command not aborted
         op::SET_FEATURES => set_features(core, c, sqe),
         op::GET_FEATURES => get_features(core, c, sqe),
@@ -70,6 +71,10 @@ pub(crate) fn execute(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Option<Outco
         op::DOORBELL_BUFFER_CONFIG if core.cfg.shadow_doorbells => {
             doorbell_buffer_config(core, sqe)
         }
+        0x10 => maint::firmware_commit(c, sqe),
+        0x11 => maint::firmware_download(core, c, sqe),
+        0x80 => maint::format_nvm(core, c, sqe),
+        0x84 => maint::sanitize(core, c, sqe),
         op::VENDOR_FILL => vendor_fill(core, c, sqe),
         op::VENDOR_HOLD => return None,
         _ => Status::INVALID_OPCODE.into(),
@@ -152,6 +157,8 @@ fn get_log_page(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
     let page = match lid {
         0x01 => vec![0u8; 64],
         0x02 => smart_log(core),
+        0x03 => maint::firmware_log(core, c),
+        0x81 => maint::sanitize_log(c),
         VENDOR_PATTERN_LOG => pattern_log(),
         0x04 => {
             if offset >= 4096 {

@@ -107,6 +107,7 @@ impl ModelRegs {
                 c.shutdown_at = None;
                 c.queues_granted = None;
                 c.features.clear();
+                c.maintenance.on_reset();
             }
             _ => {}
         }

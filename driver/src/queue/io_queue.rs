@@ -403,6 +403,41 @@ impl IoQueue {
         Ok(())
     }
 
+    /// Queues `cmd` (its pointer fields zero) with the first `bytes` bytes of `buf` as its
+    /// data; the PRPs are built here from the buffer, which comes back in the completion.
+    pub(crate) fn submit_owned(
+        &mut self,
+        mut cmd: Command,
+        buf: Option<DmaBuffer>,
+        bytes: usize,
+        tag: u64,
+    ) -> Result<(), SubmitError> {
+        let Some((idx, t)) = self.trackers.alloc_mut() else {
+            return Err(SubmitError::new(
+                SubmitErrorKind::QueueFull { free: 0, needed: 1 },
+                buf,
+            ));
+        };
+        if let Some(b) = buf.as_ref().filter(|_| bytes > 0) {
+            let list_iova = t.prp_list.iova();
+            match prp::build(b.iova(), bytes, t.prp_list.as_mut_slice(), list_iova) {
+                Ok((prp1, prp2)) => cmd.set_prps(prp1, prp2),
+                Err(e) => {
+                    self.trackers.release(idx);
+                    return Err(SubmitError::new(e.into(), buf));
+                }
+            }
+        }
+        t.parent = idx;
+        t.remaining = 1;
+        t.status = Status::SUCCESS;
+        t.tag = tag;
+        t.buffer = buf;
+        cmd.set_cid(idx);
+        self.rings.push(&cmd);
+        Ok(())
+    }
+
     #[inline(always)]
     fn start_single(&mut self, idx: u16, cmd: &mut Command, tag: u64) {
         if let Some(t) = self.trackers.get_mut(idx) {
