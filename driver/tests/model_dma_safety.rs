@@ -239,3 +239,36 @@ fn bring_up_failure_on_a_controller_that_cannot_be_disabled_leaks_the_admin_queu
     assert_eq!(p.dma_violations(), Vec::<String>::new());
     assert_eq!(p.dma().leaks(), 1, "the admin queue (rings, parked page)");
 }
+
+#[test]
+fn reset_frees_what_a_timed_out_admin_command_left_parked() {
+    // The device writes the log page late and never completes the command.
+    let (p, ctrl) = up(config(vec![stall(0, GET_LOG_PAGE, false)]));
+    trigger_log_page_timeout(&p, &ctrl);
+    let parked = p.dma().live_allocations();
+    // The reset disables the controller first: the parked page goes back to the pool (the
+    // fresh admin rings replace the old ones one for one).
+    ctrl.reset().unwrap();
+    assert!(ready(&p), "enabled again");
+    assert_eq!(p.dma().live_allocations(), parked - 1, "the page was freed");
+    assert_eq!(p.dma_violations(), Vec::<String>::new());
+    assert_eq!(ctrl.identify_active_ns_list(0).unwrap(), vec![1]);
+    drop(ctrl);
+    assert_eq!(p.dma().live_allocations(), 0);
+    assert_eq!(p.dma().leaks(), 0);
+}
+
+#[test]
+fn reset_refuses_a_controller_disabled_to_free_memory() {
+    let mut cfg = config(Vec::new());
+    cfg.fail_delete_sq = true;
+    let (p, ctrl) = up(cfg);
+    drop(ctrl.alloc_qpair(QpairOptions::default()).unwrap());
+    assert!(!ready(&p), "disabled after the failed Delete SQ");
+    let e = ctrl.reset().unwrap_err();
+    assert!(matches!(e, Error::ShutDown), "{e}");
+    assert!(
+        !ready(&p),
+        "still disabled: the queue pair's memory was freed"
+    );
+}

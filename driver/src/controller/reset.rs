@@ -15,12 +15,16 @@ impl<P: Platform> Controller<P> {
     /// A reset deletes every I/O queue on the controller, so this refuses with
     /// [`Error::ResetWithQueues`] while any [`QueuePair`](crate::QueuePair) is open (it does
     /// not recreate them). Namespaces stay registered; call [`rescan`](Self::rescan) if the
-    /// reset may have changed them. Admin commands that timed out earlier are forgotten (their
-    /// memory stays leaked).
+    /// reset may have changed them. Admin commands that timed out earlier are forgotten: the
+    /// memory parked with them is freed once the controller is disabled. A controller that was
+    /// already disabled to free memory after a failed queue delete (or could not be) is not
+    /// brought back: that is [`Error::ShutDown`].
     pub fn reset(&self) -> Result<(), Error> {
         let shared = &self.shared;
         let mut queues = shared.queues.lock().unwrap_or_else(|e| e.into_inner());
-        if queues.shut_down {
+        // Not after `quiesce`: memory freed (or leaked) on the promise that the controller
+        // stays disabled must not meet an enabled controller again.
+        if queues.shut_down || !shared.live() {
             return Err(Error::ShutDown);
         }
         let pairs = queues.in_use.iter().filter(|u| **u).count();
@@ -31,7 +35,8 @@ impl<P: Platform> Controller<P> {
         {
             let mut admin = shared.admin.lock().unwrap_or_else(|e| e.into_inner());
             bringup::disable(platform, shared.cap)?;
-            // The controller is disabled: it no longer reads or writes the old rings.
+            // The controller is disabled: it no longer reads or writes the old rings, nor the
+            // memory parked with timed-out commands, which goes with the old queue.
             let fresh = AdminQueue::new(
                 platform.dma(),
                 platform.regs(),

@@ -59,7 +59,9 @@ impl<P: Platform> Shared<P> {
         }
     }
 
-    fn live(&self) -> bool {
+    /// Whether the controller may be enabled (not disabled by [`quiesce`](Self::quiesce), nor
+    /// stuck).
+    pub(super) fn live(&self) -> bool {
         self.device.load(Ordering::Acquire) == LIVE
     }
 
