@@ -181,6 +181,31 @@ pub enum PerfInputError {
         /// The pattern given.
         pattern: &'static str,
     },
+    /// `--ios 0`.
+    #[error("--ios 0: give the number of I/Os each queue pair does (1 or more), or leave --ios out to run for --time")]
+    ZeroIos,
+    /// A zipf skew that is not usable.
+    #[error("--zipf {theta}: give a skew above 0 and not 1 (at most 100), e.g. --zipf 1.2 or --zipf 0.8")]
+    BadZipf {
+        /// The value given.
+        theta: String,
+    },
+    /// `--zipf` with a sequential pattern.
+    #[error(
+        "--zipf applies to random patterns (randread, randwrite, randrw); the pattern is {pattern}"
+    )]
+    ZipfNotRandom {
+        /// The pattern given.
+        pattern: &'static str,
+    },
+    /// `--queue-size` outside 2..=CAP.MQES+1.
+    #[error("--queue-size {size}: this controller's queues hold 2 to {max} entries (CAP.MQES+1): use --queue-size {max} or less")]
+    BadQueueSize {
+        /// The size asked for.
+        size: u32,
+        /// CAP.MQES + 1.
+        max: u32,
+    },
     /// Neither or both of `--device` and `--model`.
     #[error("say what to measure: --device BDF (a controller on vfio-pci; repeatable) or --model (the in-memory model)")]
     NoTarget,
@@ -267,6 +292,17 @@ pub fn queue_depth_for(
     } else {
         commands as u32 + 1
     })
+}
+
+/// Checks `--queue-size` against CAP.MQES+1 (`max_entries`); returns the ring depth.
+pub fn check_queue_size(size: u32, max_entries: u32) -> Result<u32, PerfInputError> {
+    if size < 2 || size > max_entries {
+        return Err(PerfInputError::BadQueueSize {
+            size,
+            max: max_entries,
+        });
+    }
+    Ok(size)
 }
 
 /// Checks the buffer memory one queue pair needs.
