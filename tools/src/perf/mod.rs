@@ -42,7 +42,7 @@ pub struct PerfArgs {
     /// Same as --device, given without the flag.
     #[arg(value_name = "BDF")]
     pub positional: Vec<String>,
-    /// Measure the in-memory controller model (null namespace, 4 KiB LBAs) instead of a device.
+    /// Measure the in-memory controller model (two null namespaces, 4 KiB LBAs) instead of a device.
     #[arg(long, conflicts_with_all = ["devices", "positional"])]
     pub model: bool,
     /// Namespace ID (default: the first active namespace); repeatable: each namespace gets
@@ -432,15 +432,17 @@ fn controller_options(args: &PerfArgs) -> ControllerOptions {
     }
 }
 
-/// The model `--model` measures: one null namespace of 4 KiB LBAs (reads move no data).
+/// The model `--model` measures: two null namespaces of 4 KiB LBAs (reads move no data).
 pub fn model_config() -> ModelConfig {
     ModelConfig {
-        namespaces: vec![ModelNamespaceConfig {
-            nsid: 1,
-            blocks: 1 << 28,
-            lba_size: 4096,
-            backing: Backing::Null,
-        }],
+        namespaces: (1..=2)
+            .map(|nsid| ModelNamespaceConfig {
+                nsid,
+                blocks: 1 << 28,
+                lba_size: 4096,
+                backing: Backing::Null,
+            })
+            .collect(),
         serial: "VFNVME-MODEL".into(),
         ..ModelConfig::default()
     }

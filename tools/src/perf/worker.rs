@@ -504,4 +504,133 @@ mod tests {
         );
         assert_eq!(r.errors, 0);
     }
+
+    fn model_qpair(
+        depth: u32,
+    ) -> (
+        vfnvme::Controller<vfnvme::model::ModelPlatform>,
+        std::sync::Arc<vfnvme::model::ModelPlatform>,
+        QueuePair<vfnvme::model::ModelPlatform>,
+    ) {
+        use vfnvme::model::ModelPlatform;
+        use vfnvme::{Controller, ControllerOptions, QpairOptions};
+        let platform = ModelPlatform::new(super::super::model_config()).unwrap();
+        let ctrl = Controller::new(platform.clone(), ControllerOptions::default()).unwrap();
+        let qp = ctrl
+            .alloc_qpair(QpairOptions {
+                depth,
+                ..QpairOptions::default()
+            })
+            .unwrap();
+        (ctrl, platform, qp)
+    }
+
+    fn buffers<P: Platform>(ctrl: &vfnvme::Controller<P>, n: usize) -> Vec<DmaBuffer> {
+        (0..n).map(|_| ctrl.dma().alloc(4096).unwrap()).collect()
+    }
+
+    #[test]
+    fn an_io_limit_does_exactly_that_many_ios() {
+        let clock = Clock::start(super::super::clock::ClockKind::Instant);
+        // Below, equal to and above the queue depth; and with a queue too small for the
+        // depth, so that I/Os wait in perf's hold.
+        for (limit, depth) in [(3, 17), (8, 17), (1001, 17), (1001, 4)] {
+            let (ctrl, _platform, mut qp) = model_qpair(depth);
+            let ns = ctrl.namespaces().into_iter().next().unwrap();
+            let plan = WorkerPlan {
+                qd: 8,
+                time: Duration::from_secs(3600),
+                ios_limit: limit,
+                ..plan(Pattern::Randread, 100)
+            };
+            let r = run(&mut qp, &ns, buffers(&ctrl, 8), &plan, &clock, None).unwrap();
+            assert_eq!(r.reads, limit, "limit {limit} depth {depth}");
+            assert!(r.ended_early && !r.stopped);
+            assert_eq!(r.latency.len(), limit);
+            let t = r.transport;
+            assert_eq!((t.submitted, t.completions), (limit, limit), "{t:?}");
+            assert_eq!(t.queued > 0, depth == 4, "{t:?}");
+            assert!(t.polls > t.idle_polls);
+            let d = t
+                .doorbells
+                .expect("tools builds the driver with doorbell-stats");
+            // One SQ update per batch at most, at least one in all; with shadow doorbells
+            // (the model offers them) each update goes to the shadow, and MMIO only when the
+            // EventIdx asks.
+            let (sq, cq) = if qp.uses_shadow_doorbells() {
+                assert!(
+                    d.sq_mmio <= d.sq_shadow && d.cq_mmio <= d.cq_shadow,
+                    "{d:?}"
+                );
+                (d.sq_shadow, d.cq_shadow)
+            } else {
+                assert_eq!((d.sq_shadow, d.cq_shadow), (0, 0));
+                (d.sq_mmio, d.cq_mmio)
+            };
+            assert!(
+                (1..=limit).contains(&sq) && (1..=limit).contains(&cq),
+                "{d:?}"
+            );
+            assert!(r.measured_units < clock.units(3_600_000_000_000));
+        }
+    }
+
+    #[test]
+    fn failures_end_the_run_unless_continue_on_error() {
+        let clock = Clock::start(super::super::clock::ClockKind::Instant);
+        for continue_on_error in [false, true] {
+            let (ctrl, platform, mut qp) = model_qpair(17);
+            let ns = ctrl.namespace(2).unwrap();
+            // Every I/O to a detached namespace fails (Invalid Namespace or Format).
+            platform.detach_namespace(2).unwrap();
+            let plan = WorkerPlan {
+                qd: 4,
+                time: Duration::from_secs(3600),
+                ios_limit: 500,
+                continue_on_error,
+                ..plan(Pattern::Randread, 100)
+            };
+            let r = run(&mut qp, &ns, buffers(&ctrl, 4), &plan, &clock, None).unwrap();
+            assert!(r.first_error.is_some());
+            if continue_on_error {
+                assert_eq!(r.errors, 500, "{r:?}");
+            } else {
+                // The first failure stops new submissions: only the first queue depth's worth.
+                assert!((1..=4).contains(&r.errors), "{}", r.errors);
+                assert_eq!(r.transport.submitted, 4);
+            }
+            assert_eq!(qp.outstanding(), 0);
+        }
+    }
+
+    #[test]
+    fn zipf_offsets_concentrate_on_few_lbas() {
+        let p = WorkerPlan {
+            zipf: Some(1.2),
+            ..plan(Pattern::Randread, 100)
+        };
+        let blocks = 100_000;
+        let mut o = Offsets::new(&p, blocks, 1);
+        let mut counts = vec![0u32; blocks as usize];
+        let draws = 200_000;
+        for _ in 0..draws {
+            let (lba, _) = o.next_io();
+            counts[lba as usize] += 1;
+        }
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        let hot: u32 = counts[..(blocks as usize / 10)].iter().sum();
+        assert!(
+            f64::from(hot) > 0.5 * draws as f64,
+            "the hottest 10% of LBAs got {hot} of {draws}"
+        );
+        // Uniform offsets: the hottest tenth gets about its share.
+        let mut o = Offsets::new(&plan(Pattern::Randread, 100), blocks, 1);
+        let mut counts = vec![0u32; blocks as usize];
+        for _ in 0..draws {
+            counts[o.next_io().0 as usize] += 1;
+        }
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        let hot: u32 = counts[..(blocks as usize / 10)].iter().sum();
+        assert!(f64::from(hot) < 0.3 * draws as f64, "{hot}");
+    }
 }
