@@ -442,3 +442,26 @@ fn perf_prints_no_progress_lines_when_piped() {
     assert!(out.starts_with("Device Information"), "{out}");
     assert!(!out.contains(" s] IOPS"), "{out}");
 }
+
+#[test]
+fn perf_prints_a_line_per_second_on_a_terminal() {
+    // util-linux's `script` gives perf a pseudo-terminal as standard output.
+    let run = Command::new("script")
+        .args([
+            "-qec",
+            &format!("{} perf --model --qd 4 --time 3", env!("CARGO_BIN_EXE_vfnvme")),
+            "/dev/null",
+        ])
+        .output();
+    let Ok(o) = run else {
+        println!("SKIPPED: no `script` (util-linux) to run perf on a terminal");
+        return;
+    };
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    let lines: Vec<&str> = out.lines().filter(|l| l.contains(" s] IOPS")).collect();
+    assert!((2..=4).contains(&lines.len()), "{out}");
+    assert!(lines[0].starts_with("[   1 s]") && lines[0].contains("MiB/s"), "{out}");
+    // The report follows the progress lines.
+    assert!(out.contains("Device Information") && out.contains("\nTotal "), "{out}");
+}
