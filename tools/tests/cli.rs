@@ -449,7 +449,10 @@ fn perf_prints_a_line_per_second_on_a_terminal() {
     let run = Command::new("script")
         .args([
             "-qec",
-            &format!("{} perf --model --qd 4 --time 3", env!("CARGO_BIN_EXE_vfnvme")),
+            &format!(
+                "{} perf --model --qd 4 --time 3",
+                env!("CARGO_BIN_EXE_vfnvme")
+            ),
             "/dev/null",
         ])
         .output();
@@ -461,7 +464,13 @@ fn perf_prints_a_line_per_second_on_a_terminal() {
     assert!(o.status.success(), "{out}");
     let lines: Vec<&str> = out.lines().filter(|l| l.contains(" s] IOPS")).collect();
     assert!((2..=4).contains(&lines.len()), "{out}");
-    assert!(lines[0].starts_with("[   1 s]") && lines[0].contains("MiB/s"), "{out}");
+    assert!(
+        lines[0].starts_with("[   1 s]") && lines[0].contains("MiB/s"),
+        "{out}"
+    );
     // The report follows the progress lines.
-    assert!(out.contains("Device Information") && out.contains("\nTotal "), "{out}");
+    assert!(
+        out.contains("Device Information") && out.contains("\nTotal "),
+        "{out}"
+    );
 }

@@ -291,7 +291,8 @@ fn prepare_jobs<P: Platform>(
     let threads = args.threads();
     if args.queue_pairs() > u32::from(info.io_queue_pairs) {
         return Err(PerfInputError::TooManyThreads {
-            threads: args.queue_pairs(),
+            threads,
+            namespaces: namespaces.len() as u32,
             device: name.to_string(),
             granted: info.io_queue_pairs,
         }

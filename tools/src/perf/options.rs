@@ -160,10 +160,12 @@ pub enum PerfInputError {
     #[error("--threads 0: use at least one thread")]
     ZeroThreads,
     /// More threads than queue pairs.
-    #[error("--threads {threads} needs {threads} I/O queue pairs but {device} granted {granted}: use --threads {granted} or less")]
+    #[error("--threads {threads} on {namespaces} namespace(s) needs {} I/O queue pairs but {device} granted {granted}: use --threads {} or less", threads * namespaces, u32::from(*granted) / (*namespaces).max(1))]
     TooManyThreads {
-        /// Threads asked for.
+        /// Threads per namespace asked for.
         threads: u32,
+        /// Namespaces measured on the device.
+        namespaces: u32,
         /// The device.
         device: String,
         /// Queue pairs granted.
