@@ -558,6 +558,40 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn doorbell_stats_count_mmio_and_shadow_updates() {
+        let pool = test_pool();
+        let regs = Doorbells::default();
+        let shadow = Arc::new(ShadowBuffers {
+            doorbells: pool.alloc(4096).unwrap(),
+            event_idx: pool.alloc(4096).unwrap(),
+        });
+        let mut r = Rings::new(&pool, &regs, 1, 16, 0, Some(&shadow)).unwrap();
+        for _ in 0..2 {
+            r.push(&Command::flush(1));
+            r.ring_sq(&regs);
+        }
+        let mut plain = Rings::new(&pool, &regs, 2, 16, 0, None).unwrap();
+        plain.push(&Command::flush(1));
+        plain.ring_sq(&regs);
+        plain.ring_cq(&regs); // Head unmoved: no update.
+        if cfg!(feature = "doorbell-stats") {
+            // Two shadow updates, of which only the first passed EventIdx and needed MMIO.
+            let d = r.doorbell_stats().unwrap();
+            assert_eq!(
+                (d.sq_shadow, d.sq_mmio, d.cq_shadow, d.cq_mmio),
+                (2, 1, 0, 0)
+            );
+            let d = plain.doorbell_stats().unwrap();
+            assert_eq!(
+                (d.sq_shadow, d.sq_mmio, d.cq_shadow, d.cq_mmio),
+                (0, 1, 0, 0)
+            );
+        } else {
+            assert_eq!(r.doorbell_stats(), None);
+        }
+    }
+
+    #[test]
     fn reused_queue_id_starts_from_clean_shadow_slots() {
         // Found on QEMU 7.2: a queue pair dropped and created again with the same qid hung,
         // because the new queue read the old queue's EventIdx and skipped the MMIO doorbell.
