@@ -409,7 +409,7 @@ fn perf_queue_size_small_queues_hold_ios_back() {
     fails_with(
         &["perf", "--model", "--queue-size", "100000"],
         1,
-        "use --queue-size 1024 or less",
+        "use --queue-size 2 to 1024",
     );
     fails_with(
         &["perf", "--model", "--queue-size", "1"],

@@ -285,7 +285,7 @@ fn prepare_jobs<P: Platform>(
     let per_cmd = info.max_transfer_bytes.max(4096) as u64;
     let commands_per_io = args.io_size.div_ceil(per_cmd);
     let depth = match args.queue_size {
-        Some(size) => options::check_queue_size(size, info.max_queue_depth)?,
+        Some(size) => options::check_queue_size(size, commands_per_io, info.max_queue_depth)?,
         None => options::queue_depth_for(args.qd, commands_per_io, info.max_queue_depth)?,
     };
     let threads = args.threads();

@@ -200,11 +200,13 @@ pub enum PerfInputError {
         /// The pattern given.
         pattern: &'static str,
     },
-    /// `--queue-size` outside 2..=CAP.MQES+1.
-    #[error("--queue-size {size}: this controller's queues hold 2 to {max} entries (CAP.MQES+1): use --queue-size {max} or less")]
+    /// `--queue-size` outside what one I/O needs ..= CAP.MQES+1.
+    #[error("--queue-size {size}: this controller's queues hold at most {max} entries (CAP.MQES+1) and one I/O of this size needs {min} (its commands + 1): use --queue-size {min} to {max}")]
     BadQueueSize {
         /// The size asked for.
         size: u32,
+        /// The smallest that works: commands per I/O + 1 (at least 2).
+        min: u32,
         /// CAP.MQES + 1.
         max: u32,
     },
@@ -296,11 +298,19 @@ pub fn queue_depth_for(
     })
 }
 
-/// Checks `--queue-size` against CAP.MQES+1 (`max_entries`); returns the ring depth.
-pub fn check_queue_size(size: u32, max_entries: u32) -> Result<u32, PerfInputError> {
-    if size < 2 || size > max_entries {
+/// Checks `--queue-size` against CAP.MQES+1 (`max_entries`) and against the
+/// `commands_per_io` one I/O takes (a ring of N entries holds N-1 commands); returns the ring
+/// depth.
+pub fn check_queue_size(
+    size: u32,
+    commands_per_io: u64,
+    max_entries: u32,
+) -> Result<u32, PerfInputError> {
+    let min = u32::try_from(commands_per_io.max(1) + 1).unwrap_or(u32::MAX);
+    if size < min || size > max_entries {
         return Err(PerfInputError::BadQueueSize {
             size,
+            min,
             max: max_entries,
         });
     }
@@ -418,6 +428,17 @@ mod tests {
         assert!(PerfInputError::ZeroLatSample
             .to_string()
             .contains("--lat-sample 0"));
+    }
+
+    #[test]
+    fn queue_size_checks() {
+        assert_eq!(check_queue_size(2, 1, 1024), Ok(2));
+        assert_eq!(check_queue_size(1024, 1, 1024), Ok(1024));
+        let e = check_queue_size(1025, 1, 1024).unwrap_err();
+        assert!(e.to_string().contains("use --queue-size 2 to 1024"), "{e}");
+        // A 1 MiB I/O split into 8 commands needs 9 entries.
+        assert!(check_queue_size(8, 8, 1024).is_err());
+        assert_eq!(check_queue_size(9, 8, 1024), Ok(9));
     }
 
     #[test]
