@@ -122,6 +122,11 @@ impl IoQueue {
         self.rings.uses_shadow()
     }
 
+    /// Doorbell updates since the queue was created (with the `doorbell-stats` feature).
+    pub fn doorbell_stats(&self) -> Option<super::ring::DoorbellStats> {
+        self.rings.doorbell_stats()
+    }
+
     #[inline(always)]
     fn check_ns(ns: &Namespace, lba: u64, blocks: u64) -> Result<(), SubmitErrorKind> {
         let state = ns.state();
