@@ -85,6 +85,14 @@ mod tests {
         let mut line = String::new();
         let out = child.stdout.take().unwrap();
         std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line).unwrap();
+        // The shell prints before it execs sleep: wait (bounded, no timer) for the exec.
+        let comm = format!("/proc/{}/comm", child.id());
+        for _ in 0..1_000_000 {
+            if std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep") {
+                break;
+            }
+            std::thread::yield_now();
+        }
         let found = processes_holding(std::slice::from_ref(&path));
         let _ = child.kill();
         let _ = child.wait();
