@@ -116,8 +116,8 @@ build_dpdk() {
 # fio plugin don't use ISA-L (it serves the accel, compression and crypto modules, all off here).
 patch_spdk_configure() {
     local cfg=$1/configure
-    if grep -q 'vfnvme peers/build.sh' "$cfg"; then
-        return
+    if [[ -f "$1/isa-l/autogen.sh" ]] || grep -q 'vfnvme peers/build.sh' "$cfg"; then
+        return # the submodule is there, or the copy is patched already
     fi
     python3 - "$cfg" <<'EOF' || die "could not patch $cfg: its ISA-L check is not the one SPDK 25.09 has; edit it by hand"
 import sys
@@ -134,8 +134,7 @@ i = text.index('ISA-L is required but was not found')
 j = text.index(old, i)
 open(path, 'w').write(text[:j] + new + text[j + len(old):])
 EOF
-    # With ISAL=n the nasm check below the patched block must not turn it back on: it only
-    # ever sets ISAL=n, so nothing more to do.
+    # The nasm check that follows the patched block only ever sets ISAL=n: nothing else to do.
     note "patched $cfg: a missing isa-l submodule turns ISA-L off"
 }
 
