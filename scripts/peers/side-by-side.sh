@@ -25,7 +25,7 @@
 #   --seconds N       measured seconds per run (default 5)
 #   --qds "1 32"      queue depths (default "1 32")
 #   --rounds N        rounds of all tools (default 1); with more, each row is the run with the
-#                     median IOPS and the JSON keeps every run
+#                     median IOPS (the lower middle one for an even count); the JSON keeps every run
 #   --tools "..."     subset/order of: vfnvme libvfn spdk fio-vfnvme fio-spdk (default all)
 #   --json FILE       also write the results as JSON
 #   --timeout S       guest timeout in seconds (default 2400)
