@@ -17,11 +17,12 @@
 # Usage: scripts/peers/side-by-side.sh [OPTIONS]          (as root: it boots a QEMU guest)
 #   --setup harness   the project's harness as it is: QEMU with a 1 ns timer slack, guest
 #                     clocksource tsc (default)
-#   --setup defaults  plain QEMU: QEMU's inherited timer slack, the guest's default clocksource
-#                     (`vfnvme vm --qemu-defaults`)
+#   --setup defaults  plain QEMU: QEMU's inherited timer slack (`vfnvme vm --qemu-defaults`) and
+#                     the clocksource a guest on QEMU's default CPU model gets, hpet (see below)
 #   --setup busy      the harness, plus a CPU load of the host's size (one busy loop per host
 #                     CPU) running beside QEMU for the whole run, the same for every tool
 #   --busy            add that load to any setup
+#   --clocksource CS  switch the guest to clocksource CS (tsc, hpet, acpi_pm) before the runs
 #   --seconds N       measured seconds per run (default 5)
 #   --qds "1 32"      queue depths (default "1 32")
 #   --rounds N        rounds of all tools (default 1); with more, each row is the run with the
@@ -34,7 +35,9 @@
 #
 # Every guest gets `-cpu max,vendor=GenuineIntel`: the SPDK and DPDK builds need SSE4.2 (built
 # for corei7) and DPDK needs an Intel vendor to accept the emulated IOMMU's 39-bit address width
-# in IOVA-as-VA mode. Every tool runs on that CPU.
+# in IOVA-as-VA mode. Every tool runs on that CPU. On it (invariant TSC) Linux picks the TSC as
+# clocksource even without `clocksource=tsc`, whereas on QEMU's default CPU model (qemu64) it
+# picks hpet; so `--setup defaults` switches the guest to hpet at run time, as plain QEMU has it.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -54,6 +57,18 @@ if [[ "${1:-}" == --guest ]]; then
     mountpoint -q /dev/shm || mount -t tmpfs -o mode=1777 tmpfs /dev/shm
     RUNTIME_DIRECTORY=$(mktemp -d /tmp/peers-runtime.XXXXXX)
     export RUNTIME_DIRECTORY
+    cs_dir=/sys/devices/system/clocksource/clocksource0
+    if [[ -n "${PEERS_CLOCKSOURCE:-}" ]]; then
+        grep -qw "$PEERS_CLOCKSOURCE" "$cs_dir/available_clocksource" || {
+            echo "side-by-side: the guest has no clocksource $PEERS_CLOCKSOURCE (it has: $(cat "$cs_dir/available_clocksource"))" >&2
+            exit 2
+        }
+        echo "$PEERS_CLOCKSOURCE" >"$cs_dir/current_clocksource"
+        [[ $(cat "$cs_dir/current_clocksource") == "$PEERS_CLOCKSOURCE" ]] || {
+            echo "side-by-side: could not switch the guest to clocksource $PEERS_CLOCKSOURCE" >&2
+            exit 2
+        }
+    fi
 
     bdf_of() {
         case $1 in
@@ -89,7 +104,7 @@ if [[ "${1:-}" == --guest ]]; then
         esac
     }
 
-    echo "side-by-side: setup ${PEERS_SETUP:-?}; ${seconds} s per run, QD $qds, $rounds round(s); $(nproc) vCPUs; clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
+    echo "side-by-side: setup ${PEERS_SETUP:-?}; ${seconds} s per run, QD $qds, $rounds round(s); $(nproc) vCPUs; clocksource $(cat "$cs_dir/current_clocksource")"
     failures=0
     for round in $(seq "$rounds"); do
         for qd in $qds; do
@@ -187,11 +202,12 @@ EOF
 fi
 
 # ---------------------------------------------------------------- host side
-setup=harness busy=0 seconds=5 qds="1 32" rounds=1 tools=$all_tools json="" timeout=2400
+setup=harness busy=0 seconds=5 qds="1 32" rounds=1 tools=$all_tools json="" timeout=2400 clocksource=""
 while [[ $# -gt 0 ]]; do
     case $1 in
     --setup) setup=${2:?--setup needs harness, defaults or busy}; shift 2 ;;
     --busy) busy=1; shift ;;
+    --clocksource) clocksource=${2:?--clocksource needs a name, e.g. hpet}; shift 2 ;;
     --seconds) seconds=${2:?}; shift 2 ;;
     --qds) qds=${2:?}; shift 2 ;;
     --rounds) rounds=${2:?}; shift 2 ;;
@@ -205,7 +221,10 @@ done
 vm_flags=()
 case $setup in
 harness) ;;
-defaults) vm_flags+=(--qemu-defaults) ;;
+defaults)
+    vm_flags+=(--qemu-defaults)
+    clocksource=${clocksource:-hpet}
+    ;;
 busy) busy=1 ;;
 *) echo "side-by-side: --setup must be harness, defaults or busy, not '$setup'" >&2; exit 2 ;;
 esac
@@ -257,6 +276,7 @@ set +e
     --env "PEERS_SECONDS=$seconds" --env "PEERS_QDS=$qds" --env "PEERS_ROUNDS=$rounds" \
     --env "PEERS_TOOLS=$tools" --env "PEERS_BIN=$bin" --env "PEERS_VFNVME=$vfnvme" \
     --env "PEERS_FIO_ENGINE=$engine" --env "PEERS_SETUP=$label" \
+    --env "PEERS_CLOCKSOURCE=$clocksource" \
     -- "$root/scripts/peers/side-by-side.sh" --guest 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
