@@ -55,6 +55,9 @@ fn set_low_timer_slack() {
 }
 
 /// Starts `qemu` with `args`, streams its console (if `echo`) and writes it to `log_path`.
+///
+/// With `low_timer_slack`, QEMU gets a 1 ns timer slack (see [`set_low_timer_slack`]); without,
+/// it inherits this thread's (Linux's default is 50 µs), as a QEMU started from a shell would.
 pub fn run_guest(
     qemu: &str,
     args: &[String],
@@ -62,10 +65,13 @@ pub fn run_guest(
     timeout: Duration,
     log_path: &Path,
     echo: bool,
+    low_timer_slack: bool,
 ) -> Result<RunResult> {
     let mut log = File::create(log_path)
         .with_context(|| format!("creating console log {}", log_path.display()))?;
-    set_low_timer_slack();
+    if low_timer_slack {
+        set_low_timer_slack();
+    }
     let mut child = Command::new(qemu)
         .args(args)
         .stdin(Stdio::null())
@@ -181,7 +187,16 @@ mod tests {
             "echo hello; echo 'VFNVME-GUEST-EXIT nonce=n1 status=7'".to_string(),
         ];
         let path = log("marker");
-        let r = run_guest("sh", &args, "n1", Duration::from_secs(30), &path, false).unwrap();
+        let r = run_guest(
+            "sh",
+            &args,
+            "n1",
+            Duration::from_secs(30),
+            &path,
+            false,
+            true,
+        )
+        .unwrap();
         assert!(matches!(r.outcome, Outcome::Exited(7)));
         assert_eq!(r.tail, ["hello"]);
         let _ = std::fs::remove_file(path);
@@ -191,13 +206,64 @@ mod tests {
     fn missing_marker_and_timeout() {
         let path = log("none");
         let args = vec!["-c".to_string(), "echo crashed".to_string()];
-        let r = run_guest("sh", &args, "n1", Duration::from_secs(30), &path, false).unwrap();
+        let r = run_guest(
+            "sh",
+            &args,
+            "n1",
+            Duration::from_secs(30),
+            &path,
+            false,
+            true,
+        )
+        .unwrap();
         assert!(matches!(r.outcome, Outcome::NoMarker));
         // A process that never ends is killed at the deadline.
         let args = vec!["-c".to_string(), "echo start; exec sleep 60".to_string()];
-        let r = run_guest("sh", &args, "n1", Duration::from_millis(300), &path, false).unwrap();
+        let r = run_guest(
+            "sh",
+            &args,
+            "n1",
+            Duration::from_millis(300),
+            &path,
+            false,
+            true,
+        )
+        .unwrap();
         assert!(matches!(r.outcome, Outcome::TimedOut));
         assert_eq!(r.tail, ["start"]);
         let _ = std::fs::remove_file(path);
+    }
+
+    /// The timer slack `sh` (standing in for QEMU) runs with, read from /proc.
+    fn child_timer_slack(low: bool, tag: &str) -> u64 {
+        let args = vec![
+            "-c".to_string(),
+            "echo slack=$(cat /proc/$$/timerslack_ns); echo 'VFNVME-GUEST-EXIT nonce=n1 status=0'"
+                .to_string(),
+        ];
+        let path = log(tag);
+        let r = run_guest(
+            "sh",
+            &args,
+            "n1",
+            Duration::from_secs(30),
+            &path,
+            false,
+            low,
+        )
+        .unwrap();
+        let _ = std::fs::remove_file(path);
+        let line = r.tail.iter().find(|l| l.starts_with("slack=")).unwrap();
+        line["slack=".len()..].parse().unwrap()
+    }
+
+    // Each test runs on its own thread, which inherits the harness's slack, not another test's.
+    #[test]
+    fn qemu_gets_low_timer_slack_only_when_asked() {
+        // SAFETY: PR_GET_TIMERSLACK takes no pointer and returns this thread's slack.
+        let ours = unsafe { libc::prctl(libc::PR_GET_TIMERSLACK, 0, 0, 0, 0) };
+        assert!(ours > 1, "this thread's slack is {ours}");
+        assert_eq!(child_timer_slack(false, "slack-default"), ours as u64);
+        assert_eq!(child_timer_slack(true, "slack-low"), 1);
     }
 }

@@ -90,11 +90,18 @@ pub fn init_script() -> String {
 /// every read is an MMIO exit (about 1.6 µs under TCG), so each `clock_gettime` in the guest
 /// (fio, perf's timestamps) costs that much. The TSC is read without an exit.
 ///
+/// Without `tsc_clock` the guest keeps its default clocksource (the plain-QEMU setup).
+///
 /// `run` is the per-run script and `out` the output folder, both host paths (no whitespace).
-pub fn kernel_cmdline(nonce: &str, run: &str, out: &str, verbose: bool) -> String {
+pub fn kernel_cmdline(nonce: &str, run: &str, out: &str, verbose: bool, tsc_clock: bool) -> String {
     let quiet = if verbose { "" } else { " quiet" };
+    let clock = if tsc_clock {
+        " clocksource=tsc tsc=reliable"
+    } else {
+        ""
+    };
     format!(
-        "console=ttyS0 intel_iommu=on panic=-1 no_timer_check clocksource=tsc tsc=reliable{quiet} vfnvme.nonce={nonce} vfnvme.run={run} vfnvme.out={out}"
+        "console=ttyS0 intel_iommu=on panic=-1 no_timer_check{clock}{quiet} vfnvme.nonce={nonce} vfnvme.run={run} vfnvme.out={out}"
     )
 }
 
@@ -136,7 +143,19 @@ mod tests {
 
     #[test]
     fn cmdline_quiet_unless_verbose() {
-        assert!(kernel_cmdline("n", "/r", "/o", false).contains(" quiet "));
-        assert!(!kernel_cmdline("n", "/r", "/o", true).contains("quiet"));
+        assert!(kernel_cmdline("n", "/r", "/o", false, true).contains(" quiet "));
+        assert!(!kernel_cmdline("n", "/r", "/o", true, true).contains("quiet"));
+    }
+
+    #[test]
+    fn cmdline_tsc_clock_only_when_asked() {
+        let tsc = kernel_cmdline("n", "/r", "/o", false, true);
+        assert!(tsc.contains(" clocksource=tsc tsc=reliable "), "{tsc}");
+        let plain = kernel_cmdline("n", "/r", "/o", false, false);
+        assert!(
+            !plain.contains("clocksource") && !plain.contains("tsc="),
+            "{plain}"
+        );
+        assert!(plain.contains(" vfnvme.run=/r "), "{plain}");
     }
 }

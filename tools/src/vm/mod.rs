@@ -87,6 +87,11 @@ pub struct VmArgs {
     /// Show the guest kernel's messages (no `quiet`).
     #[arg(long)]
     verbose: bool,
+    /// Plain QEMU: keep the timer slack QEMU inherits (Linux's default is 50 µs) instead of
+    /// lowering it to 1 ns, and the guest kernel's default clocksource (hpet under TCG) instead
+    /// of `clocksource=tsc tsc=reliable`. For figures that must hold outside the harness's settings.
+    #[arg(long)]
+    qemu_defaults: bool,
     /// List the scenarios and exit.
     #[arg(long)]
     list_scenarios: bool,
@@ -141,6 +146,7 @@ pub fn run(args: &VmArgs) -> Result<u8> {
         initramfs: &initramfs,
         dirs: &dirs,
         verbose: args.verbose,
+        qemu_defaults: args.qemu_defaults,
         memory_mib: args.memory,
         cpus: args.cpus,
     };
@@ -162,6 +168,7 @@ struct Guest<'a> {
     initramfs: &'a Path,
     dirs: &'a paths::VmDirs,
     verbose: bool,
+    qemu_defaults: bool,
     memory_mib: u32,
     cpus: u32,
 }
@@ -193,8 +200,13 @@ impl Guest<'_> {
             .map(|c| (c.bdf(), scenario.namespaces_of(c).len()))
             .collect();
         let env = command_env(scenario, &args.vfio, &run.out, &args.env)?;
+        let timing = if self.qemu_defaults {
+            "QEMU's inherited timer slack, guest's default clocksource"
+        } else {
+            "timer slack 1 ns, guest clocksource tsc"
+        };
         eprintln!(
-            "vfnvme vm: scenario {} ({}), {accel}, {} MiB, {} CPUs; console log {}",
+            "vfnvme vm: scenario {} ({}), {accel}, {} MiB, {} CPUs, {timing}; console log {}",
             scenario.name,
             scenario.description,
             self.memory_mib,
@@ -270,6 +282,7 @@ impl Guest<'_> {
             &path_str(&script_path)?,
             &path_str(&self.dirs.out)?,
             self.verbose,
+            !self.qemu_defaults,
         );
         let args = qemu::qemu_args(&qemu::GuestConfig {
             accel: boot.accel,
@@ -294,6 +307,7 @@ impl Guest<'_> {
             boot.timeout,
             &run.console_log(),
             boot.echo,
+            !self.qemu_defaults,
         )
     }
 }

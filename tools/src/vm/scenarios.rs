@@ -240,6 +240,43 @@ pub const SCENARIOS: &[Scenario] = &[
         ],
     },
     Scenario {
+        name: "peers",
+        description: "five identical null-co 4 KiB controllers on vfio-pci, 00:10.0-00:14.0, one per tool of scripts/peers/side-by-side.sh",
+        subsystem: None,
+        controllers: &[
+            Controller {
+                slot: 0x10,
+                serial: "VFNVME-PEER-0",
+                binding: Binding::Vfio,
+                namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
+            },
+            Controller {
+                slot: 0x11,
+                serial: "VFNVME-PEER-1",
+                binding: Binding::Vfio,
+                namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
+            },
+            Controller {
+                slot: 0x12,
+                serial: "VFNVME-PEER-2",
+                binding: Binding::Vfio,
+                namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
+            },
+            Controller {
+                slot: 0x13,
+                serial: "VFNVME-PEER-3",
+                binding: Binding::Vfio,
+                namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
+            },
+            Controller {
+                slot: 0x14,
+                serial: "VFNVME-PEER-4",
+                binding: Binding::Vfio,
+                namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
+            },
+        ],
+    },
+    Scenario {
         name: "pair",
         description: "two raw-image controllers (64 MiB, 512 B LBAs), both on vfio-pci",
         subsystem: None,
@@ -454,6 +491,21 @@ mod tests {
         );
         assert!(find("data").unwrap().other_devices().is_empty());
         assert!(listing().contains("0000:00:12.0 an Ethernet controller"));
+    }
+
+    #[test]
+    fn peers_controllers_are_identical_and_on_vfio() {
+        let s = find("peers").unwrap();
+        assert_eq!(s.controllers.len(), 5);
+        let first = s.namespaces_of(&s.controllers[0]);
+        for c in s.controllers {
+            assert_eq!(c.binding, Binding::Vfio);
+            let ns = s.namespaces_of(c);
+            assert_eq!(ns.len(), 1);
+            assert_eq!(ns[0].backing, Backing::Null);
+            assert_eq!(ns[0].lba_size, 4096);
+            assert_eq!(ns[0].blocks(), first[0].blocks());
+        }
     }
 
     #[test]

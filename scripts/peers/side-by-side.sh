@@ -1,0 +1,295 @@
+#!/usr/bin/env bash
+# vfnvme against its peers, side by side in ONE QEMU guest (scenario `peers`: five identical
+# null-co controllers with 4 KiB LBAs on vfio-pci), 4 KiB random reads, one thread, each tool on
+# its own controller, the tools alternating (round by round, queue depth by queue depth):
+#
+#   tool         controller  what runs
+#   vfnvme       00:10.0     vfnvme perf
+#   libvfn       00:11.0     libvfn's examples/perf
+#   spdk         00:12.0     SPDK's spdk_nvme_perf -L
+#   fio-vfnvme   00:13.0     fio 3.33 with vfnvme's engine (ffi/fio)
+#   fio-spdk     00:14.0     fio 3.33 with SPDK's fio plugin (spdk_nvme)
+#
+# Prints one table: tool, QD, IOPS, mean latency, p99 latency, and the ratio of IOPS to the best
+# peer at that QD (perf tools: the better of libvfn and spdk_nvme_perf; fio rows: fio-spdk).
+# Build everything first with scripts/peers/build.sh; usage and caveats are in docs/peers.md.
+#
+# Usage: scripts/peers/side-by-side.sh [OPTIONS]          (as root: it boots a QEMU guest)
+#   --setup harness   the project's harness as it is: QEMU with a 1 ns timer slack, guest
+#                     clocksource tsc (default)
+#   --setup defaults  plain QEMU: QEMU's inherited timer slack (`vfnvme vm --qemu-defaults`) and
+#                     the clocksource a guest on QEMU's default CPU model gets, hpet (see below)
+#   --setup busy      the harness, plus a CPU load of the host's size (one busy loop per host
+#                     CPU) running beside QEMU for the whole run, the same for every tool
+#   --busy            add that load to any setup
+#   --clocksource CS  switch the guest to clocksource CS (tsc, hpet, acpi_pm) before the runs
+#   --seconds N       measured seconds per run (default 5)
+#   --qds "1 32"      queue depths (default "1 32")
+#   --rounds N        rounds of all tools (default 1); with more, each row is the run with the
+#                     median IOPS (the lower middle one for an even count); the JSON keeps every run
+#   --tools "..."     subset/order of: vfnvme libvfn spdk fio-vfnvme fio-spdk (default all)
+#   --json FILE       also write the results as JSON
+#   --timeout S       guest timeout in seconds (default 2400)
+# Environment: PEERS_OUT (the folder build.sh filled, default target/peers), VFNVME (the vfnvme
+# binary, default target/release/vfnvme), FIO_ENGINE (default target/fio/vfnvme_fio.so).
+#
+# Every guest gets `-cpu max,vendor=GenuineIntel`: the SPDK and DPDK builds need SSE4.2 (built
+# for corei7) and DPDK needs an Intel vendor to accept the emulated IOMMU's 39-bit address width
+# in IOVA-as-VA mode. Every tool runs on that CPU. On it (invariant TSC) Linux picks the TSC as
+# clocksource even without `clocksource=tsc`, whereas on QEMU's default CPU model (qemu64) it
+# picks hpet; so `--setup defaults` switches the guest to hpet at run time, as plain QEMU has it.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+all_tools="vfnvme libvfn spdk fio-vfnvme fio-spdk"
+
+# ---------------------------------------------------------------- guest side
+if [[ "${1:-}" == --guest ]]; then
+    seconds=${PEERS_SECONDS:?} qds=${PEERS_QDS:?} rounds=${PEERS_ROUNDS:?} tools=${PEERS_TOOLS:?}
+    bin=${PEERS_BIN:?} vfnvme=${PEERS_VFNVME:?} engine=${PEERS_FIO_ENGINE:?}
+    out=${VFNVME_OUT_DIR:?run this through vfnvme vm}/peers
+    mkdir -p "$out"
+    py=/usr/bin/python3
+
+    # SPDK's PCI lock files go to /var/tmp, DPDK's runtime files to RUNTIME_DIRECTORY, its
+    # shared memory to /dev/shm: all must be writable (the guest's root is the host's, read-only).
+    mountpoint -q /var/tmp || mount -t tmpfs -o mode=1777 tmpfs /var/tmp
+    mountpoint -q /dev/shm || mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+    RUNTIME_DIRECTORY=$(mktemp -d /tmp/peers-runtime.XXXXXX)
+    export RUNTIME_DIRECTORY
+    cs_dir=/sys/devices/system/clocksource/clocksource0
+    if [[ -n "${PEERS_CLOCKSOURCE:-}" ]]; then
+        grep -qw "$PEERS_CLOCKSOURCE" "$cs_dir/available_clocksource" || {
+            echo "side-by-side: the guest has no clocksource $PEERS_CLOCKSOURCE (it has: $(cat "$cs_dir/available_clocksource"))" >&2
+            exit 2
+        }
+        echo "$PEERS_CLOCKSOURCE" >"$cs_dir/current_clocksource"
+        [[ $(cat "$cs_dir/current_clocksource") == "$PEERS_CLOCKSOURCE" ]] || {
+            echo "side-by-side: could not switch the guest to clocksource $PEERS_CLOCKSOURCE" >&2
+            exit 2
+        }
+    fi
+
+    bdf_of() {
+        case $1 in
+        vfnvme) echo 0000:00:10.0 ;;
+        libvfn) echo 0000:00:11.0 ;;
+        spdk) echo 0000:00:12.0 ;;
+        fio-vfnvme) echo 0000:00:13.0 ;;
+        fio-spdk) echo 0000:00:14.0 ;;
+        esac
+    }
+    fio_common=(--name=peers --rw=randread --bs=4k --numjobs=1 --thread=1 --time_based=1
+        "--runtime=$seconds" --size=1g --norandommap=1 --randrepeat=0 --output-format=json)
+
+    # Runs tool $1 at QD $2; its output goes to $3.{log,json}.
+    run_tool() {
+        local tool=$1 qd=$2 base=$3 bdf
+        bdf=$(bdf_of "$tool")
+        case $tool in
+        vfnvme)
+            "$vfnvme" perf --device "$bdf" --qd "$qd" --time "$seconds" --pattern randread \
+                --io-size 4096 --json "$base.json" ;;
+        libvfn)
+            "$bin/libvfn-perf" -d "$bdf" -N 1 -p randread -q "$qd" -t "$seconds" ;;
+        spdk)
+            "$bin/spdk_nvme_perf" -r "trtype:PCIe traddr:$bdf" -q "$qd" -o 4096 -w randread \
+                -t "$seconds" -L ;;
+        fio-vfnvme)
+            fio "${fio_common[@]}" "--ioengine=external:$engine" "--iodepth=$qd" \
+                "--filename=trtype=PCIe traddr=${bdf//:/.} ns=1" "--output=$base.json" ;;
+        fio-spdk)
+            fio "${fio_common[@]}" "--ioengine=$bin/spdk_nvme" "--iodepth=$qd" \
+                "--filename=trtype=PCIe traddr=${bdf//:/.} ns=1" "--output=$base.json" ;;
+        esac
+    }
+
+    echo "side-by-side: setup ${PEERS_SETUP:-?}; ${seconds} s per run, QD $qds, $rounds round(s); $(nproc) vCPUs; clocksource $(cat "$cs_dir/current_clocksource")"
+    failures=0
+    for round in $(seq "$rounds"); do
+        for qd in $qds; do
+            for tool in $tools; do
+                base=$out/$tool-qd$qd-r$round
+                printf 'side-by-side: round %s QD %-3s %-11s on %s ... ' "$round" "$qd" "$tool" "$(bdf_of "$tool")"
+                if run_tool "$tool" "$qd" "$base" >"$base.log" 2>&1; then
+                    echo ok
+                else
+                    echo "FAILED (status $?), last lines of $base.log:"
+                    tail -n 8 "$base.log" | sed 's/^/    /'
+                    failures=$((failures + 1))
+                fi
+                # DPDK keeps its hugepage files when a process ends; free them for the next tool.
+                rm -f /dev/hugepages/spdk* /dev/hugepages/rtemap* /dev/shm/spdk* 2>/dev/null || true
+            done
+        done
+    done
+
+    "$py" - "$out" "$qds" "$rounds" "$tools" "${PEERS_SETUP:-?}" "$seconds" <<'EOF' | tee "$out/table.txt"
+import json, os, re, statistics, sys
+
+out, qds, rounds, tools, setup, seconds = sys.argv[1], sys.argv[2].split(), int(sys.argv[3]), sys.argv[4].split(), sys.argv[5], float(sys.argv[6])
+LABEL = {
+    "vfnvme": "vfnvme perf",
+    "libvfn": "libvfn perf",
+    "spdk": "spdk_nvme_perf",
+    "fio-vfnvme": "fio + vfnvme",
+    "fio-spdk": "fio + spdk_nvme",
+}
+# The peers a row is compared with: perf tools against the better perf peer, fio against SPDK's plugin.
+PEERS = {"vfnvme": ["libvfn", "spdk"], "libvfn": ["libvfn", "spdk"], "spdk": ["libvfn", "spdk"],
+         "fio-vfnvme": ["fio-spdk"], "fio-spdk": ["fio-spdk"]}
+
+def parse(tool, base):
+    """(iops, mean_us, p99_us or None) of one run, or None if it failed."""
+    try:
+        if tool == "vfnvme":
+            d = json.load(open(base + ".json"))
+            return d["iops"], d["latency_ns"]["mean"] / 1000, d["latency_ns"]["p99"] / 1000
+        if tool.startswith("fio-"):
+            text = open(base + ".json").read()
+            r = json.loads(text[text.index("{"):])["jobs"][0]["read"]
+            p99 = r["clat_ns"].get("percentile", {}).get("99.000000")
+            return r["iops"], r["lat_ns"]["mean"] / 1000, p99 / 1000 if p99 else None
+        log = open(base + ".log").read()
+        if tool == "libvfn":
+            # Last line: iops mbps lavg lmin lmax (lavg in us, TSC-timed); no percentiles.
+            last = [l for l in log.splitlines() if l.strip()][-1].split()
+            return float(last[0]), float(last[2]), None
+        if tool == "spdk":
+            m = re.search(r"^Total\s*:\s*([\d.]+)\s+([\d.]+)\s+([\d.]+)", log, re.M)
+            p = re.search(r"^\s*99\.00000%\s*:\s*([\d.]+)us", log, re.M)
+            return float(m.group(1)), float(m.group(3)), float(p.group(1)) if p else None
+    except (OSError, ValueError, KeyError, IndexError, AttributeError, TypeError):
+        return None
+
+runs = {}
+for tool in tools:
+    for qd in qds:
+        runs[(tool, qd)] = [parse(tool, os.path.join(out, f"{tool}-qd{qd}-r{r}")) for r in range(1, rounds + 1)]
+
+def pick(tool, qd):
+    ok = sorted((r for r in runs.get((tool, qd), []) if r), key=lambda r: r[0])
+    return ok[(len(ok) - 1) // 2] if ok else None
+
+rows = []
+print(f"setup: {setup}; 4 KiB randread, 1 thread, {seconds:g} s per run, {rounds} round(s)")
+print(f"{'tool':<16}{'QD':>4}{'IOPS':>12}{'mean us':>10}{'p99 us':>10}{'vs best peer':>14}")
+for qd in qds:
+    for tool in tools:
+        r = pick(tool, qd)
+        peers = [pick(p, qd) for p in PEERS[tool] if p in tools]
+        peers = [p for p in peers if p]
+        best = max((p[0] for p in peers), default=None)
+        if r is None:
+            print(f"{LABEL[tool]:<16}{qd:>4}{'failed':>12}")
+            rows.append({"tool": tool, "qd": int(qd), "failed": True})
+            continue
+        ratio = r[0] / best if best else None
+        p99 = f"{r[2]:.1f}" if r[2] is not None else "n/a"
+        rs = f"{ratio:.2f}x" if ratio else "-"
+        print(f"{LABEL[tool]:<16}{qd:>4}{r[0]:>12.0f}{r[1]:>10.1f}{p99:>10}{rs:>14}")
+        rows.append({"tool": tool, "label": LABEL[tool], "qd": int(qd), "iops": r[0], "mean_us": r[1],
+                     "p99_us": r[2], "ratio_vs_best_peer": ratio,
+                     "runs_iops": [x[0] if x else None for x in runs[(tool, qd)]]})
+print("p99: vfnvme perf and spdk_nvme_perf -L over all I/Os; fio's completion latency (clat); libvfn's perf prints none")
+with open(os.path.join(out, "results.json"), "w") as f:
+    json.dump({"setup": setup, "seconds": seconds, "rounds": rounds, "io_size": 4096,
+               "pattern": "randread", "rows": rows}, f, indent=1)
+EOF
+    echo "side-by-side: results in $out/results.json"
+    [[ $failures -eq 0 ]] || { echo "side-by-side: $failures run(s) failed" >&2; exit 1; }
+    exit 0
+fi
+
+# ---------------------------------------------------------------- host side
+setup=harness busy=0 seconds=5 qds="1 32" rounds=1 tools=$all_tools json="" timeout=2400 clocksource=""
+while [[ $# -gt 0 ]]; do
+    case $1 in
+    --setup) setup=${2:?--setup needs harness, defaults or busy}; shift 2 ;;
+    --busy) busy=1; shift ;;
+    --clocksource) clocksource=${2:?--clocksource needs a name, e.g. hpet}; shift 2 ;;
+    --seconds) seconds=${2:?}; shift 2 ;;
+    --qds) qds=${2:?}; shift 2 ;;
+    --rounds) rounds=${2:?}; shift 2 ;;
+    --tools) tools=${2:?}; shift 2 ;;
+    --json) json=${2:?}; shift 2 ;;
+    --timeout) timeout=${2:?}; shift 2 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "side-by-side: unknown option $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+vm_flags=()
+case $setup in
+harness) ;;
+defaults)
+    vm_flags+=(--qemu-defaults)
+    clocksource=${clocksource:-hpet}
+    ;;
+busy) busy=1 ;;
+*) echo "side-by-side: --setup must be harness, defaults or busy, not '$setup'" >&2; exit 2 ;;
+esac
+for t in $tools; do
+    [[ " $all_tools " == *" $t "* ]] || { echo "side-by-side: unknown tool '$t' (choose from: $all_tools)" >&2; exit 2; }
+done
+[[ "$seconds" =~ ^[0-9]+$ && "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "side-by-side: --seconds and --rounds take whole numbers" >&2; exit 2; }
+[[ $(id -u) -eq 0 ]] || { echo "side-by-side: run as root (it boots a QEMU guest with vfio)" >&2; exit 1; }
+
+target=${CARGO_TARGET_DIR:-$root/target}
+bin=${PEERS_OUT:-$target/peers}/bin
+vfnvme=${VFNVME:-$target/release/vfnvme}
+engine=${FIO_ENGINE:-$target/fio/vfnvme_fio.so}
+need() { [[ -x "$1" || -f "$1" ]] || { echo "side-by-side: $1 is missing: build it with scripts/peers/build.sh ($2)" >&2; exit 1; }; }
+for t in $tools; do
+    case $t in
+    vfnvme) need "$vfnvme" vfnvme ;;
+    libvfn) need "$bin/libvfn-perf" "LIBVFN_SRC=... build.sh libvfn" ;;
+    spdk) need "$bin/spdk_nvme_perf" "DPDK_SRC=... SPDK_SRC=... build.sh dpdk spdk" ;;
+    fio-vfnvme) need "$engine" vfnvme ;;
+    fio-spdk) need "$bin/spdk_nvme" "DPDK_SRC=... SPDK_SRC=... build.sh dpdk spdk" ;;
+    esac
+done
+need "$vfnvme" vfnvme
+
+label=$setup
+[[ $busy -eq 1 && $setup != busy ]] && label="$setup+busy"
+load_pids=()
+stop_load() {
+    local p
+    for p in "${load_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${load_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    load_pids=()
+}
+trap stop_load EXIT
+if [[ $busy -eq 1 ]]; then
+    # One busy loop per host CPU, at QEMU's priority, for the whole guest run.
+    for _ in $(seq "$(nproc)"); do
+        bash -c 'while :; do :; done' &
+        load_pids+=($!)
+    done
+    echo "side-by-side: host load: ${#load_pids[@]} busy loops (pids ${load_pids[*]})"
+fi
+
+log=$(mktemp /tmp/peers-side-by-side.XXXXXX.log)
+set +e
+"$vfnvme" vm --scenario peers "${vm_flags[@]}" --timeout "$timeout" \
+    --qemu-arg=-cpu --qemu-arg=max,vendor=GenuineIntel \
+    --env "PEERS_SECONDS=$seconds" --env "PEERS_QDS=$qds" --env "PEERS_ROUNDS=$rounds" \
+    --env "PEERS_TOOLS=$tools" --env "PEERS_BIN=$bin" --env "PEERS_VFNVME=$vfnvme" \
+    --env "PEERS_FIO_ENGINE=$engine" --env "PEERS_SETUP=$label" \
+    --env "PEERS_CLOCKSOURCE=$clocksource" \
+    -- "$root/scripts/peers/side-by-side.sh" --guest 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+stop_load
+results=$(sed -n 's/^side-by-side: results in \(.*\)$/\1/p' "$log" | tr -d '\r' | tail -n1)
+rm -f "$log"
+if [[ -n "$json" ]]; then
+    if [[ -n "$results" && -f "$results" ]]; then
+        cp "$results" "$json"
+        echo "side-by-side: JSON written to $json"
+    else
+        echo "side-by-side: no results to write to $json" >&2
+        [[ $status -ne 0 ]] || status=1
+    fi
+fi
+exit "$status"
