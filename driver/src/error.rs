@@ -169,6 +169,15 @@ pub enum SubmitErrorKind {
         /// Its state.
         state: NamespaceState,
     },
+    /// The namespace's LBA format has metadata or protection information, which vfnvme does not
+    /// transfer: the command would move the wrong number of bytes, or metadata to address 0.
+    #[error("namespace {nsid} is formatted with {metadata}: vfnvme does not transfer metadata or protection information, so I/O to it is refused (nothing was sent to the device); reformat the namespace to an LBA format without metadata (`vfnvme format --nsid {nsid}`; this erases its data), or use another namespace")]
+    MetadataUnsupported {
+        /// The namespace.
+        nsid: u32,
+        /// The format's metadata.
+        metadata: crate::namespace::MetadataFormat,
+    },
     /// Too many (or zero) Dataset Management ranges.
     #[error("{count} deallocate ranges given: pass between 1 and 256")]
     BadRangeCount {

@@ -32,6 +32,7 @@ fn status_of_submit(k: &SubmitErrorKind) -> Status {
         SubmitErrorKind::QueueFull { .. } => Status::VfnvmeErrQueueFull,
         SubmitErrorKind::LbaOutOfRange { .. } => Status::VfnvmeErrOutOfRange,
         SubmitErrorKind::NamespaceNotActive { .. } => Status::VfnvmeErrNotFound,
+        SubmitErrorKind::MetadataUnsupported { .. } => Status::VfnvmeErrUnsupported,
         SubmitErrorKind::BufferTooSmall { .. } | SubmitErrorKind::Prp(_) => {
             Status::VfnvmeErrBadBuffer
         }

@@ -31,6 +31,7 @@ pub fn collect() -> Result<Vec<Value>> {
             "serial": null,
             "model": null,
             "namespaces": null,
+            "namespaces_refused": null,
             "block_devices": null,
             "error": null,
         });
@@ -43,7 +44,20 @@ pub fn collect() -> Result<Vec<Value>> {
                 Ok(ctrl) => {
                     v["serial"] = json!(ctrl.identify().serial());
                     v["model"] = json!(ctrl.identify().model());
-                    v["namespaces"] = json!(ctrl.namespaces().len());
+                    let all = ctrl.namespaces();
+                    v["namespaces"] = json!(all.len());
+                    // Namespaces whose format has metadata: listed, but I/O is refused.
+                    let refused: Vec<Value> = all
+                        .iter()
+                        .filter(|n| n.io_refused())
+                        .map(|n| {
+                            json!({
+                                "nsid": n.nsid(),
+                                "metadata": n.identity().metadata_format().short(),
+                            })
+                        })
+                        .collect();
+                    v["namespaces_refused"] = json!(refused);
                 }
                 Err(e) => v["error"] = json!(format!("{e:#}")),
             }
@@ -80,7 +94,16 @@ pub fn table(list: &[Value]) -> String {
     for d in list {
         let ns = match (&d["namespaces"], &d["block_devices"], &d["error"]) {
             (_, _, Value::String(e)) => format!("(could not open: {e})"),
-            (Value::Number(n), _, _) => n.to_string(),
+            (Value::Number(n), _, _) => match d["namespaces_refused"].as_array() {
+                Some(r) if !r.is_empty() => {
+                    let which: Vec<String> = r
+                        .iter()
+                        .map(|x| format!("ns {} metadata {}", s(&x["nsid"]), s(&x["metadata"])))
+                        .collect();
+                    format!("{n} (no I/O: {}; reformat)", which.join(", "))
+                }
+                _ => n.to_string(),
+            },
             (_, Value::Array(b), _) if !b.is_empty() => {
                 b.iter().map(s).collect::<Vec<_>>().join(" ")
             }
@@ -134,5 +157,16 @@ mod tests {
         assert!(lines[2].contains("nvme0n1"), "{t}");
         assert!(lines[3].contains("could not open: busy"), "{t}");
         assert!(table(&[]).contains("no NVMe controllers"));
+        let md = vec![
+            json!({"address": "0000:00:10.0", "vendor": "1b36", "device": "0010",
+            "driver": "vfio-pci", "serial": "S1", "model": "M", "namespaces": 3,
+            "namespaces_refused": [{"nsid": 2, "metadata": "8 ext"}, {"nsid": 3, "metadata": "16 sep"}],
+            "block_devices": null, "error": null}),
+        ];
+        let t = table(&md);
+        assert!(
+            t.contains("3 (no I/O: ns 2 metadata 8 ext, ns 3 metadata 16 sep; reformat)"),
+            "{t}"
+        );
     }
 }

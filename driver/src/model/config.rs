@@ -26,6 +26,19 @@ pub struct ModelNamespaceConfig {
     pub backing: Backing,
 }
 
+/// The metadata of a namespace's LBA format (the model's formats 2 and 3: 512 and 4096 bytes of
+/// data plus `ms` bytes of metadata per block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelMetadata {
+    /// Metadata bytes per block (LBAF.MS), 1..=128.
+    pub ms: u16,
+    /// Metadata at the end of each block in the data buffer (FLBAS bit 4, extended LBA);
+    /// otherwise in a separate buffer at the command's Metadata Pointer (MPTR).
+    pub extended: bool,
+    /// Protection information type (DPS bits 2:0): 0 = none, 1..=3 = type 1..3.
+    pub pi: u8,
+}
+
 /// Everything the model can be configured with.
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
@@ -69,6 +82,10 @@ pub struct ModelConfig {
     /// instead of NVM (0). Identify CNS 05h with that CSI answers for them (a zeroed page); the
     /// NVM Identify Namespace and I/O work as for any namespace.
     pub namespace_csi: Vec<(u32, u8)>,
+    /// (nsid, metadata) pairs: namespaces formatted with an LBA format that has metadata (and
+    /// maybe protection information). Reads and writes then move `ms` bytes per block more, in
+    /// the data buffer (extended) or at MPTR (separate), as a real controller does.
+    pub namespace_metadata: Vec<(u32, ModelMetadata)>,
     /// Serial number (at most 20 ASCII characters).
     pub serial: String,
     /// Model number (at most 40 ASCII characters).
@@ -103,6 +120,7 @@ impl Default for ModelConfig {
             cntlid: 1,
             legacy_identify: false,
             namespace_csi: Vec::new(),
+            namespace_metadata: Vec::new(),
             serial: "MODEL0001".into(),
             model: "vfnvme model".into(),
             firmware: "1.0".into(),
@@ -177,6 +195,14 @@ pub enum ModelError {
 }
 
 impl ModelConfig {
+    /// The configured metadata format of namespace `nsid`, if any.
+    pub(crate) fn metadata_of(&self, nsid: u32) -> Option<ModelMetadata> {
+        self.namespace_metadata
+            .iter()
+            .find(|(n, _)| *n == nsid)
+            .map(|&(_, md)| md)
+    }
+
     /// The effective NN.
     pub(crate) fn effective_nn(&self) -> u32 {
         if self.nn != 0 {
@@ -226,6 +252,9 @@ impl ModelConfig {
                 nn: u32::MAX - 1,
             });
         }
+        for &(_, md) in &self.namespace_metadata {
+            validate_metadata(md)?;
+        }
         let mut seen = std::collections::HashSet::new();
         for ns in &self.namespaces {
             validate_namespace(ns, nn)?;
@@ -235,6 +264,25 @@ impl ModelConfig {
         }
         Ok(())
     }
+}
+
+/// Checks a metadata format.
+pub(crate) fn validate_metadata(md: ModelMetadata) -> Result<(), ModelError> {
+    if !(1..=128).contains(&md.ms) {
+        return Err(ModelError::BadLimit {
+            what: "namespace_metadata ms",
+            value: md.ms.into(),
+            hint: "use 1..=128 metadata bytes per block",
+        });
+    }
+    if md.pi > 3 || (md.pi != 0 && md.ms < 8) {
+        return Err(ModelError::BadLimit {
+            what: "namespace_metadata pi",
+            value: md.pi.into(),
+            hint: "use 0..=3, and at least 8 metadata bytes with protection information",
+        });
+    }
+    Ok(())
 }
 
 /// Checks one namespace's configuration against NN.

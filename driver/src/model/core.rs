@@ -98,7 +98,10 @@ impl Core {
         let table = cfg
             .namespaces
             .iter()
-            .map(|n| (n.nsid, Arc::new(ModelNamespace::new(n, cfg.seed))))
+            .map(|n| {
+                let ns = ModelNamespace::new(n, cfg.seed).with_metadata(cfg.metadata_of(n.nsid));
+                (n.nsid, Arc::new(ns))
+            })
             .collect();
         Core {
             nn,

@@ -12,7 +12,7 @@ pub(crate) struct DmaFault;
 /// Reads `out.len()` bytes at `iova`.
 pub(crate) fn read(iommu: &ModelIommu, iova: u64, out: &mut [u8]) -> Result<(), DmaFault> {
     let maps = iommu.read();
-    let src = lookup(&maps, iova, out.len() as u64).ok_or(DmaFault)?;
+    let src = lookup(&maps, iova, out.len() as u64).ok_or_else(|| iommu.fault(iova))?;
     // SAFETY: `src..src+len` lies inside a mapping whose memory the mapper keeps allocated until
     // it unmaps it, which can't happen while we hold the table's read lock. `out` is model-owned
     // memory, so the ranges don't overlap.
@@ -23,7 +23,7 @@ pub(crate) fn read(iommu: &ModelIommu, iova: u64, out: &mut [u8]) -> Result<(), 
 /// Writes `data` at `iova`.
 pub(crate) fn write(iommu: &ModelIommu, iova: u64, data: &[u8]) -> Result<(), DmaFault> {
     let maps = iommu.read();
-    let dst = lookup(&maps, iova, data.len() as u64).ok_or(DmaFault)?;
+    let dst = lookup(&maps, iova, data.len() as u64).ok_or_else(|| iommu.fault(iova))?;
     // SAFETY: as in `read`; the destination is device-writable memory that the driver handed to
     // the device and doesn't access while the command is outstanding.
     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst as *mut u8, data.len()) };
@@ -39,7 +39,7 @@ pub(crate) fn with_mut<R>(
     f: impl FnOnce(&mut [u8]) -> R,
 ) -> Result<R, DmaFault> {
     let maps = iommu.read();
-    let dst = lookup(&maps, iova, len as u64).ok_or(DmaFault)?;
+    let dst = lookup(&maps, iova, len as u64).ok_or_else(|| iommu.fault(iova))?;
     // SAFETY: the range lies inside a live mapping (held by the read lock). The driver gave this
     // buffer to the device for the command and doesn't touch it until the completion is posted,
     // so no other reference to these bytes exists during `f`.
@@ -55,7 +55,7 @@ pub(crate) fn with_ref<R>(
     f: impl FnOnce(&[u8]) -> R,
 ) -> Result<R, DmaFault> {
     let maps = iommu.read();
-    let src = lookup(&maps, iova, len as u64).ok_or(DmaFault)?;
+    let src = lookup(&maps, iova, len as u64).ok_or_else(|| iommu.fault(iova))?;
     // SAFETY: the range lies inside a live mapping (held by the read lock); the driver doesn't
     // write a buffer it handed to the device while the command is outstanding.
     let slice = unsafe { std::slice::from_raw_parts(src as *const u8, len) };
@@ -66,7 +66,7 @@ pub(crate) fn with_ref<R>(
 /// tag) after a release fence, so a poller that sees the new phase sees the whole entry.
 pub(crate) fn write_cqe(iommu: &ModelIommu, iova: u64, dw: [u32; 4]) -> Result<(), DmaFault> {
     let maps = iommu.read();
-    let dst = lookup(&maps, iova, 16).ok_or(DmaFault)?;
+    let dst = lookup(&maps, iova, 16).ok_or_else(|| iommu.fault(iova))?;
     if dst % 4 != 0 {
         return Err(DmaFault);
     }
@@ -86,7 +86,7 @@ pub(crate) fn write_cqe(iommu: &ModelIommu, iova: u64, dw: [u32; 4]) -> Result<(
 /// Reads a little-endian u32 at `iova` (shadow doorbells), with acquire ordering after the read.
 pub(crate) fn read_u32(iommu: &ModelIommu, iova: u64) -> Result<u32, DmaFault> {
     let maps = iommu.read();
-    let src = lookup(&maps, iova, 4).ok_or(DmaFault)?;
+    let src = lookup(&maps, iova, 4).ok_or_else(|| iommu.fault(iova))?;
     if src % 4 != 0 {
         return Err(DmaFault);
     }
@@ -100,7 +100,7 @@ pub(crate) fn read_u32(iommu: &ModelIommu, iova: u64) -> Result<u32, DmaFault> {
 /// Writes a little-endian u32 at `iova` (EventIdx values), after a release fence.
 pub(crate) fn write_u32(iommu: &ModelIommu, iova: u64, value: u32) -> Result<(), DmaFault> {
     let maps = iommu.read();
-    let dst = lookup(&maps, iova, 4).ok_or(DmaFault)?;
+    let dst = lookup(&maps, iova, 4).ok_or_else(|| iommu.fault(iova))?;
     if dst % 4 != 0 {
         return Err(DmaFault);
     }

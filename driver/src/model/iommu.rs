@@ -4,6 +4,7 @@
 use super::sharded::ShardedRw;
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLockReadGuard;
 use vfnvme_dma::{DmaError, Iommu, IovaAllocator, IovaRange};
 
@@ -27,6 +28,8 @@ pub(crate) struct Mapping {
 pub struct ModelIommu {
     alloc: IovaAllocator,
     maps: ShardedRw<BTreeMap<u64, Mapping>>,
+    faults: AtomicU64,
+    last_fault: AtomicU64,
 }
 
 impl Default for ModelIommu {
@@ -44,12 +47,32 @@ impl ModelIommu {
                 end: MODEL_IOVA_END,
             }]),
             maps: ShardedRw::new(BTreeMap::new()),
+            faults: AtomicU64::new(0),
+            last_fault: AtomicU64::new(0),
         }
     }
 
     /// The number of live mappings.
     pub fn mapping_count(&self) -> usize {
         self.read().len()
+    }
+
+    /// Device accesses that hit no mapping so far (what a real IOMMU logs as DMA faults, e.g.
+    /// Linux's `DMAR: [DMA Read] ... fault addr`).
+    pub fn fault_count(&self) -> u64 {
+        self.faults.load(Ordering::Relaxed)
+    }
+
+    /// The IOVA of the latest fault (0 if none, or if the fault was at address 0).
+    pub fn last_fault_iova(&self) -> u64 {
+        self.last_fault.load(Ordering::Relaxed)
+    }
+
+    /// Records a device access to `iova` that hit no mapping.
+    pub(crate) fn fault(&self, iova: u64) -> super::dma_engine::DmaFault {
+        self.faults.fetch_add(1, Ordering::Relaxed);
+        self.last_fault.store(iova, Ordering::Relaxed);
+        super::dma_engine::DmaFault
     }
 
     /// The mapping table, locked for reading: while the guard lives no mapping can be removed.

@@ -54,7 +54,9 @@ mod storage;
 #[cfg(test)]
 mod tests;
 
-pub use config::{Backing, ModelConfig, ModelError, ModelNamespaceConfig, MAX_NAMESPACES};
+pub use config::{
+    Backing, ModelConfig, ModelError, ModelMetadata, ModelNamespaceConfig, MAX_NAMESPACES,
+};
 pub use iommu::{ModelIommu, MODEL_IOVA_END, MODEL_IOVA_START};
 pub use platform::ModelPlatform;
 pub use registers::ModelRegs;

@@ -1,6 +1,6 @@
 //! The model's namespaces: size, format, identity and data.
 
-use super::config::{Backing, ModelNamespaceConfig};
+use super::config::{Backing, ModelMetadata, ModelNamespaceConfig};
 use super::storage::SparseStore;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 pub(crate) struct ModelNamespace {
     pub nsid: u32,
     pub lba_shift: u8,
+    /// The metadata of the LBA format in use (`None`: a format without metadata).
+    pub metadata: Option<ModelMetadata>,
     pub blocks: AtomicU64,
     pub attached: AtomicBool,
     /// Bumped by `change_identity`: feeds the EUI64/NGUID/UUID.
@@ -32,6 +34,7 @@ impl ModelNamespace {
         ModelNamespace {
             nsid: cfg.nsid,
             lba_shift: cfg.lba_size.trailing_zeros() as u8,
+            metadata: None,
             blocks: AtomicU64::new(cfg.blocks),
             attached: AtomicBool::new(true),
             generation: AtomicU32::new(0),
@@ -41,6 +44,12 @@ impl ModelNamespace {
             },
             seed,
         }
+    }
+
+    /// The namespace formatted with `metadata` (builder).
+    pub fn with_metadata(mut self, metadata: Option<ModelMetadata>) -> Self {
+        self.metadata = metadata;
+        self
     }
 
     pub fn blocks(&self) -> u64 {

@@ -1,7 +1,10 @@
 //! `ModelPlatform`: the driver's [`Platform`] over the in-memory controller, plus the test
 //! controls (statistics, runtime namespace changes).
 
-use super::config::{validate_namespace, ModelConfig, ModelError, ModelNamespaceConfig};
+use super::config::{
+    validate_metadata, validate_namespace, Backing, ModelConfig, ModelError, ModelMetadata,
+    ModelNamespaceConfig,
+};
 use super::core::Core;
 use super::iommu::ModelIommu;
 use super::namespaces::ModelNamespace;
@@ -68,7 +71,9 @@ impl ModelPlatform {
                     count: table.len() + 1,
                 });
             }
-            table.insert(ns.nsid, Arc::new(ModelNamespace::new(&ns, core.cfg.seed)));
+            let md = core.cfg.metadata_of(ns.nsid);
+            let new = ModelNamespace::new(&ns, core.cfg.seed).with_metadata(md);
+            table.insert(ns.nsid, Arc::new(new));
             Ok(())
         })?;
         core.ns_changed(&mut c, ns.nsid);
@@ -113,6 +118,40 @@ impl ModelPlatform {
             ns.generation.fetch_add(1, Ordering::AcqRel);
             Ok(())
         })
+    }
+
+    /// Formats namespace `nsid` (as Format NVM would): `lba_size` bytes per block, with
+    /// `metadata` or without; the data is erased, the size in blocks kept. Raises a Namespace
+    /// Attribute Changed event.
+    pub fn format_namespace(
+        &self,
+        nsid: u32,
+        lba_size: u32,
+        metadata: Option<ModelMetadata>,
+    ) -> Result<(), ModelError> {
+        if let Some(md) = metadata {
+            validate_metadata(md)?;
+        }
+        let core = self.core();
+        let mut c = core.lock_ctrl();
+        let old = core
+            .active_ns(nsid)
+            .ok_or(ModelError::NoSuchNamespace { nsid })?;
+        let cfg = ModelNamespaceConfig {
+            nsid,
+            blocks: old.blocks(),
+            lba_size,
+            backing: if old.store.is_some() {
+                Backing::Ram
+            } else {
+                Backing::Null
+            },
+        };
+        validate_namespace(&cfg, core.nn)?;
+        let new = ModelNamespace::new(&cfg, core.cfg.seed).with_metadata(metadata);
+        core.ns_write(|table| table.insert(nsid, Arc::new(new)));
+        core.ns_changed(&mut c, nsid);
+        Ok(())
     }
 
     /// Makes the next read of the Changed Namespace List log report overflow (0xFFFFFFFF).

@@ -35,6 +35,74 @@ pub struct NamespaceIdentity {
     pub lba_shift: u8,
     /// Metadata bytes per LBA.
     pub metadata_size: u16,
+    /// Whether the metadata is transferred at the end of each LBA in the data buffer (FLBAS
+    /// bit 4, extended LBA); otherwise it has its own buffer (MPTR).
+    pub metadata_extended: bool,
+    /// End-to-end protection information type in use (DPS bits 2:0; 0 = none).
+    pub protection_type: u8,
+}
+
+impl NamespaceIdentity {
+    /// Whether vfnvme can do I/O on this format: only formats without metadata and without
+    /// protection information (metadata transfer is not implemented).
+    #[inline]
+    pub fn io_supported(&self) -> bool {
+        self.metadata_size == 0 && self.protection_type == 0
+    }
+
+    /// The format's metadata (displays as e.g. `no metadata`, `8 B metadata per block
+    /// (extended LBA)`, `16 B metadata per block (separate buffer), protection information
+    /// type 1`).
+    pub fn metadata_format(&self) -> MetadataFormat {
+        MetadataFormat {
+            size: self.metadata_size,
+            extended: self.metadata_extended,
+            protection_type: self.protection_type,
+        }
+    }
+}
+
+/// The metadata of a namespace's LBA format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MetadataFormat {
+    /// Metadata bytes per block.
+    pub size: u16,
+    /// In the data buffer after each block (extended LBA) rather than in a separate buffer.
+    pub extended: bool,
+    /// Protection information type (0 = none).
+    pub protection_type: u8,
+}
+
+impl MetadataFormat {
+    /// A short form for tables: `none`, `8 ext`, `16 sep`, `8 ext pi1`.
+    pub fn short(&self) -> String {
+        if self.size == 0 && self.protection_type == 0 {
+            return "none".into();
+        }
+        let layout = if self.extended { "ext" } else { "sep" };
+        match self.protection_type {
+            0 => format!("{} {layout}", self.size),
+            t => format!("{} {layout} pi{t}", self.size),
+        }
+    }
+}
+
+impl std::fmt::Display for MetadataFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.size == 0 && self.protection_type == 0 {
+            return f.write_str("no metadata");
+        }
+        let layout = if self.extended {
+            "extended LBA"
+        } else {
+            "separate buffer"
+        };
+        write!(f, "{} B metadata per block ({layout})", self.size)?;
+        if self.protection_type != 0 {
+            write!(f, ", protection information type {}", self.protection_type)?;
+        }
+        Ok(())
+    }
 }
 
 /// The lifecycle state of a namespace.
@@ -59,6 +127,8 @@ pub struct Namespace {
     identity: NamespaceIdentity,
     blocks: AtomicU64,
     state: AtomicU8,
+    /// `!identity.io_supported()`, kept as one byte next to the state for the I/O path.
+    io_refused: bool,
 }
 
 impl Namespace {
@@ -69,6 +139,7 @@ impl Namespace {
             identity,
             blocks: AtomicU64::new(blocks),
             state: AtomicU8::new(NamespaceState::Active as u8),
+            io_refused: !identity.io_supported(),
         }
     }
     /// The namespace ID.
@@ -80,6 +151,12 @@ impl Namespace {
     #[inline]
     pub fn identity(&self) -> &NamespaceIdentity {
         &self.identity
+    }
+    /// Whether I/O to this namespace is refused because its format has metadata or protection
+    /// information (see [`NamespaceIdentity::io_supported`]).
+    #[inline]
+    pub fn io_refused(&self) -> bool {
+        self.io_refused
     }
     /// The LBA data size in bytes.
     #[inline]

@@ -192,6 +192,8 @@ fn parse_namespace(page: &[u8]) -> Result<Option<(NamespaceIdentity, u64)>, Erro
         csi: 0,
         lba_shift: fmt.lbads,
         metadata_size: fmt.ms,
+        metadata_extended: fmt.ms != 0 && id.metadata_extended(),
+        protection_type: id.dps & 0x7,
     };
     Ok(Some((identity, id.nsze)))
 }

@@ -120,14 +120,28 @@ impl IoQueue {
         self.rings.uses_shadow()
     }
 
+    /// Why a namespace takes no I/O: not active, or formatted with metadata.
+    #[cold]
+    #[inline(never)]
+    fn refused(ns: &Namespace, state: NamespaceState) -> SubmitErrorKind {
+        if state != NamespaceState::Active {
+            SubmitErrorKind::NamespaceNotActive {
+                nsid: ns.nsid(),
+                state,
+            }
+        } else {
+            SubmitErrorKind::MetadataUnsupported {
+                nsid: ns.nsid(),
+                metadata: ns.identity().metadata_format(),
+            }
+        }
+    }
+
     #[inline(always)]
     fn check_ns(ns: &Namespace, lba: u64, blocks: u64) -> Result<(), SubmitErrorKind> {
         let state = ns.state();
-        if state != NamespaceState::Active {
-            return Err(SubmitErrorKind::NamespaceNotActive {
-                nsid: ns.nsid(),
-                state,
-            });
+        if state != NamespaceState::Active || ns.io_refused() {
+            return Err(Self::refused(ns, state));
         }
         if blocks == 0 {
             return Err(SubmitErrorKind::ZeroBlocks);
@@ -305,14 +319,8 @@ impl IoQueue {
     #[inline]
     pub fn flush(&mut self, ns: &Namespace, tag: u64) -> Result<(), SubmitError> {
         let state = ns.state();
-        if state != NamespaceState::Active {
-            return Err(SubmitError::new(
-                SubmitErrorKind::NamespaceNotActive {
-                    nsid: ns.nsid(),
-                    state,
-                },
-                None,
-            ));
+        if state != NamespaceState::Active || ns.io_refused() {
+            return Err(SubmitError::new(Self::refused(ns, state), None));
         }
         let mut cmd = Command::flush(ns.nsid());
         self.submit_single(&mut cmd, tag)

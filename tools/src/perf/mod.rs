@@ -143,15 +143,30 @@ fn prepare_jobs<P: Platform>(
                 },
             }
         })?,
+        // The first namespace that takes I/O; if none does, the first one (refused below).
         None => {
-            ctrl.namespaces()
-                .into_iter()
-                .next()
+            let all = ctrl.namespaces();
+            all.iter()
+                .find(|n| !n.io_refused())
+                .or(all.first())
+                .cloned()
                 .ok_or_else(|| PerfInputError::NoNamespace {
                     device: name.to_string(),
                 })?
         }
     };
+    // Refused before any command is sent (a metadata format would otherwise move the wrong
+    // number of bytes, or metadata to address 0, on every I/O).
+    if ns.io_refused() {
+        return Err(PerfInputError::NamespaceRefused {
+            device: name.to_string(),
+            reason: vfnvme::SubmitErrorKind::MetadataUnsupported {
+                nsid: ns.nsid(),
+                metadata: ns.identity().metadata_format(),
+            },
+        }
+        .into());
+    }
     options::check_io_size(args.io_size, ns.nsid(), ns.lba_size(), ns.size_bytes())?;
     let info = ctrl.identify();
     let per_cmd = info.max_transfer_bytes.max(4096) as u64;
