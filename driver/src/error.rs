@@ -178,6 +178,14 @@ pub enum SubmitErrorKind {
         /// The format's metadata.
         metadata: crate::namespace::MetadataFormat,
     },
+    /// The controller does not support this command (or must not be sent it).
+    #[error("the controller does not support {command}: {reason}")]
+    CommandUnsupported {
+        /// The command.
+        command: &'static str,
+        /// Why, and what to do instead.
+        reason: &'static str,
+    },
     /// Too many (or zero) Dataset Management ranges.
     #[error("{count} deallocate ranges given: pass between 1 and 256")]
     BadRangeCount {

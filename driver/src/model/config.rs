@@ -86,6 +86,14 @@ pub struct ModelConfig {
     /// maybe protection information). Reads and writes then move `ms` bytes per block more, in
     /// the data buffer (extended) or at MPTR (separate), as a real controller does.
     pub namespace_metadata: Vec<(u32, ModelMetadata)>,
+    /// PCI vendor ID (config space offset 0); with [`ModelConfig::pci_device_id`] it selects the
+    /// driver's quirks (`crate::quirks`). Default: QEMU's 1b36.
+    pub pci_vendor_id: u16,
+    /// PCI device ID (config space offset 2). Default: QEMU's 0010.
+    pub pci_device_id: u16,
+    /// Reads of CSTS within this much virtual time after a CC.EN change return CFS = 1 (a
+    /// controller that must not be polled too early; see `Quirks::DELAY_BEFORE_CHK_RDY`).
+    pub early_csts_read_fatal_ns: u64,
     /// Serial number (at most 20 ASCII characters).
     pub serial: String,
     /// Model number (at most 40 ASCII characters).
@@ -121,6 +129,9 @@ impl Default for ModelConfig {
             legacy_identify: false,
             namespace_csi: Vec::new(),
             namespace_metadata: Vec::new(),
+            pci_vendor_id: 0x1b36,
+            pci_device_id: 0x0010,
+            early_csts_read_fatal_ns: 0,
             serial: "MODEL0001".into(),
             model: "vfnvme model".into(),
             firmware: "1.0".into(),

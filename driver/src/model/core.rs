@@ -35,6 +35,8 @@ pub(crate) struct CtrlState {
     /// CSTS.CFS from a bad enable.
     pub cfs: bool,
     pub ready_at: Option<u64>,
+    /// Virtual time of the last CC.EN change (for `early_csts_read_fatal_ns`).
+    pub en_changed_at: Option<u64>,
     pub shutdown_at: Option<u64>,
     pub admin_sq: Option<Sq>,
     /// Memory page size from CC.MPS.

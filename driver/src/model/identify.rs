@@ -143,6 +143,7 @@ pub(crate) fn descriptors(ns: &ModelNamespace, csi: u8) -> Vec<u8> {
 /// Executes Identify.
 pub(crate) fn execute(core: &Core, sqe: &Sqe, page: u64) -> Outcome {
     let cns = sqe.cdw(10) & 0xFF;
+    core.counters.identify(cns as u8);
     let nsid = sqe.nsid();
     if core.cfg.legacy_identify && matches!(cns, 0x02 | 0x03) {
         return Status::INVALID_FIELD.into();

@@ -202,4 +202,9 @@ impl Platform for ModelPlatform {
     fn name(&self) -> String {
         format!("model:{}", self.core().cfg.serial)
     }
+
+    fn pci_id(&self) -> Option<(u16, u16)> {
+        let cfg = &self.core().cfg;
+        Some((cfg.pci_vendor_id, cfg.pci_device_id))
+    }
 }

@@ -38,8 +38,16 @@ impl ModelRegs {
     }
 
     fn csts(&self) -> u32 {
-        let c = self.core.lock_ctrl();
+        let mut c = self.core.lock_ctrl();
         let now = self.core.now();
+        let window = self.core.cfg.early_csts_read_fatal_ns;
+        if window > 0
+            && c.en_changed_at
+                .is_some_and(|t| now < t.saturating_add(window))
+        {
+            // A controller that breaks when polled too soon after CC.EN changes.
+            c.cfs = true;
+        }
         let fatal = c.cfs || self.core.fatal.load(Ordering::Acquire);
         let rdy = c.enabled && c.ready_at.is_some_and(|t| now >= t);
         let shst = match c.shutdown_at {
@@ -93,6 +101,9 @@ impl ModelRegs {
         let old = c.cc;
         c.cc = value;
         let now = core.now();
+        if (old ^ value) & 1 != 0 {
+            c.en_changed_at = Some(now);
+        }
         match (old & 1, value & 1) {
             (0, 1) => self.enable(&mut c),
             (1, 0) => {
