@@ -63,7 +63,9 @@ pub(crate) fn execute(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Option<Outco
         }
         op::NS_ATTACHMENT => ns_attachment(core, c, sqe),
         op::NS_MANAGEMENT => ns_management(core, c, sqe),
-        op::DOORBELL_BUFFER_CONFIG if core.cfg.shadow_doorbells => {
+        op::DOORBELL_BUFFER_CONFIG
+            if core.cfg.shadow_doorbells && core.cfg.version >= 0x0001_0300 =>
+        {
             doorbell_buffer_config(core, sqe)
         }
         _ => Status::INVALID_OPCODE.into(),

@@ -94,6 +94,27 @@ pub struct ModelConfig {
     /// Reads of CSTS within this much virtual time after a CC.EN change return CFS = 1 (a
     /// controller that must not be polled too early; see `Quirks::DELAY_BEFORE_CHK_RDY`).
     pub early_csts_read_fatal_ns: u64,
+    /// CAP.DSTRD: doorbells (and shadow doorbell entries) are `4 << dstrd` bytes apart (0..=8).
+    pub doorbell_stride: u8,
+    /// CAP.CQR: queues must be physically contiguous (vfnvme's always are).
+    pub contiguous_queues_required: bool,
+    /// CAP.MPSMIN: the smallest memory page size is `4096 << mpsmin`.
+    pub mpsmin: u8,
+    /// CAP.MPSMAX: the largest memory page size is `4096 << mpsmax` (≥ mpsmin, ≤ 15).
+    pub mpsmax: u8,
+    /// CAP.TO in 500 ms units (1..=255): how long the host waits for CSTS.RDY.
+    pub timeout_units: u8,
+    /// The NVMe version (VS register and Identify VER), e.g. `0x0001_0300` for 1.3. Older
+    /// versions lack commands: below 1.1 no Active Namespace ID list (CNS 02h); below 1.2 no
+    /// Namespace Attribute Notices; below 1.3 no descriptor list (CNS 03h) and no Doorbell
+    /// Buffer Config.
+    pub version: u32,
+    /// Optional NVM Command Support (ONCS): bit 2 Dataset Management, bit 3 Write Zeroes.
+    pub oncs: u16,
+    /// Identify VWC bit 0: a volatile write cache is present.
+    pub volatile_write_cache: bool,
+    /// Virtual time from CC.EN=0 until CSTS.RDY reads 0.
+    pub disable_delay_ns: u64,
     /// Serial number (at most 20 ASCII characters).
     pub serial: String,
     /// Model number (at most 40 ASCII characters).
@@ -132,6 +153,15 @@ impl Default for ModelConfig {
             pci_vendor_id: 0x1b36,
             pci_device_id: 0x0010,
             early_csts_read_fatal_ns: 0,
+            doorbell_stride: 0,
+            contiguous_queues_required: true,
+            mpsmin: 0,
+            mpsmax: 4,
+            timeout_units: 20,
+            version: 0x0002_0000,
+            oncs: 1 << 2 | 1 << 3,
+            volatile_write_cache: false,
+            disable_delay_ns: 0,
             serial: "MODEL0001".into(),
             model: "vfnvme model".into(),
             firmware: "1.0".into(),
@@ -254,6 +284,27 @@ impl ModelConfig {
                 what: "mdts",
                 value: self.mdts.into(),
                 hint: "use 0 (unlimited) ..= 20",
+            });
+        }
+        if self.doorbell_stride > 8 {
+            return Err(ModelError::BadLimit {
+                what: "doorbell_stride",
+                value: self.doorbell_stride.into(),
+                hint: "use 0..=8",
+            });
+        }
+        if self.mpsmin > self.mpsmax || self.mpsmax > 15 {
+            return Err(ModelError::BadLimit {
+                what: "mpsmin/mpsmax",
+                value: self.mpsmin.into(),
+                hint: "use mpsmin <= mpsmax <= 15",
+            });
+        }
+        if self.timeout_units == 0 {
+            return Err(ModelError::BadLimit {
+                what: "timeout_units",
+                value: 0,
+                hint: "use 1..=255 (units of 500 ms)",
             });
         }
         let nn = self.effective_nn();

@@ -37,6 +37,8 @@ pub(crate) struct CtrlState {
     pub ready_at: Option<u64>,
     /// Virtual time of the last CC.EN change (for `early_csts_read_fatal_ns`).
     pub en_changed_at: Option<u64>,
+    /// CSTS.RDY keeps reading 1 until then after CC.EN=0 (`disable_delay_ns`).
+    pub rdy_clear_at: Option<u64>,
     pub shutdown_at: Option<u64>,
     pub admin_sq: Option<Sq>,
     /// Memory page size from CC.MPS.

@@ -42,10 +42,13 @@ pub(crate) fn controller(core: &Core) -> Vec<u8> {
     b[76] = 0; // CMIC: one port, one controller
     b[77] = cfg.mdts;
     put16(&mut b, 78, cfg.cntlid);
-    put32(&mut b, 80, 0x0002_0000); // VER 2.0
-    put32(&mut b, 92, 1 << 8); // OAES: Namespace Attribute Notices
+    let ver = cfg.version;
+    put32(&mut b, 80, if ver >= 0x0001_0200 { ver } else { 0 }); // VER (from 1.2)
+    let notices = ver >= 0x0001_0200;
+    put32(&mut b, 92, u32::from(notices) << 8); // OAES: Namespace Attribute Notices
     b[111] = 1; // CNTRLTYPE: I/O controller
-    let oacs: u16 = 1 << 3 | if cfg.shadow_doorbells { 1 << 8 } else { 0 };
+    let dbbc = cfg.shadow_doorbells && ver >= 0x0001_0300;
+    let oacs: u16 = 1 << 3 | if dbbc { 1 << 8 } else { 0 };
     put16(&mut b, 256, oacs);
     b[258] = 3; // ACL (0-based)
     b[259] = cfg.aerl; // AERL (0-based)
@@ -58,8 +61,8 @@ pub(crate) fn controller(core: &Core) -> Vec<u8> {
     b[512] = 0x66; // SQES
     b[513] = 0x44; // CQES
     put32(&mut b, 516, core.nn); // NN
-    put16(&mut b, 520, 1 << 2 | 1 << 3); // ONCS: DSM, Write Zeroes
-    b[525] = 0; // VWC: no volatile write cache
+    put16(&mut b, 520, cfg.oncs); // ONCS
+    b[525] = u8::from(cfg.volatile_write_cache); // VWC
     put_str(
         &mut b,
         768,
@@ -146,6 +149,11 @@ pub(crate) fn execute(core: &Core, sqe: &Sqe, page: u64) -> Outcome {
     core.counters.identify(cns as u8);
     let nsid = sqe.nsid();
     if core.cfg.legacy_identify && matches!(cns, 0x02 | 0x03) {
+        return Status::INVALID_FIELD.into();
+    }
+    // What older versions lack: CNS 02h came with 1.1, CNS 03h with 1.3.
+    let ver = core.cfg.version;
+    if (cns == 0x02 && ver < 0x0001_0100) || (cns == 0x03 && ver < 0x0001_0300) {
         return Status::INVALID_FIELD.into();
     }
     let data = match cns {

@@ -25,10 +25,15 @@ pub(crate) fn execute(core: &Core, sqe: &Sqe, page: u64) -> Outcome {
     if opcode == op::FLUSH && sqe.nsid() == u32::MAX {
         return Outcome::ok(0);
     }
-    if !matches!(
-        opcode,
-        op::FLUSH | op::WRITE | op::READ | op::WRITE_ZEROES | op::DSM
-    ) {
+    let oncs = core.cfg.oncs;
+    let optional_missing = (opcode == op::WRITE_ZEROES && oncs & 1 << 3 == 0)
+        || (opcode == op::DSM && oncs & 1 << 2 == 0);
+    if optional_missing
+        || !matches!(
+            opcode,
+            op::FLUSH | op::WRITE | op::READ | op::WRITE_ZEROES | op::DSM
+        )
+    {
         return Status::INVALID_OPCODE.into();
     }
     let result = core.with_active_ns(sqe.nsid(), |ns| match opcode {
