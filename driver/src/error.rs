@@ -178,13 +178,13 @@ pub enum SubmitErrorKind {
         /// The format's metadata.
         metadata: crate::namespace::MetadataFormat,
     },
-    /// The controller does not support this command (or must not be sent it).
-    #[error("the controller does not support {command}: {reason}")]
+    /// The controller does not support this optional command (or must not be sent it).
+    #[error("the controller does not support {}: {}", .command.name(), .command.reason(*.quirk))]
     CommandUnsupported {
         /// The command.
-        command: &'static str,
-        /// Why, and what to do instead.
-        reason: &'static str,
+        command: OptionalCommand,
+        /// Refused for a known defect of the controller model (`crate::quirks`), not for ONCS.
+        quirk: bool,
     },
     /// Too many (or zero) Dataset Management ranges.
     #[error("{count} deallocate ranges given: pass between 1 and 256")]
@@ -195,6 +195,33 @@ pub enum SubmitErrorKind {
     /// A PRP could not be built.
     #[error(transparent)]
     Prp(#[from] crate::queue::prp::PrpError),
+}
+
+/// An optional NVM command a controller may lack (Identify Controller ONCS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptionalCommand {
+    /// Write Zeroes (ONCS bit 3).
+    WriteZeroes,
+    /// Dataset Management, used for deallocate (ONCS bit 2).
+    DatasetManagement,
+}
+
+impl OptionalCommand {
+    /// The command's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            OptionalCommand::WriteZeroes => "Write Zeroes",
+            OptionalCommand::DatasetManagement => "Dataset Management (deallocate)",
+        }
+    }
+    /// Why it is refused and what to do instead.
+    pub fn reason(self, quirk: bool) -> &'static str {
+        match (self, quirk) {
+            (OptionalCommand::WriteZeroes, true) => "a known defect of this controller model (quirk disable-write-zeroes); write a zero-filled buffer instead",
+            (OptionalCommand::WriteZeroes, false) => "Identify Controller ONCS bit 3 is clear; write a zero-filled buffer instead",
+            (OptionalCommand::DatasetManagement, _) => "Identify Controller ONCS bit 2 is clear; the blocks cannot be deallocated, overwrite them if needed",
+        }
+    }
 }
 
 /// A submission error that hands the I/O's buffer back.

@@ -8,6 +8,7 @@
 use std::io::Write;
 use std::sync::Arc;
 use vfnvme::controller::{Controller, ControllerOptions};
+use vfnvme::error::OptionalCommand;
 use vfnvme::model::{Backing, ModelConfig, ModelMetadata, ModelNamespaceConfig, ModelPlatform};
 use vfnvme::spec::command::DsmRange;
 use vfnvme::{Error, QpairOptions, SubmitErrorKind};
@@ -310,8 +311,8 @@ fn nvme_versions_and_optional_commands() {
     assert!(matches!(
         e.kind,
         SubmitErrorKind::CommandUnsupported {
-            command: "Write Zeroes",
-            ..
+            command: OptionalCommand::WriteZeroes,
+            quirk: false
         }
     ));
     let r = DsmRange {

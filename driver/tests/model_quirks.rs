@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use vfnvme::controller::{Controller, ControllerOptions};
+use vfnvme::error::OptionalCommand;
 use vfnvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 use vfnvme::quirks::{Quirks, CHK_RDY_DELAY_NS};
 use vfnvme::{Error, QpairOptions, SubmitErrorKind};
@@ -92,9 +93,10 @@ fn identify_cns_and_write_zeroes_quirks() {
     let mut qp = ctrl.alloc_qpair(QpairOptions::default()).unwrap();
     let e = qp.write_zeroes(&ns, 0, 8, 1).unwrap_err();
     match &e.kind {
-        SubmitErrorKind::CommandUnsupported { command, reason } => {
-            assert_eq!(*command, "Write Zeroes");
-            assert!(reason.contains("disable-write-zeroes"), "{reason}");
+        SubmitErrorKind::CommandUnsupported { command, quirk } => {
+            assert_eq!((*command, *quirk), (OptionalCommand::WriteZeroes, true));
+            let msg = e.kind.to_string();
+            assert!(msg.contains("disable-write-zeroes"), "{msg}");
         }
         other => panic!("{other:?}"),
     }

@@ -126,10 +126,15 @@ pub struct Namespace {
     nsid: u32,
     identity: NamespaceIdentity,
     blocks: AtomicU64,
+    /// The [`NamespaceState`], plus [`REFUSED_BIT`] when I/O is refused for the format, so that
+    /// the I/O path checks both with one load and one compare ([`Namespace::io_ready`]).
     state: AtomicU8,
-    /// `!identity.io_supported()`, kept as one byte next to the state for the I/O path.
+    /// `!identity.io_supported()`.
     io_refused: bool,
 }
+
+/// Set in a namespace's state byte when its format takes no I/O.
+const REFUSED_BIT: u8 = 0x80;
 
 impl Namespace {
     /// A namespace with `blocks` logical blocks of `1 << identity.lba_shift` bytes.
@@ -138,7 +143,14 @@ impl Namespace {
             nsid,
             identity,
             blocks: AtomicU64::new(blocks),
-            state: AtomicU8::new(NamespaceState::Active as u8),
+            state: AtomicU8::new(
+                NamespaceState::Active as u8
+                    | if identity.io_supported() {
+                        0
+                    } else {
+                        REFUSED_BIT
+                    },
+            ),
             io_refused: !identity.io_supported(),
         }
     }
@@ -157,6 +169,11 @@ impl Namespace {
     #[inline]
     pub fn io_refused(&self) -> bool {
         self.io_refused
+    }
+    /// Whether I/O may be submitted: active, and a format without metadata (one load).
+    #[inline(always)]
+    pub fn io_ready(&self) -> bool {
+        self.state.load(Ordering::Acquire) == NamespaceState::Active as u8
     }
     /// The LBA data size in bytes.
     #[inline]
@@ -184,7 +201,7 @@ impl Namespace {
     /// The current state.
     #[inline]
     pub fn state(&self) -> NamespaceState {
-        match self.state.load(Ordering::Acquire) {
+        match self.state.load(Ordering::Acquire) & !REFUSED_BIT {
             0 => NamespaceState::Active,
             1 => NamespaceState::Removing,
             _ => NamespaceState::Removed,
@@ -192,6 +209,7 @@ impl Namespace {
     }
     /// Moves the namespace to `state`.
     pub fn set_state(&self, state: NamespaceState) {
-        self.state.store(state as u8, Ordering::Release);
+        let refused = if self.io_refused { REFUSED_BIT } else { 0 };
+        self.state.store(state as u8 | refused, Ordering::Release);
     }
 }

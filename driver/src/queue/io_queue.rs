@@ -121,27 +121,31 @@ impl IoQueue {
     }
 
     /// Why a namespace takes no I/O: not active, or formatted with metadata.
-    #[cold]
-    #[inline(never)]
-    fn refused(ns: &Namespace, state: NamespaceState) -> SubmitErrorKind {
+    #[inline(always)]
+    fn refused(ns: &Namespace) -> SubmitErrorKind {
+        let state = ns.state();
         if state != NamespaceState::Active {
-            SubmitErrorKind::NamespaceNotActive {
+            return SubmitErrorKind::NamespaceNotActive {
                 nsid: ns.nsid(),
                 state,
-            }
-        } else {
-            SubmitErrorKind::MetadataUnsupported {
-                nsid: ns.nsid(),
-                metadata: ns.identity().metadata_format(),
-            }
+            };
+        }
+        Self::metadata_refused(ns)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn metadata_refused(ns: &Namespace) -> SubmitErrorKind {
+        SubmitErrorKind::MetadataUnsupported {
+            nsid: ns.nsid(),
+            metadata: ns.identity().metadata_format(),
         }
     }
 
     #[inline(always)]
     fn check_ns(ns: &Namespace, lba: u64, blocks: u64) -> Result<(), SubmitErrorKind> {
-        let state = ns.state();
-        if state != NamespaceState::Active || ns.io_refused() {
-            return Err(Self::refused(ns, state));
+        if !ns.io_ready() {
+            return Err(Self::refused(ns));
         }
         if blocks == 0 {
             return Err(SubmitErrorKind::ZeroBlocks);
@@ -318,9 +322,8 @@ impl IoQueue {
     /// Queues a flush of namespace `ns`.
     #[inline]
     pub fn flush(&mut self, ns: &Namespace, tag: u64) -> Result<(), SubmitError> {
-        let state = ns.state();
-        if state != NamespaceState::Active || ns.io_refused() {
-            return Err(SubmitError::new(Self::refused(ns, state), None));
+        if !ns.io_ready() {
+            return Err(SubmitError::new(Self::refused(ns), None));
         }
         let mut cmd = Command::flush(ns.nsid());
         self.submit_single(&mut cmd, tag)

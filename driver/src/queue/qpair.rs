@@ -2,7 +2,7 @@
 
 use super::io_queue::{Direction, IoCompletion, IoQueue};
 use crate::controller::{ControllerInfo, Shared};
-use crate::error::{Error, SubmitError, SubmitErrorKind};
+use crate::error::{Error, OptionalCommand, SubmitError, SubmitErrorKind};
 use crate::namespace::Namespace;
 use crate::platform::Platform;
 use crate::quirks::Quirks;
@@ -42,10 +42,10 @@ pub struct QueuePair<P: Platform> {
     shared: Arc<Shared<P>>,
     qid: u16,
     sync_timeout_ns: u64,
-    /// Why Write Zeroes is refused (`None`: the controller supports it).
-    no_write_zeroes: Option<&'static str>,
-    /// Why Dataset Management is refused (`None`: the controller supports it).
-    no_dsm: Option<&'static str>,
+    /// Write Zeroes refused: `Some(quirk)` (`None`: the controller supports it).
+    no_write_zeroes: Option<bool>,
+    /// Dataset Management refused: `Some(quirk)` (`None`: the controller supports it).
+    no_dsm: Option<bool>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -117,15 +117,13 @@ impl<P: Platform> QueuePair<P> {
             qid,
             sync_timeout_ns: options.sync_timeout_ms.saturating_mul(1_000_000),
             no_write_zeroes: if info.quirks.contains(Quirks::DISABLE_WRITE_ZEROES) {
-                Some("a known defect of this controller model (quirk disable-write-zeroes); write a zero-filled buffer instead")
+                Some(true)
             } else if info.identify.oncs & ONCS_WRITE_ZEROES == 0 {
-                Some("Identify Controller ONCS bit 3 is clear; write a zero-filled buffer instead")
+                Some(false)
             } else {
                 None
             },
-            no_dsm: (info.identify.oncs & ONCS_DSM == 0).then_some(
-                "Identify Controller ONCS bit 2 (Dataset Management) is clear; the blocks cannot be deallocated, overwrite them if needed",
-            ),
+            no_dsm: (info.identify.oncs & ONCS_DSM == 0).then_some(false),
             _not_sync: PhantomData,
         })
     }
@@ -222,8 +220,8 @@ impl<P: Platform> QueuePair<P> {
         blocks: u32,
         tag: u64,
     ) -> Result<(), SubmitError> {
-        if let Some(reason) = self.no_write_zeroes {
-            return Err(Self::unsupported("Write Zeroes", reason));
+        if let Some(quirk) = self.no_write_zeroes {
+            return Err(Self::unsupported(OptionalCommand::WriteZeroes, quirk));
         }
         self.io.write_zeroes(ns, lba, blocks, tag)
     }
@@ -236,18 +234,15 @@ impl<P: Platform> QueuePair<P> {
         ranges: &[DsmRange],
         tag: u64,
     ) -> Result<(), SubmitError> {
-        if let Some(reason) = self.no_dsm {
-            return Err(Self::unsupported("Dataset Management (deallocate)", reason));
+        if let Some(quirk) = self.no_dsm {
+            return Err(Self::unsupported(OptionalCommand::DatasetManagement, quirk));
         }
         self.io.deallocate(ns, ranges, tag)
     }
 
     #[cold]
-    fn unsupported(command: &'static str, reason: &'static str) -> SubmitError {
-        SubmitError::new(
-            SubmitErrorKind::CommandUnsupported { command, reason },
-            None,
-        )
+    fn unsupported(command: OptionalCommand, quirk: bool) -> SubmitError {
+        SubmitError::new(SubmitErrorKind::CommandUnsupported { command, quirk }, None)
     }
 
     /// Rings the SQ doorbell once for everything queued, then the CQ head doorbell for what

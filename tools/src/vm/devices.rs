@@ -140,6 +140,19 @@ mod tests {
     }
 
     #[test]
+    fn controller_limits_reach_qemu() {
+        let dir = temp_dir("shapes");
+        let joined = qemu_device_args(find("shapes").unwrap(), &dir)
+            .unwrap()
+            .join(" ");
+        assert!(
+            joined.contains("nvme,id=c0,serial=VFNVME-SHAPES,addr=0x10,mdts=2,max_ioqpairs=1"),
+            "{joined}"
+        );
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn data_scenario_has_slot_serial_and_sparse_image() {
         let dir = temp_dir("data");
         let args = qemu_device_args(find("data").unwrap(), &dir).unwrap();

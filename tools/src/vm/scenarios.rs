@@ -347,6 +347,24 @@ pub const SCENARIOS: &[Scenario] = &[
         )],
     },
     Scenario {
+        name: "shapes",
+        description: "one controller on vfio-pci unlike QEMU's defaults: mdts=2 (16 KiB), max_ioqpairs=1, namespaces 1 (512 B), 2 (4096 B), 9 (512 B, after a gap) and 200 (4096+8 extended metadata) (raw images)",
+        subsystem: None,
+        controllers: &[Controller {
+            slot: 0x10,
+            serial: "VFNVME-SHAPES",
+            binding: Binding::Vfio,
+            namespaces: Namespaces::List(&[
+                Namespace::new(1, Backing::Raw, 16 * MIB, 512),
+                Namespace::new(2, Backing::Raw, 16 * MIB, 4096),
+                Namespace::new(9, Backing::Raw, 8 * MIB, 512),
+                Namespace::new(200, Backing::Raw, 8 * MIB, 4096).with_metadata(8, true, 0),
+            ]),
+            mdts: Some(2),
+            max_ioqpairs: Some(1),
+        }],
+    },
+    Scenario {
         name: "ns256",
         description: "one controller on vfio-pci with 256 namespaces (1 MiB raw images, 512 B LBAs)",
         subsystem: None,
