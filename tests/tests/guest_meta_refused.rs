@@ -228,3 +228,46 @@ fn perf_and_identify_refuse_and_report_metadata_namespaces() {
     );
     assert_no_new_dmar_faults(&faults_before);
 }
+
+/// Runs last (libtest orders tests by name; RUST_TEST_THREADS=1): it reformats ns 2.
+#[test]
+fn vfnvme_format_makes_a_metadata_namespace_usable() {
+    if !guest::in_guest("guest_meta_refused::vfnvme_format_makes_a_metadata_namespace_usable") {
+        return;
+    }
+    let faults_before = dmar_faults();
+    let bdf = guest::vfio_devices()[0].clone();
+    let bin = vfnvme_bin();
+    let run = |args: &[&str]| {
+        Command::new(&bin)
+            .args(args)
+            .output()
+            .expect("running vfnvme format")
+    };
+    let out = run(&["format", &bdf, "--nsid", "2"]);
+    assert!(!out.status.success(), "without --yes nothing is erased");
+    let out = run(&["format", &bdf, "--nsid", "2", "--yes"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("no metadata"), "{text}");
+    let ctrl = guest_io::open(&bdf);
+    let ns = guest_io::namespace(&ctrl, 2);
+    assert!(
+        !ns.io_refused(),
+        "ns 2 after the format: {}",
+        ns.identity().metadata_format()
+    );
+    assert_eq!(ns.lba_size(), 512);
+    let mut qp = guest_io::qpair(&ctrl, 64);
+    for (lba, len) in [(0u64, 4096usize), (100, 64 << 10), (1000, 1 << 20)] {
+        let data = guest_io::random_bytes(len, 0xf0_0002 ^ lba);
+        guest_io::write_read_verify(&ctrl, &mut qp, &ns, lba, &data);
+    }
+    drop(qp);
+    drop(ctrl);
+    assert_no_new_dmar_faults(&faults_before);
+}

@@ -1,5 +1,6 @@
 //! `vfnvme`: set up, list, identify and benchmark NVMe controllers, and run commands in a QEMU guest.
 
+mod format;
 mod identify;
 mod kernel_nvme;
 mod list;
@@ -30,6 +31,8 @@ enum Command {
     List(list::ListArgs),
     /// Show a controller's identify data and its namespaces.
     Identify(identify::IdentifyArgs),
+    /// Format a namespace (Format NVM), by default to its block size without metadata.
+    Format(format::FormatArgs),
     /// Bind controllers to vfio-pci, reserve hugepages, check the IOMMU and memlock limit.
     Setup(setup::SetupArgs),
     /// Run a command inside a QEMU guest whose emulated NVMe controllers sit on vfio-pci.
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
         Command::Perf(args) => perf::run(&args).map(|()| 0),
         Command::List(args) => list::run(&args).map(|()| 0),
         Command::Identify(args) => identify::run(&args).map(|()| 0),
+        Command::Format(args) => format::run(&args).map(|()| 0),
         Command::Setup(args) => setup::run(&args).map(|()| 0),
         Command::Vm(args) => vm::run(&args),
     };

@@ -26,6 +26,7 @@ pub(crate) mod op {
     pub const NS_MANAGEMENT: u8 = 0x0D;
     pub const NS_ATTACHMENT: u8 = 0x15;
     pub const DOORBELL_BUFFER_CONFIG: u8 = 0x7C;
+    pub const FORMAT_NVM: u8 = 0x80;
 }
 
 /// The largest Get Log Page transfer the model serves (its logs are far smaller; the rest would
@@ -63,6 +64,7 @@ pub(crate) fn execute(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Option<Outco
         }
         op::NS_ATTACHMENT => ns_attachment(core, c, sqe),
         op::NS_MANAGEMENT => ns_management(core, c, sqe),
+        op::FORMAT_NVM => super::admin_namespaces::format_nvm(core, c, sqe),
         op::DOORBELL_BUFFER_CONFIG
             if core.cfg.shadow_doorbells && core.cfg.version >= 0x0001_0300 =>
         {

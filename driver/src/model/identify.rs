@@ -85,20 +85,18 @@ pub(crate) fn namespace(ns: &ModelNamespace) -> Vec<u8> {
     put64(&mut b, 8, blocks); // NCAP
     put64(&mut b, 16, blocks); // NUSE
     let format = u8::from(ns.lba_shift == 12);
-    match ns.metadata {
-        None => {
-            b[25] = 1; // NLBAF: two formats (0-based)
-            b[26] = format; // FLBAS: format in use
-        }
-        Some(md) => {
-            b[25] = 3; // NLBAF: four formats, 2 and 3 with metadata
-            b[26] = (2 + format) | u8::from(md.extended) << 4; // FLBAS: index, extended LBA
-            b[27] = 0b11; // MC: extended and separate metadata supported
-            b[28] = if md.pi != 0 { 0b1_0111 } else { 0 }; // DPC: types 1-3, first 8 bytes
-            b[29] = md.pi; // DPS: the type in use, PI in the last 8 bytes
-            put32(&mut b, 136, 9 << 16 | u32::from(md.ms)); // LBAF2: 512 + ms
-            put32(&mut b, 140, 12 << 16 | u32::from(md.ms)); // LBAF3: 4096 + ms
-        }
+    b[25] = 1; // NLBAF: two formats (0-based)
+    b[26] = format; // FLBAS: format in use
+    if ns.offered_ms != 0 {
+        b[25] = 3; // NLBAF: four formats, 2 and 3 with metadata
+        b[27] = 0b11; // MC: extended and separate metadata supported
+        b[28] = 0b1_0111; // DPC: types 1-3, PI in the first 8 bytes supported
+        put32(&mut b, 136, 9 << 16 | u32::from(ns.offered_ms)); // LBAF2: 512 + ms
+        put32(&mut b, 140, 12 << 16 | u32::from(ns.offered_ms)); // LBAF3: 4096 + ms
+    }
+    if let Some(md) = ns.metadata {
+        b[26] = (2 + format) | u8::from(md.extended) << 4; // FLBAS: index, extended LBA
+        b[29] = md.pi; // DPS: the type in use, PI in the last 8 bytes
     }
     b[33] = 1 << 3 | 1; // DLFEAT: Write Zeroes may deallocate; deallocated reads zero
     b[104..120].copy_from_slice(&ns.nguid());

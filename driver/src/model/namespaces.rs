@@ -12,6 +12,8 @@ pub(crate) struct ModelNamespace {
     pub lba_shift: u8,
     /// The metadata of the LBA format in use (`None`: a format without metadata).
     pub metadata: Option<ModelMetadata>,
+    /// Metadata bytes of the LBA formats 2 and 3 this namespace offers (0: only formats 0, 1).
+    pub offered_ms: u16,
     pub blocks: AtomicU64,
     pub attached: AtomicBool,
     /// Bumped by `change_identity`: feeds the EUI64/NGUID/UUID.
@@ -35,6 +37,7 @@ impl ModelNamespace {
             nsid: cfg.nsid,
             lba_shift: cfg.lba_size.trailing_zeros() as u8,
             metadata: None,
+            offered_ms: 0,
             blocks: AtomicU64::new(cfg.blocks),
             attached: AtomicBool::new(true),
             generation: AtomicU32::new(0),
@@ -48,7 +51,18 @@ impl ModelNamespace {
 
     /// The namespace formatted with `metadata` (builder).
     pub fn with_metadata(mut self, metadata: Option<ModelMetadata>) -> Self {
+        if let Some(md) = metadata {
+            self.offered_ms = md.ms;
+        }
         self.metadata = metadata;
+        self
+    }
+
+    /// The namespace offering formats with `ms` bytes of metadata (0: none) (builder).
+    pub fn offering(mut self, ms: u16) -> Self {
+        if ms != 0 {
+            self.offered_ms = ms;
+        }
         self
     }
 

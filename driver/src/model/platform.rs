@@ -2,7 +2,7 @@
 //! controls (statistics, runtime namespace changes).
 
 use super::config::{
-    validate_metadata, validate_namespace, Backing, ModelConfig, ModelError, ModelMetadata,
+    validate_metadata, validate_namespace, ModelConfig, ModelError, ModelMetadata,
     ModelNamespaceConfig,
 };
 use super::core::Core;
@@ -134,24 +134,7 @@ impl ModelPlatform {
         }
         let core = self.core();
         let mut c = core.lock_ctrl();
-        let old = core
-            .active_ns(nsid)
-            .ok_or(ModelError::NoSuchNamespace { nsid })?;
-        let cfg = ModelNamespaceConfig {
-            nsid,
-            blocks: old.blocks(),
-            lba_size,
-            backing: if old.store.is_some() {
-                Backing::Ram
-            } else {
-                Backing::Null
-            },
-        };
-        validate_namespace(&cfg, core.nn)?;
-        let new = ModelNamespace::new(&cfg, core.cfg.seed).with_metadata(metadata);
-        core.ns_write(|table| table.insert(nsid, Arc::new(new)));
-        core.ns_changed(&mut c, nsid);
-        Ok(())
+        super::admin_namespaces::reformat(core, &mut c, nsid, lba_size, metadata)
     }
 
     /// Makes the next read of the Changed Namespace List log report overflow (0xFFFFFFFF).
