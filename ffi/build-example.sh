@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds libvfnvme.so and ffi/examples/hello.c against the committed header; with --run, runs
-# it against the controller model. Output: target/ffi-examples/hello.
+# Builds libvfnvme.so and ffi/examples/{hello,bounds}.c against the committed header; with --run,
+# runs them against the controller model. Output: target/ffi-examples/{hello,bounds}; prints the
+# path of hello (bounds is next to it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
@@ -11,10 +12,13 @@ else
     cargo build -q -p vfnvme-ffi --manifest-path "$root/Cargo.toml"
 fi
 mkdir -p "$target/ffi-examples"
-${CC:-gcc} -std=c11 -O2 -Wall -Wextra -Werror -I"$root/ffi/include" \
-    -o "$target/ffi-examples/hello" "$root/ffi/examples/hello.c" \
-    -L"$target/$profile" -lvfnvme -Wl,-rpath,"$target/$profile"
+for example in bounds hello; do
+    ${CC:-gcc} -std=c11 -O2 -Wall -Wextra -Werror -I"$root/ffi/include" \
+        -o "$target/ffi-examples/$example" "$root/ffi/examples/$example.c" \
+        -L"$target/$profile" -lvfnvme -Wl,-rpath,"$target/$profile"
+done
 echo "$target/ffi-examples/hello"
 if [[ "${1:-}" == --run ]]; then
     "$target/ffi-examples/hello" --model
+    "$target/ffi-examples/bounds" --model
 fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The C ABI and the fio engine on real (emulated) devices: boots one guest (scenario `pair`:
-# two raw-image controllers on vfio-pci) and runs ffi/examples/hello against 00:10.0, then a
-# fio crc32c verify job spanning both controllers (one file each) and a short randread.
+# two raw-image controllers on vfio-pci) and runs ffi/examples/hello and ffi/examples/bounds
+# against 00:10.0, then a fio crc32c verify job spanning both controllers (one file each) and a
+# short randread.
 # Exits non-zero on failure.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -10,6 +11,8 @@ if [[ "${1:-}" == --guest ]]; then
     hello=$2 engine=$3
     cd "${VFNVME_OUT_DIR:?run this through vfnvme vm}"
     "$hello" 0000:00:10.0
+    # Reads past the end of a buffer, or into a freed one, are refused (issue 9).
+    "$(dirname "$hello")/bounds" 0000:00:10.0
     fio --ioengine=external:"$engine" --thread=1 --name=verify-two-controllers \
         "--filename=trtype=PCIe traddr=0000.00.10.0 ns=1:0000.00.11.0/1" \
         --rw=randwrite --bsrange=512-256k --iodepth=16 --size=32m \

@@ -49,6 +49,9 @@ check() {
 if [ "$guest_only" -eq 0 ]; then
     step "host tests: cargo test --workspace (guest tests print SKIPPED (host) here)"
     cargo test --workspace
+    check "host tests in release mode (optimiser-sensitive UB shows here)" \
+        cargo test --workspace --release
+    check "Miri: spec, PRPs, registry, C ABI on the model" scripts/miri.sh
     check "loom: model-check the namespace registry" \
         env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
         cargo test -p vfnvme --lib namespace --release

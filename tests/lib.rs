@@ -3,3 +3,4 @@
 pub mod guest;
 pub mod guest_checks;
 pub mod guest_io;
+pub mod vfnvme_cli;

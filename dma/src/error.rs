@@ -82,6 +82,22 @@ pub enum DmaError {
         /// Its current driver, or "no driver".
         driver: String,
     },
+    /// The device is not an NVMe controller (PCI class 01:08:02).
+    #[error("PCI device {address} is not an NVMe controller: it is {what} (class {class:#08x}, id {vendor:04x}:{device:04x}, driver {driver}); vfnvme drives only NVMe controllers (class 0x010802): check the address with `lspci -D -nn` or `vfnvme list`")]
+    NotNvme {
+        /// The device.
+        address: String,
+        /// Its PCI class code (base, sub, programming interface).
+        class: u32,
+        /// What the class code means, e.g. "an Ethernet controller".
+        what: String,
+        /// PCI vendor ID.
+        vendor: u16,
+        /// PCI device ID.
+        device: u16,
+        /// Its current driver, or "none".
+        driver: String,
+    },
     /// A device with this address does not exist.
     #[error("there is no PCI device {address}: check the address with `lspci -D`")]
     NoSuchDevice {
@@ -165,13 +181,34 @@ pub enum DmaError {
         size: u64,
     },
     /// The kernel reserved fewer hugepages than asked for.
-    #[error("asked for {wanted} hugepages of {size_kb} KiB but the kernel reserved {got}: free memory (or drop caches: echo 3 > /proc/sys/vm/drop_caches), or reserve them at boot with hugepages=N on the kernel command line")]
+    #[error("asked for {wanted} hugepages of {size_kb} KiB but the kernel reserved {got}{restored}: free memory (or drop caches: echo 3 > /proc/sys/vm/drop_caches), or reserve them at boot with hugepages=N on the kernel command line")]
     Hugepages {
         /// The hugepage size in KiB.
         size_kb: u64,
         /// The count asked for.
         wanted: u64,
-        /// The count the kernel has now.
+        /// The count the kernel reserved.
         got: u64,
+        /// What became of the pool after the failure, e.g. "; the count is back to 256" (or
+        /// empty).
+        restored: String,
+    },
+    /// A hugepage count that would leave the system too little memory.
+    #[error("{wanted} hugepages of {size_kb} KiB would leave less than {floor_mib} MiB of memory available (the floor: the larger of 512 MiB and 1/8 of the {total_mib} MiB of RAM; {available_mib} MiB are available now, with {now} pages reserved): use --hugepages {max} or less, or free memory first")]
+    HugepagesLeaveTooLittle {
+        /// The hugepage size in KiB.
+        size_kb: u64,
+        /// The count asked for.
+        wanted: u64,
+        /// The count reserved now.
+        now: u64,
+        /// The largest count that keeps the floor.
+        max: u64,
+        /// `MemAvailable` in MiB.
+        available_mib: u64,
+        /// The floor in MiB.
+        floor_mib: u64,
+        /// `MemTotal` in MiB.
+        total_mib: u64,
     },
 }

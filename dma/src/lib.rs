@@ -7,9 +7,11 @@
 //! - [`pci_sysfs`], [`pci_bind`]: reading and changing PCI driver bindings through sysfs.
 //! - [`memlock`], [`hugepages`]: the locked-memory limit and hugepage reservations.
 //! - [`vfio`]: the VFIO type1 container/group flow, the PCI device, BAR mmap and config space.
+//! - [`barrier`]: CPU/device ordering (DMA barriers, MMIO accessors) for x86_64 and aarch64.
 //!
 //! All `unsafe` code of vfnvme that touches mmap, ioctl or MMIO lives in this crate.
 
+pub mod barrier;
 pub mod error;
 pub mod hugepages;
 pub mod iommu;
@@ -27,7 +29,7 @@ pub mod vfio;
 pub use error::DmaError;
 pub use iommu::{Iommu, IovaRange};
 pub use iova_allocator::IovaAllocator;
-pub use memory::{DmaBuffer, DmaPool, DmaRegion, PageSize};
+pub use memory::{Allocation, DmaBuffer, DmaPool, DmaRegion, DmaSpan, PageSize};
 pub use pci_address::PciAddress;
 pub use sys_paths::SysPaths;
-pub use vfio::{Bar, VfioDevice};
+pub use vfio::{Bar, MmioDoorbell, VfioDevice};

@@ -3,13 +3,19 @@
 //! A [`DmaBuffer`] is owned: while the driver holds it for an I/O, safe code can't touch it.
 //! Dropping it returns the chunk to its pool; regions are unmapped when the pool and every
 //! buffer from it are gone.
+//!
+//! Every region is carved into chunks of one size class, and keeps one atomic per chunk: the
+//! length of the live allocation that starts there (0 while the chunk is free). From any
+//! address, [`DmaPool::allocation_of`] and [`DmaRegion::span`] find the allocation that
+//! contains it in O(1) and without locks, so borrowed memory (the C ABI) is checked against the
+//! buffer the caller asked for, and a freed buffer fails the check.
 
 use crate::error::DmaError;
 use crate::iommu::Iommu;
 use memmap2::{MmapMut, MmapOptions};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The page size backing DMA regions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +63,26 @@ struct RegionSlot {
     va: AtomicUsize,
     len: AtomicUsize,
     iova: AtomicU64,
+    /// The region's chunks and their allocations; set once, before the slot is published.
+    chunks: OnceLock<Chunks>,
+}
+
+/// The chunks of one region: all of one size class, each with the length of the live
+/// allocation that starts there.
+#[derive(Debug)]
+struct Chunks {
+    /// log2 of the chunk size.
+    shift: u32,
+    /// Per chunk: the requested length of its live allocation, 0 while the chunk is free.
+    live: Arc<[AtomicU32]>,
+}
+
+impl Chunks {
+    /// The cell of the chunk at byte offset `off` of the region.
+    #[inline(always)]
+    fn cell(&self, off: usize) -> Option<&AtomicU32> {
+        self.live.get(off >> self.shift)
+    }
 }
 
 struct Region {
@@ -70,8 +96,18 @@ struct PoolInner {
     slots: Box<[RegionSlot]>,
     published: AtomicUsize,
     regions: Mutex<Vec<Region>>,
-    /// Free chunks, indexed by size class (log2 of the chunk size).
-    free: Mutex<Vec<Vec<(usize, u64)>>>,
+    /// Free chunks (address, IOVA, region index), indexed by size class (log2 of the chunk
+    /// size).
+    free: Mutex<Vec<Vec<(usize, u64, usize)>>>,
+}
+
+impl PoolInner {
+    /// The live-length cell of the chunk at `va` in region `region`.
+    fn live_cell(&self, region: usize, va: usize) -> Option<&AtomicU32> {
+        let slot = self.slots.get(region)?;
+        let chunks = slot.chunks.get()?;
+        chunks.cell(va.wrapping_sub(slot.va.load(Ordering::Relaxed)))
+    }
 }
 
 /// A source of DMA buffers: hugepage regions mapped once into an IOMMU.
@@ -100,6 +136,7 @@ impl DmaPool {
                 va: AtomicUsize::new(0),
                 len: AtomicUsize::new(0),
                 iova: AtomicU64::new(0),
+                chunks: OnceLock::new(),
             })
             .collect();
         DmaPool {
@@ -134,7 +171,7 @@ impl DmaPool {
         let chunk = len.next_power_of_two().max(MIN_CHUNK);
         let class = chunk.trailing_zeros() as usize;
         let popped = self.inner.free.lock().unwrap_or_else(|e| e.into_inner())[class].pop();
-        let (va, iova) = match popped {
+        let (va, iova, region) = match popped {
             Some(c) => c,
             None => self.refill(class, chunk)?,
         };
@@ -142,38 +179,54 @@ impl DmaPool {
         // which outlives the buffer through the Arc the buffer holds; the chunk was on no free
         // list, so no other buffer aliases it.
         unsafe { std::ptr::write_bytes(va as *mut u8, 0, chunk) };
-        Ok(DmaBuffer {
+        let buf = DmaBuffer {
             // A region address is never null.
             ptr: NonNull::new(va as *mut u8).ok_or(DmaError::BadBufferSize { len, max: MAX })?,
             len,
-            chunk,
+            // Both fit 32 bits: a class is below 64, a region index below MAX_REGIONS.
+            class: class as u32,
+            region: region as u32,
             iova,
             pool: self.inner.clone(),
-        })
+        };
+        // Live from here on (`len <= MAX` fits 32 bits): the zeroing above happens before.
+        buf.publish_len(len);
+        Ok(buf)
     }
 
     /// Maps a new region and splits it into chunks of `chunk` bytes; returns one of them.
-    fn refill(&self, class: usize, chunk: usize) -> Result<(usize, u64), DmaError> {
-        let (va, iova, region_len) = self.map_region(chunk)?;
+    fn refill(&self, class: usize, chunk: usize) -> Result<(usize, u64, usize), DmaError> {
+        let (va, iova, region_len, region) = self.map_region(chunk)?;
         let mut free = self.inner.free.lock().unwrap_or_else(|e| e.into_inner());
         let mut off = chunk;
         while off + chunk <= region_len {
-            free[class].push((va + off, iova + off as u64));
+            free[class].push((va + off, iova + off as u64, region));
             off += chunk;
         }
         // Keep the pop order ascending, which makes address patterns easier to read.
         free[class].reverse();
-        Ok((va, iova))
+        Ok((va, iova, region))
     }
 
-    fn map_region(&self, min_len: usize) -> Result<(usize, u64, usize), DmaError> {
-        let mut page = self.page_size();
+    /// Maps a region of at least `chunk` bytes for chunks of `chunk` bytes (a power of two);
+    /// returns its address, IOVA, length and index in the translation table.
+    fn map_region(&self, chunk: usize) -> Result<(usize, u64, usize, usize), DmaError> {
+        let min_len = chunk;
+        // Miri supports only plain private anonymous mappings (no hugepages, no MAP_POPULATE).
+        let mut page = if cfg!(miri) {
+            PageSize::Small4K
+        } else {
+            self.page_size()
+        };
         let map = loop {
             let len = min_len
                 .max(page.bytes().max(2 << 20))
                 .next_multiple_of(page.bytes());
             let mut opts = MmapOptions::new();
-            opts.len(len).populate();
+            opts.len(len);
+            if !cfg!(miri) {
+                opts.populate();
+            }
             if let Some(shift) = page.huge_shift() {
                 opts.huge(Some(shift));
             }
@@ -182,7 +235,14 @@ impl DmaPool {
                 Err(e) if page != PageSize::Small4K => {
                     let next = page.smaller();
                     log::warn!(
-                        "no {page:?} hugepages available ({e}); falling back to {next:?} pages. Reserve hugepages for speed: echo 512 > /proc/sys/vm/nr_hugepages"
+                        "{}",
+                        fallback_warning(
+                            page,
+                            next,
+                            len,
+                            crate::hugepages::status(page).ok().flatten(),
+                            &e
+                        )
                     );
                     page = next;
                     *self.inner.page.lock().unwrap_or_else(|e| e.into_inner()) = page;
@@ -210,9 +270,46 @@ impl DmaPool {
         slot.va.store(va, Ordering::Relaxed);
         slot.len.store(len, Ordering::Relaxed);
         slot.iova.store(iova, Ordering::Relaxed);
+        let chunks = Chunks {
+            shift: chunk.trailing_zeros(),
+            live: (0..len.div_ceil(chunk))
+                .map(|_| AtomicU32::new(0))
+                .collect(),
+        };
+        // The slot is unpublished, so nothing set it before; an error cannot happen.
+        let _ = slot.chunks.set(chunks);
         self.inner.published.store(idx + 1, Ordering::Release);
         regions.push(Region { map, iova });
-        Ok((va, iova, len))
+        Ok((va, iova, len, idx))
+    }
+
+    /// The live allocation of this pool that contains `addr` (None if `addr` is outside the
+    /// pool's regions or its chunk is free). Lock-free, O(1) once the region is known (regions
+    /// are few: one per size class and growth step).
+    pub fn allocation_of(&self, addr: *const u8) -> Option<Allocation> {
+        let r = self.region_of(addr)?;
+        let off = (addr as usize).wrapping_sub(r.va);
+        let len = r
+            .live
+            .as_ref()?
+            .get(off >> r.shift)?
+            .load(Ordering::Acquire) as usize;
+        if len == 0 {
+            return None;
+        }
+        let start = off >> r.shift << r.shift;
+        Some(Allocation {
+            va: r.va + start,
+            iova: r.iova + start as u64,
+            len,
+            capacity: 1 << r.shift,
+        })
+    }
+
+    /// The `len` bytes at `addr` as a [`DmaSpan`], if they lie inside one live allocation of
+    /// this pool (within the length it was allocated with). Lock-free.
+    pub fn span(&self, addr: *const u8, len: usize) -> Option<DmaSpan> {
+        self.region_of(addr)?.span(addr, len)
     }
 
     /// Translates an address inside any region of this pool to its IOVA. Lock-free.
@@ -228,7 +325,8 @@ impl DmaPool {
     }
 
     /// The region of this pool that contains `addr`. Regions stay mapped until the pool and
-    /// every buffer from it are gone, so a caller may cache the answer that long. Lock-free.
+    /// every buffer from it are gone, so a caller may cache the answer that long (it keeps the
+    /// region's allocation table alive, not its memory). Lock-free.
     pub fn region_of(&self, addr: *const u8) -> Option<DmaRegion> {
         let a = addr as usize;
         let n = self.inner.published.load(Ordering::Acquire);
@@ -239,29 +337,117 @@ impl DmaPool {
                 va,
                 len,
                 iova: s.iova.load(Ordering::Relaxed),
+                shift: s.chunks.get().map_or(0, |c| c.shift),
+                live: s.chunks.get().map(|c| c.live.clone()),
             })
         })
     }
 }
 
-/// One mapped region of a [`DmaPool`]: `len` bytes at process address `va`, which the device
-/// reaches at `iova`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DmaRegion {
+/// A live allocation of a [`DmaPool`], as [`DmaPool::allocation_of`] finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allocation {
     /// Process address of the first byte.
     pub va: usize,
-    /// Length in bytes (0 for the empty default, which contains nothing).
-    pub len: usize,
     /// Device address of the first byte.
     pub iova: u64,
+    /// The length asked for at allocation (or set since with [`DmaBuffer::set_len`]): the
+    /// bound that borrowed-memory checks enforce.
+    pub len: usize,
+    /// The chunk size behind it (at least `len`).
+    pub capacity: usize,
+}
+
+/// `len` bytes inside one live allocation of a [`DmaPool`], checked when the span was made
+/// (only [`DmaPool::span`], [`DmaRegion::span`] and [`DmaBuffer::span`] make one): what the raw
+/// submission path takes. The span does not own the memory: whoever submits it must keep the
+/// allocation alive until the device is done with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DmaSpan {
+    iova: u64,
+    len: usize,
+}
+
+impl DmaSpan {
+    /// Device address of the first byte.
+    #[inline(always)]
+    pub fn iova(&self) -> u64 {
+        self.iova
+    }
+    /// Length in bytes.
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the span is empty.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// One mapped region of a [`DmaPool`] and its allocation table, as [`DmaPool::region_of`]
+/// finds it; cache it to check many addresses of the same region with one load each.
+#[derive(Debug, Clone, Default)]
+pub struct DmaRegion {
+    va: usize,
+    len: usize,
+    iova: u64,
+    /// log2 of the region's chunk size.
+    shift: u32,
+    /// The region's allocation table (see [`Chunks`]).
+    live: Option<Arc<[AtomicU32]>>,
 }
 
 impl DmaRegion {
-    /// The IOVA of `addr` if the `len` bytes from `addr` lie inside this region.
+    /// Process address of the first byte.
+    pub fn va(&self) -> usize {
+        self.va
+    }
+    /// Length in bytes (0 for the empty default, which contains nothing).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the region is the empty default.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Device address of the first byte.
+    pub fn iova(&self) -> u64 {
+        self.iova
+    }
+
+    /// Whether `addr` lies inside this region (live allocation or not).
+    #[inline(always)]
+    pub fn contains(&self, addr: *const u8) -> bool {
+        (addr as usize).wrapping_sub(self.va) < self.len
+    }
+
+    /// The IOVA of `addr` if the `len` bytes from `addr` lie inside this region (whether or
+    /// not they are allocated: use [`DmaRegion::span`] for data the device will touch).
     #[inline]
     pub fn translate_range(&self, addr: *const u8, len: usize) -> Option<u64> {
         let off = (addr as usize).wrapping_sub(self.va);
         (off < self.len && len <= self.len - off).then(|| self.iova + off as u64)
+    }
+
+    /// The `len` bytes at `addr` as a [`DmaSpan`] if they lie inside one live allocation of
+    /// this region, within the length it was allocated with (not its chunk's capacity: the
+    /// buffer the caller asked for). One atomic load.
+    #[inline(always)]
+    pub fn span(&self, addr: *const u8, len: usize) -> Option<DmaSpan> {
+        let off = (addr as usize).wrapping_sub(self.va);
+        if off >= self.len {
+            return None;
+        }
+        let live = self.live.as_ref()?.get(off >> self.shift)?;
+        let live = live.load(Ordering::Acquire) as usize;
+        // Offset inside the allocation; a free chunk (0) refuses everything.
+        let inner = off & ((1usize << self.shift) - 1);
+        (inner < live && len <= live - inner).then(|| DmaSpan {
+            iova: self.iova + off as u64,
+            len,
+        })
     }
 }
 
@@ -284,7 +470,11 @@ impl Drop for PoolInner {
 pub struct DmaBuffer {
     ptr: NonNull<u8>,
     len: usize,
-    chunk: usize,
+    /// Size class: log2 of the chunk size.
+    class: u32,
+    /// Index of the region (translation table slot) the chunk belongs to. (Two 32-bit fields
+    /// keep the buffer at five words: it moves through the I/O path by value.)
+    region: u32,
     iova: u64,
     pool: Arc<PoolInner>,
 }
@@ -305,7 +495,7 @@ impl DmaBuffer {
     }
     /// The usable capacity (the chunk size, at least `len`).
     pub fn capacity(&self) -> usize {
-        self.chunk
+        1 << self.class
     }
     /// The device address of the first byte.
     pub fn iova(&self) -> u64 {
@@ -314,6 +504,22 @@ impl DmaBuffer {
     /// The process address of the first byte.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
+    }
+    /// The whole buffer (`len` bytes) as a [`DmaSpan`] for the raw submission path.
+    pub fn span(&self) -> DmaSpan {
+        DmaSpan {
+            iova: self.iova,
+            len: self.len,
+        }
+    }
+    /// Records `len` (0: free) as the chunk's live allocation length.
+    fn publish_len(&self, len: usize) {
+        if let Some(cell) = self
+            .pool
+            .live_cell(self.region as usize, self.ptr.as_ptr() as usize)
+        {
+            cell.store(u32::try_from(len).unwrap_or(0), Ordering::Release);
+        }
     }
     /// The contents.
     pub fn as_slice(&self) -> &[u8] {
@@ -328,13 +534,14 @@ impl DmaBuffer {
     }
     /// Changes the length within the capacity.
     pub fn set_len(&mut self, len: usize) -> Result<(), DmaError> {
-        if len == 0 || len > self.chunk {
+        if len == 0 || len > self.capacity() {
             return Err(DmaError::BadBufferSize {
                 len,
-                max: self.chunk,
+                max: self.capacity(),
             });
         }
         self.len = len;
+        self.publish_len(len);
         Ok(())
     }
 }
@@ -350,10 +557,39 @@ impl std::fmt::Debug for DmaBuffer {
 
 impl Drop for DmaBuffer {
     fn drop(&mut self) {
-        let class = self.chunk.trailing_zeros() as usize;
-        self.pool.free.lock().unwrap_or_else(|e| e.into_inner())[class]
-            .push((self.ptr.as_ptr() as usize, self.iova));
+        // Not live from here on: borrowed-memory checks refuse the chunk until its next
+        // allocation.
+        self.publish_len(0);
+        let class = self.class as usize;
+        self.pool.free.lock().unwrap_or_else(|e| e.into_inner())[class].push((
+            self.ptr.as_ptr() as usize,
+            self.iova,
+            self.region as usize,
+        ));
     }
+}
+
+/// The warning when a region can't get hugepages of `page` and falls back to `next`: how many
+/// pages the region needed and how many were free (`status`, when the kernel has the size).
+fn fallback_warning(
+    page: PageSize,
+    next: PageSize,
+    len: usize,
+    status: Option<crate::hugepages::HugepageStatus>,
+    err: &std::io::Error,
+) -> String {
+    let needed = len.div_ceil(page.bytes());
+    let pool = match status {
+        Some(s) if s.total == 0 => format!("no {page:?} hugepages are reserved"),
+        Some(s) => format!(
+            "a DMA region needs {needed} {page:?} hugepages but only {} of the {} reserved are free",
+            s.free, s.total
+        ),
+        None => format!("this kernel has no {page:?} hugepages"),
+    };
+    format!(
+        "{pool} ({err}); falling back to {next:?} pages. Reserve more for speed: vfnvme setup --hugepages N (or echo N > /proc/sys/vm/nr_hugepages)"
+    )
 }
 
 #[cfg(test)]
@@ -361,6 +597,29 @@ mod tests {
     use super::*;
     use crate::iommu::IovaRange;
     use crate::IovaAllocator;
+
+    #[test]
+    fn fallback_warning_says_how_many_are_free_and_needed() {
+        use crate::hugepages::HugepageStatus;
+        let e = std::io::Error::from_raw_os_error(libc::ENOMEM);
+        let some = HugepageStatus {
+            size: PageSize::Huge2M,
+            total: 256,
+            free: 3,
+        };
+        let w = fallback_warning(PageSize::Huge2M, PageSize::Small4K, 8 << 20, Some(some), &e);
+        assert!(
+            w.contains("needs 4 Huge2M hugepages but only 3 of the 256 reserved are free"),
+            "{w}"
+        );
+        let none = HugepageStatus {
+            free: 0,
+            total: 0,
+            ..some
+        };
+        let w = fallback_warning(PageSize::Huge2M, PageSize::Small4K, 2 << 20, Some(none), &e);
+        assert!(w.starts_with("no Huge2M hugepages are reserved"), "{w}");
+    }
 
     /// An IOMMU that only records mappings.
     struct Recording {
@@ -424,16 +683,16 @@ mod tests {
         let (p, _) = pool();
         let a = p.alloc(4096).unwrap();
         let region = p.region_of(a.as_ptr()).unwrap();
-        assert!(region.len >= 4096);
+        assert!(region.len() >= 4096);
         assert_eq!(p.translate_range(a.as_ptr(), 4096), Some(a.iova()));
         assert_eq!(region.translate_range(a.as_ptr(), 4096), Some(a.iova()));
         // SAFETY: 100 is inside the buffer.
         let inside = unsafe { a.as_ptr().add(100) };
         assert_eq!(p.translate_range(inside, 8), Some(a.iova() + 100));
-        let end = region.va + region.len;
+        let end = region.va() + region.len();
         assert_eq!(
             p.translate_range((end - 4096) as *const u8, 4096),
-            Some(region.iova + (region.len - 4096) as u64)
+            Some(region.iova() + (region.len() - 4096) as u64)
         );
         assert_eq!(
             p.translate_range((end - 4096) as *const u8, 4097),
@@ -443,6 +702,68 @@ mod tests {
         assert_eq!(p.translate_range(std::ptr::null(), 1), None);
         assert_eq!(p.translate_range(end as *const u8, 1), None);
         assert_eq!(DmaRegion::default().translate_range(a.as_ptr(), 1), None);
+    }
+
+    #[test]
+    fn spans_stay_inside_one_live_allocation() {
+        let (p, _) = pool();
+        let a = p.alloc(4096).unwrap();
+        let b = p.alloc(4096).unwrap();
+        let region = p.region_of(a.as_ptr()).unwrap();
+        assert!(region.contains(b.as_ptr()), "neighbours in one region");
+        let span = region.span(a.as_ptr(), 4096).unwrap();
+        assert_eq!((span.iova(), span.len()), (a.iova(), 4096));
+        assert_eq!(p.span(a.as_ptr(), 4096), Some(span));
+        assert_eq!(a.span(), span);
+        // SAFETY: 512 is inside the buffer.
+        let inside = unsafe { a.as_ptr().add(512) };
+        assert_eq!(
+            region.span(inside, 3584).map(|s| s.iova()),
+            Some(a.iova() + 512)
+        );
+        assert_eq!(region.span(inside, 3585), None, "one byte too many");
+        assert_eq!(
+            region.span(a.as_ptr(), 9 * 512),
+            None,
+            "runs into the neighbour"
+        );
+        assert_eq!(p.span(a.as_ptr(), 64 << 10), None);
+        assert_eq!(p.span(std::ptr::null(), 1), None);
+        assert_eq!(DmaRegion::default().span(a.as_ptr(), 1), None);
+        let b_ptr = b.as_ptr();
+        drop(b);
+        assert_eq!(region.span(b_ptr, 1), None, "a freed buffer is refused");
+        assert_eq!(p.allocation_of(b_ptr), None);
+        let c = p.alloc(4096).unwrap();
+        assert_eq!(c.as_ptr(), b_ptr, "the chunk comes back");
+        assert!(region.span(b_ptr, 4096).is_some(), "and is live again");
+    }
+
+    #[test]
+    fn bound_is_the_requested_length_not_the_chunk() {
+        let (p, _) = pool();
+        let mut a = p.alloc(5000).unwrap();
+        assert_eq!(a.capacity(), 8192);
+        let alloc = p.allocation_of(a.as_ptr()).unwrap();
+        assert_eq!(
+            alloc,
+            Allocation {
+                va: a.as_ptr() as usize,
+                iova: a.iova(),
+                len: 5000,
+                capacity: 8192
+            }
+        );
+        // SAFETY: 4999 is inside the buffer.
+        let last = unsafe { a.as_ptr().add(4999) };
+        assert_eq!(p.allocation_of(last), Some(alloc));
+        assert!(p.span(a.as_ptr(), 5000).is_some());
+        assert_eq!(p.span(a.as_ptr(), 5001), None);
+        // SAFETY: 6000 is inside the chunk, past the requested length.
+        let past = unsafe { a.as_ptr().add(6000) };
+        assert_eq!(p.span(past, 1), None, "the chunk's slack is not the buffer");
+        a.set_len(8192).unwrap();
+        assert!(p.span(past, 1).is_some(), "set_len moves the bound");
     }
 
     #[test]

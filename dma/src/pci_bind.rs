@@ -5,24 +5,22 @@
 use crate::error::DmaError;
 use crate::pci_address::PciAddress;
 use crate::pci_sysfs::{self, VFIO_PCI};
+pub use crate::pci_sysfs::{PciDeviceInfo, NVME_CLASS};
 use crate::sys_paths::{io_error, SysPaths};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The PCI class code of an NVMe controller (mass storage, non-volatile memory, NVMe).
-pub const NVME_CLASS: u32 = 0x01_08_02;
-
-/// A PCI device as sysfs shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PciDeviceInfo {
-    /// Its address.
-    pub address: PciAddress,
-    /// PCI vendor ID.
-    pub vendor: u16,
-    /// PCI device ID.
-    pub device: u16,
-    /// The bound driver, if any.
-    pub driver: Option<String>,
+/// How [`PciBinder::bind_to_driver_nonblocking`] went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rebind {
+    /// The device is on the new driver.
+    Done,
+    /// The kernel is still waiting for the device's user to let go; the helper process with
+    /// this pid finishes the rebind when it does.
+    StillWaiting {
+        /// The helper's pid.
+        helper: u32,
+    },
 }
 
 /// Binds devices to drivers through a sysfs tree.
@@ -49,11 +47,6 @@ fn write_sysfs(path: &Path, text: &str) -> Result<(), DmaError> {
         .open(path)
         .and_then(|mut f| f.write_all(text.as_bytes()))
         .map_err(|e| io_error(path, e))
-}
-
-fn read_hex(path: &Path) -> Option<u32> {
-    let t = std::fs::read_to_string(path).ok()?;
-    u32::from_str_radix(t.trim().trim_start_matches("0x"), 16).ok()
 }
 
 impl PciBinder {
@@ -170,6 +163,82 @@ impl PciBinder {
         self.probe_and_check(addr, driver)
     }
 
+    /// Binds the device to `driver` like [`PciBinder::bind_to_driver`], but never blocks on a
+    /// process that holds the device: the kernel's unbind of vfio-pci waits, uninterruptibly
+    /// once signalled, until the device's user lets go. The unbind and reprobe run in a helper
+    /// process (`sh`); if it has not finished within `wait`, this returns
+    /// [`Rebind::StillWaiting`] and the helper finishes the rebind when the holder lets go.
+    pub fn bind_to_driver_nonblocking(
+        &self,
+        addr: &PciAddress,
+        driver: &str,
+        wait: Duration,
+    ) -> Result<Rebind, DmaError> {
+        if self.current_driver(addr)?.as_deref() == Some(driver) {
+            return Ok(Rebind::Done);
+        }
+        self.ensure_driver_loaded(addr, driver)?;
+        let override_text = if driver == VFIO_PCI { VFIO_PCI } else { "\n" };
+        write_sysfs(
+            &self.paths.pci_device(addr).join("driver_override"),
+            override_text,
+        )?;
+        let bind_err = |detail: String| DmaError::Bind {
+            address: addr.to_string(),
+            driver: driver.to_string(),
+            detail,
+        };
+        let probe = self.paths.drivers_probe();
+        let script = match self.current_driver(addr)? {
+            Some(old) => format!(
+                "echo \"$1\" > '{}' && echo \"$1\" > '{}'",
+                self.paths.pci_driver(&old).join("unbind").display(),
+                probe.display()
+            ),
+            None => format!("echo \"$1\" > '{}'", probe.display()),
+        };
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", &script, "sh", &addr.to_string()])
+            // No inherited pipes: a caller capturing vfnvme's output must not wait for the
+            // helper, which may outlive vfnvme.
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| bind_err(format!("could not run sh for the unbind: {e}")))?;
+        let start = std::time::Instant::now();
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) if status.success() => break,
+                Ok(Some(status)) => {
+                    return Err(bind_err(format!(
+                        "the unbind or reprobe through sysfs failed ({status})"
+                    )))
+                }
+                Ok(None) if start.elapsed() >= wait => {
+                    return Ok(Rebind::StillWaiting { helper: child.id() })
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+                Err(e) => return Err(bind_err(format!("waiting for the unbind: {e}"))),
+            }
+        }
+        let mut polls = self.settle_polls;
+        loop {
+            let now = self.current_driver(addr)?;
+            if now.as_deref() == Some(driver) {
+                return Ok(Rebind::Done);
+            }
+            if polls == 0 {
+                return Err(bind_err(format!(
+                    "after probing it is bound to {}",
+                    now.as_deref().unwrap_or("no driver")
+                )));
+            }
+            polls -= 1;
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Every NVMe controller (class 0x010802) on the system, sorted by address.
     pub fn list_nvme_devices(&self) -> Result<Vec<PciDeviceInfo>, DmaError> {
         let dir = self.paths.pci_devices();
@@ -180,16 +249,10 @@ impl PciBinder {
             let Ok(address) = PciAddress::parse(&name) else {
                 continue;
             };
-            let dev = entry.path();
-            if read_hex(&dev.join("class")) != Some(NVME_CLASS) {
-                continue;
+            let info = pci_sysfs::info_of_dir(address, &entry.path())?;
+            if info.class == NVME_CLASS {
+                out.push(info);
             }
-            out.push(PciDeviceInfo {
-                address,
-                vendor: read_hex(&dev.join("vendor")).unwrap_or(0xffff) as u16,
-                device: read_hex(&dev.join("device")).unwrap_or(0xffff) as u16,
-                driver: pci_sysfs::driver_of_dir(&dev)?,
-            });
         }
         out.sort_by_key(|d| d.address);
         Ok(out)
@@ -287,6 +350,63 @@ mod tests {
             fake.read(Path::new("sys/bus/pci/drivers/vfio-pci/unbind")),
             "0000:00:10.0"
         );
+    }
+
+    #[test]
+    fn nonblocking_rebind_writes_through_a_helper() {
+        let fake = FakeSys::new();
+        let real = fake.device("0000:00:10.0", Some("vfio-pci"), Some(3));
+        fake.driver("nvme");
+        // The fake kernel does not rebind: the helper's writes land, the final check fails.
+        let err = binder(&fake)
+            .bind_to_driver_nonblocking(&addr("0000:00:10.0"), "nvme", Duration::from_secs(60))
+            .unwrap_err();
+        assert!(
+            matches!(&err, DmaError::Bind { detail, .. } if detail.contains("vfio-pci")),
+            "{err}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(real.join("driver_override")).unwrap(),
+            "\n"
+        );
+        assert_eq!(
+            fake.read(Path::new("sys/bus/pci/drivers/vfio-pci/unbind")),
+            "0000:00:10.0\n"
+        );
+        assert_eq!(
+            fake.read(Path::new("sys/bus/pci/drivers_probe")),
+            "0000:00:10.0\n"
+        );
+        // Already there: nothing to do.
+        fake.device("0000:00:11.0", Some("nvme"), Some(4));
+        assert_eq!(
+            binder(&fake)
+                .bind_to_driver_nonblocking(&addr("0000:00:11.0"), "nvme", Duration::ZERO)
+                .unwrap(),
+            Rebind::Done
+        );
+    }
+
+    #[test]
+    fn nonblocking_rebind_returns_while_the_kernel_waits() {
+        let fake = FakeSys::new();
+        fake.device("0000:00:10.0", Some("vfio-pci"), Some(3));
+        fake.driver("nvme");
+        // A FIFO as `unbind`: the helper's write blocks until someone reads it, as the
+        // kernel's unbind blocks until the device's user lets go.
+        let unbind = fake.path("sys/bus/pci/drivers/vfio-pci/unbind");
+        std::fs::remove_file(&unbind).unwrap();
+        nix::unistd::mkfifo(&unbind, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let r = binder(&fake)
+            .bind_to_driver_nonblocking(&addr("0000:00:10.0"), "nvme", Duration::from_millis(100))
+            .unwrap();
+        let Rebind::StillWaiting { helper } = r else {
+            panic!("{r:?}")
+        };
+        // Let the helper go: read the FIFO (the "holder lets go").
+        let got = std::fs::read_to_string(&unbind).unwrap();
+        assert_eq!(got, "0000:00:10.0\n");
+        assert!(helper > 0);
     }
 
     #[test]

@@ -9,6 +9,100 @@ use std::path::Path;
 /// The name of the VFIO PCI driver.
 pub const VFIO_PCI: &str = "vfio-pci";
 
+/// The PCI class code of an NVMe controller (mass storage, non-volatile memory, NVMe).
+pub const NVME_CLASS: u32 = 0x01_08_02;
+
+/// Reads a sysfs attribute holding a hex number such as `0x010802`.
+pub(crate) fn read_hex(path: &Path) -> Option<u32> {
+    let t = std::fs::read_to_string(path).ok()?;
+    u32::from_str_radix(t.trim().trim_start_matches("0x"), 16).ok()
+}
+
+/// What a PCI class code (base class, subclass, programming interface) names, in words, e.g.
+/// "an Ethernet controller" for 0x020000. Covers the classes one meets on servers and in QEMU;
+/// anything else is named by its base class.
+pub fn class_name(class: u32) -> &'static str {
+    let base = class >> 16;
+    let sub = (class >> 8) & 0xff;
+    match (base, sub) {
+        (0x01, 0x08) if class & 0xff == 0x02 => "an NVMe controller",
+        (0x01, 0x08) => "a non-volatile memory controller that is not NVMe",
+        (0x01, 0x00) => "a SCSI controller",
+        (0x01, 0x01) => "an IDE controller",
+        (0x01, 0x04) => "a RAID controller",
+        (0x01, 0x06) => "a SATA controller",
+        (0x01, 0x07) => "a SAS controller",
+        (0x01, _) => "a mass storage controller",
+        (0x02, 0x00) => "an Ethernet controller",
+        (0x02, _) => "a network controller",
+        (0x03, _) => "a display controller",
+        (0x04, _) => "a multimedia controller",
+        (0x05, _) => "a memory controller",
+        (0x06, 0x00) => "a host bridge",
+        (0x06, 0x01) => "an ISA bridge",
+        (0x06, 0x04) => "a PCI bridge",
+        (0x06, _) => "a bridge",
+        (0x07, _) => "a communication controller",
+        (0x08, _) => "a system peripheral",
+        (0x0c, 0x03) => "a USB controller",
+        (0x0c, 0x05) => "an SMBus controller",
+        (0x0c, _) => "a serial bus controller",
+        (0x0d, _) => "a wireless controller",
+        (0x12, _) => "a processing accelerator",
+        _ => "a PCI device of another kind",
+    }
+}
+
+/// A PCI device as sysfs shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PciDeviceInfo {
+    /// Its address.
+    pub address: PciAddress,
+    /// PCI vendor ID.
+    pub vendor: u16,
+    /// PCI device ID.
+    pub device: u16,
+    /// PCI class code (base class, subclass, programming interface).
+    pub class: u32,
+    /// The bound driver, if any.
+    pub driver: Option<String>,
+}
+
+/// Reads the device at `dir` (a sysfs device directory).
+pub(crate) fn info_of_dir(address: PciAddress, dir: &Path) -> Result<PciDeviceInfo, DmaError> {
+    Ok(PciDeviceInfo {
+        address,
+        vendor: read_hex(&dir.join("vendor")).unwrap_or(0xffff) as u16,
+        device: read_hex(&dir.join("device")).unwrap_or(0xffff) as u16,
+        class: read_hex(&dir.join("class")).unwrap_or(0xff_ffff),
+        driver: driver_of_dir(dir)?,
+    })
+}
+
+/// The device's IDs, class and driver.
+pub fn device_info(paths: &SysPaths, addr: &PciAddress) -> Result<PciDeviceInfo, DmaError> {
+    require_device(paths, addr)?;
+    info_of_dir(*addr, &paths.pci_device(addr))
+}
+
+/// Fails with [`DmaError::NotNvme`], naming what the device is, unless it is an NVMe
+/// controller (class 0x010802).
+pub fn require_nvme(paths: &SysPaths, addr: &PciAddress) -> Result<(), DmaError> {
+    not_nvme_error(&device_info(paths, addr)?).map_or(Ok(()), Err)
+}
+
+/// The [`DmaError::NotNvme`] for `info`, or `None` when it is an NVMe controller.
+pub fn not_nvme_error(info: &PciDeviceInfo) -> Option<DmaError> {
+    (info.class != NVME_CLASS).then(|| DmaError::NotNvme {
+        address: info.address.to_string(),
+        class: info.class,
+        what: class_name(info.class).to_string(),
+        vendor: info.vendor,
+        device: info.device,
+        driver: info.driver.clone().unwrap_or_else(|| "none".to_string()),
+    })
+}
+
 /// Fails with [`DmaError::NoSuchDevice`] unless the device's sysfs directory exists.
 pub fn require_device(paths: &SysPaths, addr: &PciAddress) -> Result<(), DmaError> {
     if paths.pci_device(addr).exists() {
@@ -116,6 +210,56 @@ mod tests {
 
     fn addr(s: &str) -> PciAddress {
         PciAddress::parse(s).unwrap()
+    }
+
+    #[test]
+    fn names_what_a_device_that_is_not_nvme_is() {
+        let fake = FakeSys::new();
+        fake.device("0000:00:10.0", Some("vfio-pci"), Some(3));
+        assert!(require_nvme(&fake.paths(), &addr("0000:00:10.0")).is_ok());
+        let nic = fake.device("0000:00:02.0", Some("e1000"), Some(1));
+        std::fs::write(nic.join("class"), "0x020000\n").unwrap();
+        std::fs::write(nic.join("vendor"), "0x8086\n").unwrap();
+        std::fs::write(nic.join("device"), "0x100e\n").unwrap();
+        let err = require_nvme(&fake.paths(), &addr("0000:00:02.0")).unwrap_err();
+        assert!(
+            matches!(&err, DmaError::NotNvme { class: 0x020000, vendor: 0x8086, device: 0x100e, driver, .. } if driver == "e1000"),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("not an NVMe controller")
+                && text.contains("an Ethernet controller")
+                && text.contains("0x020000")
+                && text.contains("8086:100e")
+                && text.contains("driver e1000"),
+            "{text}"
+        );
+        let smbus = fake.device("0000:00:1f.3", None, None);
+        std::fs::write(smbus.join("class"), "0x0c0500\n").unwrap();
+        let text = require_nvme(&fake.paths(), &addr("0000:00:1f.3"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("an SMBus controller") && text.contains("driver none"),
+            "{text}"
+        );
+        assert!(matches!(
+            require_nvme(&fake.paths(), &addr("0000:00:1f.0")),
+            Err(DmaError::NoSuchDevice { .. })
+        ));
+    }
+
+    #[test]
+    fn class_names() {
+        assert_eq!(class_name(NVME_CLASS), "an NVMe controller");
+        assert_eq!(
+            class_name(0x010803),
+            "a non-volatile memory controller that is not NVMe"
+        );
+        assert_eq!(class_name(0x010601), "a SATA controller");
+        assert_eq!(class_name(0x060000), "a host bridge");
+        assert_eq!(class_name(0xff0000), "a PCI device of another kind");
     }
 
     #[test]

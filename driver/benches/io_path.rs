@@ -110,6 +110,9 @@ impl RegisterIo for MarkedRegs {
     fn write64(&self, offset: usize, value: u64) {
         in_model(|| self.inner().write64(offset, value))
     }
+    fn size(&self) -> usize {
+        self.inner().size()
+    }
 }
 
 impl Platform for Marked {

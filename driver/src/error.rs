@@ -1,6 +1,7 @@
 //! The crate's errors. Every message says what to do about it.
 
 use crate::namespace::NamespaceState;
+use crate::spec::admin_command::AdminCommandError;
 use crate::spec::identify::ParseError;
 use crate::spec::Status;
 use thiserror::Error;
@@ -62,6 +63,9 @@ pub enum Error {
         /// The completion status.
         status: Status,
     },
+    /// An admin command the safe API can't send as given.
+    #[error(transparent)]
+    AdminCommand(#[from] AdminCommandError),
     /// Identify data could not be parsed.
     #[error(transparent)]
     Parse(#[from] ParseError),
@@ -90,6 +94,20 @@ pub enum Error {
         "the controller was shut down: keep the Controller alive while its queue pairs are used"
     )]
     ShutDown,
+    /// An I/O passthrough command the safe API can't send as given.
+    #[error("I/O command {opcode:#04x} can't go through the safe passthrough: {what}")]
+    IoPassthru {
+        /// The opcode.
+        opcode: u8,
+        /// Why, and what to do instead.
+        what: String,
+    },
+    /// A controller reset was asked for while I/O queue pairs exist.
+    #[error("{pairs} I/O queue pairs are still open: a controller reset deletes their queues; drop every QueuePair first")]
+    ResetWithQueues {
+        /// Queue pairs still open.
+        pairs: usize,
+    },
     /// No active namespace with this nsid.
     #[error("namespace {nsid} is not active on this controller: list namespaces with Controller::namespaces()")]
     NoSuchNamespace {
@@ -171,7 +189,7 @@ pub enum SubmitErrorKind {
     },
     /// The namespace's LBA format has metadata or protection information, which vfnvme does not
     /// transfer: the command would move the wrong number of bytes, or metadata to address 0.
-    #[error("namespace {nsid} is formatted with {metadata}: vfnvme does not transfer metadata or protection information, so I/O to it is refused (nothing was sent to the device); reformat the namespace to an LBA format without metadata (`vfnvme format --nsid {nsid}`; this erases its data), or use another namespace")]
+    #[error("namespace {nsid} is formatted with {metadata}: vfnvme does not transfer metadata or protection information, so I/O to it is refused (nothing was sent to the device); reformat the namespace to an LBA format without metadata (`vfnvme format BDF --nsid {nsid} --yes`, BDF being the controller's PCI address; this erases its data), or use another namespace")]
     MetadataUnsupported {
         /// The namespace.
         nsid: u32,

@@ -1,7 +1,7 @@
 //! [`VfioPlatform`]: the driver's [`Platform`] over a real device bound to vfio-pci — BAR0
 //! registers, the device's type1 IOMMU domain, and the monotonic clock.
 
-use crate::platform::{Platform, RegisterIo};
+use crate::platform::{Doorbell, Platform, RegisterIo};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vfnvme_dma::{Bar, DmaError, DmaPool, PageSize, PciAddress, VfioDevice};
@@ -22,6 +22,16 @@ impl RegisterIo for Bar {
     #[inline(always)]
     fn write64(&self, offset: usize, value: u64) {
         Bar::write64(self, offset, value)
+    }
+    fn size(&self) -> usize {
+        Bar::len(self)
+    }
+    fn mmio_doorbell(&self, offset: usize) -> Option<vfnvme_dma::MmioDoorbell> {
+        Bar::doorbell(self, offset).ok()
+    }
+    #[inline(always)]
+    fn ring(&self, db: &Doorbell, value: u32) {
+        db.ring_mmio(self, value)
     }
 }
 

@@ -448,7 +448,7 @@ fn raw_buffer_io_for_the_c_abi() {
     mem.as_mut_slice().fill(0x5a);
     // SAFETY: `mem` is pool memory, kept alive and untouched until the completion below.
     unsafe {
-        qp.submit_raw(&ns, Direction::Write, 5, 16, mem.iova(), 8192, 1)
+        qp.submit_raw(&ns, Direction::Write, 5, 16, mem.span(), 1)
             .unwrap()
     };
     let mut got = None;
@@ -461,8 +461,9 @@ fn raw_buffer_io_for_the_c_abi() {
         .read_sync(&ns, 5, 16, ctrl.dma().alloc(8192).unwrap())
         .unwrap();
     assert!(r.as_slice().iter().all(|&b| b == 0x5a));
+    let short = ctrl.dma().span(mem.as_ptr(), 4096).unwrap();
     // SAFETY: as above; the call fails before touching memory.
-    let e = unsafe { qp.submit_raw(&ns, Direction::Read, 5, 16, mem.iova(), 4096, 2) };
+    let e = unsafe { qp.submit_raw(&ns, Direction::Read, 5, 16, short, 2) };
     assert!(matches!(
         e.unwrap_err().kind,
         SubmitErrorKind::BufferTooSmall {

@@ -138,8 +138,8 @@ fn io_to_metadata_namespaces_is_refused_before_the_device_sees_it() {
         // The raw path of the C ABI.
         // SAFETY: `buf` is DMA memory of this controller, kept alive past the call; the call is
         // refused, so the device never sees it.
-        let e = unsafe { qp.submit_raw(&ns, Direction::Read, 0, blocks, buf.iova(), buf.len(), 3) }
-            .unwrap_err();
+        let e =
+            unsafe { qp.submit_raw(&ns, Direction::Read, 0, blocks, buf.span(), 3) }.unwrap_err();
         assert_refused(&e.kind, nsid, md);
         assert_refused(&qp.flush(&ns, 4).unwrap_err().kind, nsid, md);
         assert_refused(&qp.write_zeroes(&ns, 0, 8, 5).unwrap_err().kind, nsid, md);

@@ -207,7 +207,9 @@ extern "C" {
 
 // Opens the NVMe controller at PCI address `pci_addr` ("0000:00:10.0"; "0000.00.10.0" also
 // works), which must be bound to vfio-pci, brings it up and scans its namespaces. `opts` may be
-// NULL. On success stores the controller in `*out`.
+// NULL. On success stores the controller in `*out`. A PCI device that is not an NVMe
+// controller (class 01:08:02) fails with VFNVME_ERR_UNSUPPORTED, its message saying "not an
+// NVMe controller" and what the device is.
 //
 // Thread safety: thread-safe; each controller can be opened once per process.
 //
@@ -265,7 +267,9 @@ int32_t vfnvme_ctrl_namespace(const struct vfnvme_ctrl *ctrl, uint32_t nsid, str
 
 // Allocates a zeroed DMA buffer of at least `len` bytes (4 KiB aligned, physically contiguous
 // for the device) and stores its address in `*ptr` and its device address in `*iova` (`iova`
-// may be NULL). Only memory from this function may be passed to the submit functions.
+// may be NULL). Only memory from this function may be passed to the submit functions, and only
+// within the `len` bytes asked for here (the rest of the allocator's chunk does not count): a
+// data range that runs past them fails with VFNVME_ERR_BAD_BUFFER.
 //
 // Thread safety: thread-safe (takes a lock: a control-path call, not for the I/O path).
 //
@@ -273,9 +277,13 @@ int32_t vfnvme_ctrl_namespace(const struct vfnvme_ctrl *ctrl, uint32_t nsid, str
 // Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_dma_alloc(const struct vfnvme_ctrl *ctrl, size_t len, void **ptr, uint64_t *iova);
 
-// Frees a buffer from vfnvme_dma_alloc. The device must no longer use it (no command using it
-// in flight). NULL is a no-op; any other pointer not from vfnvme_dma_alloc of this controller
-// fails with VFNVME_ERR_BAD_BUFFER.
+// Frees a buffer from vfnvme_dma_alloc. Fails with VFNVME_ERR_BUSY while a command submitted
+// on one of this controller's queue pairs with a data pointer inside the buffer has not been
+// reaped (poll it first; a free racing a submit of the same buffer on another thread, without
+// synchronisation between the two, is not detected). NULL is a no-op; any other pointer not
+// from vfnvme_dma_alloc of this controller fails with VFNVME_ERR_BAD_BUFFER. From here on the
+// submit functions refuse the buffer with VFNVME_ERR_BAD_BUFFER (until vfnvme_dma_alloc hands
+// the memory out again).
 //
 // Thread safety: thread-safe (takes a lock).
 //
@@ -283,8 +291,9 @@ int32_t vfnvme_dma_alloc(const struct vfnvme_ctrl *ctrl, size_t len, void **ptr,
 // Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_dma_free(const struct vfnvme_ctrl *ctrl, void *ptr);
 
-// Translates an address inside DMA memory of this controller to its device address; stores it
-// in `*iova`. VFNVME_ERR_BAD_BUFFER for any other address.
+// Translates an address inside a live buffer from vfnvme_dma_alloc of this controller (within
+// the length asked for) to its device address; stores it in `*iova`. VFNVME_ERR_BAD_BUFFER for
+// any other address, a freed buffer's included.
 //
 // Thread safety: thread-safe, lock-free.
 //

@@ -7,15 +7,10 @@ use nvme::dma::DmaPool;
 use nvme::namespace::Namespace;
 use std::sync::Arc;
 
-/// A data buffer already translated to the device's address space: `len` bytes at `iova`,
-/// inside a DMA buffer whose lifetime the C caller guarantees until the completion.
-#[derive(Debug, Clone, Copy)]
-pub struct RawIova {
-    /// Device address of the first byte.
-    pub iova: u64,
-    /// Length in bytes.
-    pub len: usize,
-}
+/// A data buffer already translated to the device's address space: a range of one live
+/// allocation of the controller's pool (checked by `ffi::qpair`), whose lifetime the C caller
+/// guarantees until the completion.
+pub type RawIova = nvme::dma::DmaSpan;
 
 /// One I/O command as the ABI layer hands it to a queue pair.
 #[derive(Debug, Clone, Copy)]
@@ -121,10 +116,11 @@ pub trait QpairOps: Send {
     fn poll(&mut self, max: u32, f: &mut dyn FnMut(RawCompletion)) -> usize;
     /// Reaps up to `out.len()` completions straight into `out[0..n]` (the batch path: no call
     /// per completion): each entry gets the `arg` of `slots[tag]`, whose index goes back on
-    /// `free`. Returns `n`.
+    /// `free` and whose `in_flight` mark is cleared. Returns `n`.
     fn poll_into(
         &mut self,
         slots: &[Slot],
+        in_flight: &[std::sync::atomic::AtomicUsize],
         free: &mut Vec<u32>,
         out: &mut [crate::types::Completion],
     ) -> usize;

@@ -15,6 +15,9 @@ pub struct Ctrl {
     pub(crate) ops: Arc<dyn CtrlOps>,
     bufs: Mutex<HashMap<usize, DmaBuffer>>,
     pub(crate) qpairs: AtomicUsize,
+    /// Per live queue pair, per slot: the data address of the command in flight there (0 for
+    /// none). vfnvme_dma_free refuses a buffer that one of them points into.
+    pub(crate) in_flight: Mutex<Vec<Arc<[AtomicUsize]>>>,
     events: Mutex<std::sync::mpsc::Receiver<NamespaceEvent>>,
 }
 
@@ -25,6 +28,7 @@ impl Ctrl {
             ops,
             bufs: Mutex::new(HashMap::new()),
             qpairs: AtomicUsize::new(0),
+            in_flight: Mutex::new(Vec::new()),
             events,
         }
     }
@@ -59,7 +63,9 @@ pub(crate) fn publish(ops: Arc<dyn CtrlOps>, out: &mut *mut Ctrl) -> i32 {
 
 /// Opens the NVMe controller at PCI address `pci_addr` ("0000:00:10.0"; "0000.00.10.0" also
 /// works), which must be bound to vfio-pci, brings it up and scans its namespaces. `opts` may be
-/// NULL. On success stores the controller in `*out`.
+/// NULL. On success stores the controller in `*out`. A PCI device that is not an NVMe
+/// controller (class 01:08:02) fails with VFNVME_ERR_UNSUPPORTED, its message saying "not an
+/// NVMe controller" and what the device is.
 ///
 /// Thread safety: thread-safe; each controller can be opened once per process.
 ///
@@ -236,7 +242,9 @@ pub unsafe extern "C" fn vfnvme_ctrl_namespace(
 
 /// Allocates a zeroed DMA buffer of at least `len` bytes (4 KiB aligned, physically contiguous
 /// for the device) and stores its address in `*ptr` and its device address in `*iova` (`iova`
-/// may be NULL). Only memory from this function may be passed to the submit functions.
+/// may be NULL). Only memory from this function may be passed to the submit functions, and only
+/// within the `len` bytes asked for here (the rest of the allocator's chunk does not count): a
+/// data range that runs past them fails with VFNVME_ERR_BAD_BUFFER.
 ///
 /// Thread safety: thread-safe (takes a lock: a control-path call, not for the I/O path).
 ///
@@ -270,9 +278,13 @@ pub unsafe extern "C" fn vfnvme_dma_alloc(
     })
 }
 
-/// Frees a buffer from vfnvme_dma_alloc. The device must no longer use it (no command using it
-/// in flight). NULL is a no-op; any other pointer not from vfnvme_dma_alloc of this controller
-/// fails with VFNVME_ERR_BAD_BUFFER.
+/// Frees a buffer from vfnvme_dma_alloc. Fails with VFNVME_ERR_BUSY while a command submitted
+/// on one of this controller's queue pairs with a data pointer inside the buffer has not been
+/// reaped (poll it first; a free racing a submit of the same buffer on another thread, without
+/// synchronisation between the two, is not detected). NULL is a no-op; any other pointer not
+/// from vfnvme_dma_alloc of this controller fails with VFNVME_ERR_BAD_BUFFER. From here on the
+/// submit functions refuse the buffer with VFNVME_ERR_BAD_BUFFER (until vfnvme_dma_alloc hands
+/// the memory out again).
 ///
 /// Thread safety: thread-safe (takes a lock).
 ///
@@ -286,18 +298,36 @@ pub unsafe extern "C" fn vfnvme_dma_free(ctrl: *const Ctrl, ptr: *mut c_void) ->
             return Ok(0);
         }
         let mut bufs = ctrl.bufs.lock().unwrap_or_else(|e| e.into_inner());
-        match bufs.remove(&(ptr as usize)) {
-            Some(_) => Ok(0),
-            None => Err(FfiError::new(
+        let Some(buf) = bufs.get(&(ptr as usize)) else {
+            return Err(FfiError::new(
                 Status::VfnvmeErrBadBuffer,
                 format!("vfnvme_dma_free({ptr:p}): not a buffer from vfnvme_dma_alloc of this controller"),
-            )),
+            ));
+        };
+        let start = buf.as_ptr() as usize;
+        let end = start + buf.len();
+        let in_flight = ctrl
+            .in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .flat_map(|slots| slots.iter())
+            .filter(|a| (start..end).contains(&a.load(Ordering::Relaxed)))
+            .count();
+        if in_flight > 0 {
+            return Err(FfiError::new(
+                Status::VfnvmeErrBusy,
+                format!("vfnvme_dma_free({ptr:p}): {in_flight} command(s) using this buffer are in flight; poll their completions first"),
+            ));
         }
+        bufs.remove(&start);
+        Ok(0)
     })
 }
 
-/// Translates an address inside DMA memory of this controller to its device address; stores it
-/// in `*iova`. VFNVME_ERR_BAD_BUFFER for any other address.
+/// Translates an address inside a live buffer from vfnvme_dma_alloc of this controller (within
+/// the length asked for) to its device address; stores it in `*iova`. VFNVME_ERR_BAD_BUFFER for
+/// any other address, a freed buffer's included.
 ///
 /// Thread safety: thread-safe, lock-free.
 ///
@@ -312,10 +342,10 @@ pub unsafe extern "C" fn vfnvme_dma_translate(
     guard("vfnvme_dma_translate", || {
         let ctrl = deref(ctrl, "ctrl")?;
         let iova = out_ptr(iova, "iova")?;
-        *iova = ctrl.ops.dma().translate(ptr.cast()).ok_or_else(|| {
+        *iova = ctrl.ops.dma().span(ptr.cast(), 1).map(|s| s.iova()).ok_or_else(|| {
             FfiError::new(
                 Status::VfnvmeErrBadBuffer,
-                format!("{ptr:p} is not inside DMA memory of this controller; allocate with vfnvme_dma_alloc"),
+                format!("{ptr:p} is not inside a live buffer from vfnvme_dma_alloc of this controller; allocate with vfnvme_dma_alloc"),
             )
         })?;
         Ok(0)

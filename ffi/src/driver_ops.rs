@@ -10,6 +10,7 @@ use nvme::platform::Platform;
 use nvme::queue::Direction;
 use nvme::spec::command::DsmRange;
 use nvme::{Controller, Error, QpairOptions, QueuePair, SubmitErrorKind};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// The status code for a driver error.
@@ -18,7 +19,9 @@ pub fn status_of(e: &Error) -> Status {
         Error::QueueDepthTooLarge { .. } | Error::QueueDepthTooSmall { .. } => {
             Status::VfnvmeErrInvalidArgument
         }
-        Error::NoFreeQueue { .. } | Error::QueueBusy { .. } => Status::VfnvmeErrBusy,
+        Error::NoFreeQueue { .. } | Error::QueueBusy { .. } | Error::ResetWithQueues { .. } => {
+            Status::VfnvmeErrBusy
+        }
         Error::NoSuchNamespace { .. } => Status::VfnvmeErrNotFound,
         Error::Unsupported { .. } => Status::VfnvmeErrUnsupported,
         Error::Dma(_) => Status::VfnvmeErrNoMemory,
@@ -139,15 +142,15 @@ impl<P: Platform> QpairOps for QueuePair<P> {
     #[inline]
     fn submit(&mut self, ns: &Namespace, cmd: IoCmd<'_>, tag: u64) -> FfiResult<()> {
         let r = match cmd {
-            // SAFETY: `buf` was translated from a pointer inside this controller's DMA memory
-            // (ffi::qpair checks both ends); the C caller keeps the buffer allocated and leaves
-            // it alone until the completion callback, as the header requires.
+            // SAFETY: `buf` is a span of a live allocation of this controller's pool
+            // (ffi::qpair made it); the C caller keeps the buffer allocated and leaves it alone
+            // until the completion callback, as the header requires.
             IoCmd::Read { lba, blocks, buf } => unsafe {
-                self.submit_raw(ns, Direction::Read, lba, blocks, buf.iova, buf.len, tag)
+                self.submit_raw(ns, Direction::Read, lba, blocks, buf, tag)
             },
             // SAFETY: as for reads.
             IoCmd::Write { lba, blocks, buf } => unsafe {
-                self.submit_raw(ns, Direction::Write, lba, blocks, buf.iova, buf.len, tag)
+                self.submit_raw(ns, Direction::Write, lba, blocks, buf, tag)
             },
             IoCmd::Flush => self.flush(ns, tag),
             IoCmd::WriteZeroes { lba, blocks } => self.write_zeroes(ns, lba, blocks, tag),
@@ -181,11 +184,10 @@ impl<P: Platform> QpairOps for QueuePair<P> {
         } else {
             Direction::Read
         };
-        // SAFETY: `buf` was translated from a pointer inside this controller's DMA memory
-        // (ffi::qpair checks both ends); the C caller keeps the buffer allocated and leaves it
-        // alone until the completion, as the header requires.
-        unsafe { self.submit_raw(ns, dir, lba, blocks, buf.iova, buf.len, tag) }
-            .map_err(|e| submit_error(ns, e))
+        // SAFETY: `buf` is a span of a live allocation of this controller's pool (ffi::qpair
+        // made it); the C caller keeps the buffer allocated and leaves it alone until the
+        // completion, as the header requires.
+        unsafe { self.submit_raw(ns, dir, lba, blocks, buf, tag) }.map_err(|e| submit_error(ns, e))
     }
     #[inline]
     fn commit(&mut self) {
@@ -203,11 +205,20 @@ impl<P: Platform> QpairOps for QueuePair<P> {
         })
     }
     #[inline]
-    fn poll_into(&mut self, slots: &[Slot], free: &mut Vec<u32>, out: &mut [Completion]) -> usize {
+    fn poll_into(
+        &mut self,
+        slots: &[Slot],
+        in_flight: &[AtomicUsize],
+        free: &mut Vec<u32>,
+        out: &mut [Completion],
+    ) -> usize {
         let mut n = 0usize;
         QueuePair::poll(self, out.len(), |c| {
             let idx = c.tag as usize;
             if let (Some(s), Some(o)) = (slots.get(idx), out.get_mut(n)) {
+                if let Some(m) = in_flight.get(idx) {
+                    m.store(0, Ordering::Relaxed);
+                }
                 free.push(idx as u32);
                 *o = Completion {
                     arg: s.arg,

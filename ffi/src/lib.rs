@@ -2,7 +2,8 @@
 //!
 //! Every exported function runs its body under `catch_unwind` (see [`error::guard`]): no panic
 //! crosses the ABI. Raw pointers from C are checked for NULL and data buffers are translated
-//! through the controller's DMA pool (lock-free); a pointer outside vfnvme DMA memory is refused.
+//! through the controller's DMA pool (lock-free): a data range that is not inside one live
+//! buffer from `vfnvme_dma_alloc` (within the length asked for) is refused.
 
 pub mod backend;
 pub mod ctrl;
@@ -15,5 +16,7 @@ pub mod types;
 
 pub use error::Status;
 
+#[cfg(test)]
+mod abi_bounds_tests;
 #[cfg(test)]
 mod abi_tests;

@@ -4,7 +4,7 @@ use crate::backend::CtrlOps;
 use crate::driver_ops::ffi_error;
 use crate::error::{FfiError, FfiResult, Status};
 use crate::types::{CtrlOpts, ModelOpts};
-use nvme::dma::{PageSize, PciAddress};
+use nvme::dma::{DmaError, PageSize, PciAddress};
 use nvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 use nvme::vfio_platform::{VfioOptions, VfioPlatform};
 use nvme::{Controller, ControllerOptions};
@@ -19,8 +19,8 @@ pub fn open_vfio(addr: PciAddress, opts: &CtrlOpts) -> FfiResult<Arc<dyn CtrlOps
             PageSize::Huge2M
         },
     };
-    let platform = VfioPlatform::open(&addr.to_string(), vopts)
-        .map_err(|e| FfiError::new(Status::VfnvmeErrDevice, format!("{addr}: {e}")))?;
+    let platform =
+        VfioPlatform::open(&addr.to_string(), vopts).map_err(|e| open_error(&addr, &e))?;
     let mut copts = ControllerOptions {
         shadow_doorbells: opts.shadow_doorbells,
         ..ControllerOptions::default()
@@ -31,6 +31,17 @@ pub fn open_vfio(addr: PciAddress, opts: &CtrlOpts) -> FfiResult<Arc<dyn CtrlOps
     let ctrl = Controller::new(platform, copts)
         .map_err(|e| ffi_error(&format!("{addr}: bring-up"), &e))?;
     Ok(Arc::new(ctrl))
+}
+
+/// The error of a failed VFIO open: a device that is not an NVMe controller is
+/// `VFNVME_ERR_UNSUPPORTED` ("not an NVMe controller", naming what it is); anything else
+/// (a missing device included) `VFNVME_ERR_DEVICE`.
+fn open_error(addr: &PciAddress, e: &DmaError) -> FfiError {
+    let status = match e {
+        DmaError::NotNvme { .. } => Status::VfnvmeErrUnsupported,
+        _ => Status::VfnvmeErrDevice,
+    };
+    FfiError::new(status, format!("{addr}: {e}"))
 }
 
 /// Opens an in-memory controller model and brings it up.
@@ -84,4 +95,37 @@ pub fn open_model(opts: &ModelOpts) -> FfiResult<Arc<dyn CtrlOps>> {
     };
     let ctrl = Controller::new(platform, copts).map_err(|e| ffi_error("model: bring-up", &e))?;
     Ok(Arc::new(ctrl))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_that_is_not_nvme_is_unsupported_and_named() {
+        let addr = PciAddress::parse("0000:00:02.0").unwrap();
+        let e = DmaError::NotNvme {
+            address: addr.to_string(),
+            class: 0x020000,
+            what: "an Ethernet controller".into(),
+            vendor: 0x8086,
+            device: 0x100e,
+            driver: "e1000".into(),
+        };
+        let f = open_error(&addr, &e);
+        assert_eq!(f.status, Status::VfnvmeErrUnsupported);
+        assert!(
+            f.message.contains("not an NVMe controller"),
+            "{}",
+            f.message
+        );
+        assert!(!f.message.contains("vfnvme setup"), "{}", f.message);
+        let f = open_error(
+            &addr,
+            &DmaError::NoSuchDevice {
+                address: addr.to_string(),
+            },
+        );
+        assert_eq!(f.status, Status::VfnvmeErrDevice);
+    }
 }

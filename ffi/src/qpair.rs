@@ -8,10 +8,10 @@ use crate::backend::{IoCmd, QpairOps, RawCompletion, RawIova, Slot};
 use crate::ctrl::{deref, Ctrl};
 use crate::error::{guard, FfiError, FfiResult, Status};
 use crate::types::{Callback, Completion, Cpl, Range};
-use nvme::dma::DmaRegion;
+use nvme::dma::{DmaPool, DmaRegion};
 use nvme::namespace::{Namespace, NamespaceState};
 use std::ffi::c_void;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Largest queue depth accepted by vfnvme_qpair_alloc.
@@ -28,6 +28,9 @@ pub struct Qpair {
     inner: Box<dyn QpairOps>,
     ctrl: *const Ctrl,
     slots: Vec<Slot>,
+    /// Per slot: the data pointer of the command in flight there (0: none or no data), shared
+    /// with the controller so that vfnvme_dma_free can refuse a buffer in flight.
+    in_flight: Arc<[AtomicUsize]>,
     free: Vec<u32>,
     done: Vec<Done>,
     ns_cache: Vec<Option<Arc<Namespace>>>,
@@ -104,6 +107,7 @@ impl Qpair {
             inner,
             ctrl,
             slots,
+            in_flight,
             free,
             ns_cache,
             region,
@@ -116,6 +120,7 @@ impl Qpair {
             ));
         };
         check_range(ns, lba, blocks)?;
+        let data = buf;
         let buf = translate(region, *ctrl, buf, u64::from(blocks) << ns.lba_shift())?;
         let slot = free
             .pop()
@@ -123,9 +128,16 @@ impl Qpair {
         if let Some(s) = slots.get_mut(slot as usize) {
             *s = Slot { cb, arg };
         }
+        let mark = in_flight.get(slot as usize);
+        if let Some(m) = mark {
+            m.store(data as usize, Ordering::Relaxed);
+        }
         match inner.submit_rw(ns, write, lba, blocks, buf, u64::from(slot)) {
             Ok(()) => Ok(0),
             Err(e) => {
+                if let Some(m) = mark {
+                    m.store(0, Ordering::Relaxed);
+                }
                 free.push(slot);
                 Err(e)
             }
@@ -150,23 +162,35 @@ impl Qpair {
             nsid,
             |q, ns| {
                 check_range(ns, lba, blocks)?;
-                let buf = q.buffer(buf, u64::from(blocks) << ns.lba_shift())?;
+                let span = q.buffer(buf, u64::from(blocks) << ns.lba_shift())?;
                 Ok(if write {
-                    IoCmd::Write { lba, blocks, buf }
+                    IoCmd::Write {
+                        lba,
+                        blocks,
+                        buf: span,
+                    }
                 } else {
-                    IoCmd::Read { lba, blocks, buf }
+                    IoCmd::Read {
+                        lba,
+                        blocks,
+                        buf: span,
+                    }
                 })
             },
+            buf,
             cb,
             arg,
         )
     }
 
+    /// Submits the command `cmd` builds on namespace `nsid`; `data` is its data pointer (NULL
+    /// for none), marked in flight until the completion.
     #[inline(always)]
     fn submit(
         &mut self,
         nsid: u32,
         cmd: impl FnOnce(&mut Self, &Namespace) -> FfiResult<IoCmd<'static>>,
+        data: *const c_void,
         cb: Callback,
         arg: *mut c_void,
     ) -> FfiResult<i32> {
@@ -177,7 +201,7 @@ impl Qpair {
             Some(ns) if ns.state() == NamespaceState::Active => ns,
             _ => self.namespace(nsid)?,
         };
-        let r = cmd(self, &ns).and_then(|c| self.submit_cmd(&ns, c, cb, arg));
+        let r = cmd(self, &ns).and_then(|c| self.submit_cmd(&ns, c, data, cb, arg));
         if let Some(slot) = self.ns_cache.get_mut(idx) {
             *slot = Some(ns);
         }
@@ -189,6 +213,7 @@ impl Qpair {
         &mut self,
         ns: &Namespace,
         cmd: IoCmd<'_>,
+        data: *const c_void,
         cb: Callback,
         arg: *mut c_void,
     ) -> FfiResult<i32> {
@@ -199,9 +224,16 @@ impl Qpair {
         if let Some(s) = self.slots.get_mut(slot as usize) {
             *s = Slot { cb, arg };
         }
+        let mark = self.in_flight.get(slot as usize);
+        if let Some(m) = mark {
+            m.store(data as usize, Ordering::Relaxed);
+        }
         match self.inner.submit(ns, cmd, u64::from(slot)) {
             Ok(()) => Ok(0),
             Err(e) => {
+                if let Some(m) = mark {
+                    m.store(0, Ordering::Relaxed);
+                }
                 self.free.push(slot);
                 Err(e)
             }
@@ -209,8 +241,10 @@ impl Qpair {
     }
 }
 
-/// `len` bytes at `buf` as a device address: through `region` (the region of the last buffer),
-/// else one lookup in the controller's pool, remembered in `region` for the next.
+/// `len` bytes at `buf` as a device address, if they lie inside one live allocation of the
+/// controller's pool (within the length given to vfnvme_dma_alloc): one atomic load through
+/// `region` (the region of the last buffer), else one lookup in the pool, remembered in
+/// `region` for the next.
 #[inline(always)]
 fn translate(
     region: &mut DmaRegion,
@@ -219,10 +253,13 @@ fn translate(
     len: u64,
 ) -> FfiResult<RawIova> {
     let Ok(len) = usize::try_from(len) else {
-        return Err(bad_buffer());
+        return Err(FfiError::new(
+            Status::VfnvmeErrBadBuffer,
+            format!("a transfer of {len} bytes does not fit this machine's address space"),
+        ));
     };
-    match region.translate_range(buf.cast(), len) {
-        Some(iova) => Ok(RawIova { iova, len }),
+    match region.span(buf.cast(), len) {
+        Some(span) => Ok(span),
         None => translate_new_region(region, ctrl, buf, len),
     }
 }
@@ -237,21 +274,34 @@ fn translate_new_region(
 ) -> FfiResult<RawIova> {
     // SAFETY: the controller outlives its queue pairs (see Qpair::ctrl).
     let ctrl = unsafe { &*ctrl };
-    let r = ctrl
-        .ops
-        .dma()
-        .region_of(buf.cast())
-        .ok_or_else(bad_buffer)?;
-    *region = r;
-    let iova = r.translate_range(buf.cast(), len).ok_or_else(bad_buffer)?;
-    Ok(RawIova { iova, len })
+    let pool = ctrl.ops.dma();
+    if !region.contains(buf.cast()) {
+        if let Some(r) = pool.region_of(buf.cast()) {
+            *region = r;
+            if let Some(span) = region.span(buf.cast(), len) {
+                return Ok(span);
+            }
+        }
+    }
+    Err(bad_buffer(pool, buf, len))
 }
 
-fn bad_buffer() -> FfiError {
-    FfiError::new(
-        Status::VfnvmeErrBadBuffer,
-        "data buffer is not inside DMA memory of this controller; allocate it with vfnvme_dma_alloc",
-    )
+/// Why `len` bytes at `buf` are not a range of one live allocation of `pool`.
+#[cold]
+fn bad_buffer(pool: &DmaPool, buf: *const c_void, len: usize) -> FfiError {
+    let msg = match pool.allocation_of(buf.cast()) {
+        Some(a) => format!(
+            "data buffer {buf:p} + {len} bytes runs past the end of its buffer ({} bytes at {:#x} from vfnvme_dma_alloc); pass a buffer of at least blocks * lba_size bytes",
+            a.len, a.va
+        ),
+        None if pool.region_of(buf.cast()).is_some() => format!(
+            "data buffer {buf:p} was freed with vfnvme_dma_free (or never allocated); allocate it with vfnvme_dma_alloc and keep it until the completion"
+        ),
+        None => format!(
+            "data buffer {buf:p} is not inside DMA memory of this controller; allocate it with vfnvme_dma_alloc"
+        ),
+    };
+    FfiError::new(Status::VfnvmeErrBadBuffer, msg)
 }
 
 fn check_range(ns: &Namespace, lba: u64, blocks: u32) -> FfiResult<()> {
@@ -306,9 +356,15 @@ pub unsafe extern "C" fn vfnvme_qpair_alloc(
             ));
         }
         let inner = c.ops.alloc_qpair(depth)?;
+        let in_flight: Arc<[AtomicUsize]> = (0..depth).map(|_| AtomicUsize::new(0)).collect();
+        c.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(in_flight.clone());
         let qp = Qpair {
             inner,
             ctrl,
+            in_flight,
             slots: vec![
                 Slot {
                     cb: None,
@@ -353,9 +409,15 @@ pub unsafe extern "C" fn vfnvme_qpair_free(qp: *mut Qpair) -> i32 {
         // SAFETY: `qp` came from Box::into_raw in vfnvme_qpair_alloc; the caller gives it up.
         let q = unsafe { Box::from_raw(qp) };
         let ctrl = q.ctrl;
+        let in_flight = q.in_flight.clone();
         drop(q);
         // SAFETY: the controller outlives its queue pairs (see Qpair::ctrl).
-        unsafe { &*ctrl }.qpairs.fetch_sub(1, Ordering::AcqRel);
+        let c = unsafe { &*ctrl };
+        c.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|t| !Arc::ptr_eq(t, &in_flight));
+        c.qpairs.fetch_sub(1, Ordering::AcqRel);
         Ok(0)
     })
 }
@@ -420,7 +482,7 @@ pub unsafe extern "C" fn vfnvme_qpair_flush(
     arg: *mut c_void,
 ) -> i32 {
     guard("vfnvme_qpair_flush", || {
-        qp_mut(qp)?.submit(nsid, |_, _| Ok(IoCmd::Flush), cb, arg)
+        qp_mut(qp)?.submit(nsid, |_, _| Ok(IoCmd::Flush), std::ptr::null(), cb, arg)
     })
 }
 
@@ -446,6 +508,7 @@ pub unsafe extern "C" fn vfnvme_qpair_write_zeroes(
                 check_range(ns, lba, blocks)?;
                 Ok(IoCmd::WriteZeroes { lba, blocks })
             },
+            std::ptr::null(),
             cb,
             arg,
         )
@@ -483,7 +546,7 @@ pub unsafe extern "C" fn vfnvme_qpair_deallocate(
         for r in ranges {
             check_range(&ns, r.lba, r.blocks)?;
         }
-        q.submit_cmd(&ns, IoCmd::Deallocate { ranges }, cb, arg)
+        q.submit_cmd(&ns, IoCmd::Deallocate { ranges }, std::ptr::null(), cb, arg)
     })
 }
 
@@ -525,11 +588,18 @@ pub unsafe extern "C" fn vfnvme_qpair_process_completions(qp: *mut Qpair, max: u
             let max = if max == 0 || max > cap { cap } else { max };
             let mut done = std::mem::take(&mut q.done);
             let Qpair {
-                inner, slots, free, ..
+                inner,
+                slots,
+                in_flight,
+                free,
+                ..
             } = q;
             inner.poll(max, &mut |c: RawCompletion| {
                 let idx = c.tag as usize;
                 if let Some(s) = slots.get(idx) {
+                    if let Some(m) = in_flight.get(idx) {
+                        m.store(0, Ordering::Relaxed);
+                    }
                     free.push(idx as u32);
                     let mut cpl = Cpl::from_status(c.status, c.cdw0);
                     cpl.rc = c.rc;
@@ -597,7 +667,7 @@ pub unsafe extern "C" fn vfnvme_qpair_poll_completions(
         // SAFETY: the caller provides room for `max` (or more) entries (header contract), which
         // only this call writes while it runs.
         let out = unsafe { std::slice::from_raw_parts_mut(out, max as usize) };
-        let n = q.inner.poll_into(&q.slots, &mut q.free, out);
+        let n = q.inner.poll_into(&q.slots, &q.in_flight, &mut q.free, out);
         Ok(i32::try_from(n).unwrap_or(i32::MAX))
     })
 }

@@ -3,7 +3,6 @@
 //! commands and data the test sent; and a second open of a device in use fails cleanly.
 
 use vfnvme::spec::command::feature_id;
-use vfnvme::spec::Command;
 use vfnvme::vfio_platform::{VfioOptions, VfioPlatform};
 use vfnvme_tests::{guest, guest_io};
 
@@ -20,16 +19,9 @@ struct Smart {
 }
 
 fn smart(ctrl: &guest_io::Ctrl) -> Smart {
-    let buf = ctrl.dma().alloc(512).expect("DMA buffer");
-    ctrl.admin_sync(Command::get_log_page(
-        LID_SMART,
-        0xffff_ffff,
-        512,
-        0,
-        false,
-        buf.iova(),
-    ))
-    .expect("Get Log Page (SMART)");
+    let buf = ctrl
+        .get_log_page(LID_SMART, 0xffff_ffff, 512, false)
+        .expect("Get Log Page (SMART)");
     let b = buf.as_slice();
     let at = |o: usize| u128::from_le_bytes(b[o..o + 16].try_into().expect("16 bytes"));
     Smart {
@@ -46,12 +38,12 @@ fn get_features_number_of_queues_matches_bring_up() {
         return;
     }
     let ctrl = guest_io::open(&guest::vfio_devices()[0]);
-    let c = ctrl
-        .admin_sync(Command::get_features(feature_id::NUMBER_OF_QUEUES, 0))
+    let dw0 = ctrl
+        .get_features(feature_id::NUMBER_OF_QUEUES, 0)
         .expect("Get Features (Number of Queues)");
-    let (nsq, ncq) = ((c.dw0 & 0xffff) + 1, (c.dw0 >> 16) + 1);
+    let (nsq, ncq) = ((dw0 & 0xffff) + 1, (dw0 >> 16) + 1);
     let granted = u32::from(ctrl.identify().io_queue_pairs);
-    assert_eq!(nsq.min(ncq), granted, "dw0 {:#x}", c.dw0);
+    assert_eq!(nsq.min(ncq), granted, "dw0 {dw0:#x}");
 }
 
 #[test]

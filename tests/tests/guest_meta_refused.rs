@@ -95,8 +95,7 @@ fn every_path_refused(ctrl: &Ctrl, qp: &mut Qpair, nsid: u32, md: MetadataFormat
     for dir in [Direction::Read, Direction::Write] {
         // SAFETY: `buf` is DMA memory of this controller and outlives the call, which is
         // refused before a command is built.
-        let e =
-            unsafe { qp.submit_raw(&ns, dir, 0, blocks, buf.iova(), buf.len(), 3) }.unwrap_err();
+        let e = unsafe { qp.submit_raw(&ns, dir, 0, blocks, buf.span(), 3) }.unwrap_err();
         assert_refused(&e.kind, nsid, md, "raw submit (C ABI path)");
     }
     assert_refused(&qp.flush(&ns, 4).unwrap_err().kind, nsid, md, "flush");
@@ -209,7 +208,7 @@ fn perf_and_identify_refuse_and_report_metadata_namespaces() {
         assert!(!out.status.success(), "perf on ns {nsid} must fail: {err}");
         assert!(
             err.contains(&format!("namespace {nsid} is formatted with"))
-                && err.contains("vfnvme format"),
+                && err.contains(&format!("vfnvme format BDF --nsid {nsid} --yes")),
             "perf on ns {nsid}: {err}"
         );
     }
@@ -223,7 +222,8 @@ fn perf_and_identify_refuse_and_report_metadata_namespaces() {
         text.contains("8 B metadata per block (extended LBA)")
             && text.contains("16 B metadata per block (separate buffer)")
             && text.contains("protection information type 1")
-            && text.matches("I/O refused").count() == 3,
+            && text.matches("I/O refused").count() == 3
+            && text.contains(&format!("`vfnvme format {bdf} --nsid 3 --yes`")),
         "{text}"
     );
     assert_no_new_dmar_faults(&faults_before);
@@ -242,11 +242,33 @@ fn vfnvme_format_makes_a_metadata_namespace_usable() {
         Command::new(&bin)
             .args(args)
             .output()
-            .expect("running vfnvme format")
+            .expect("running vfnvme")
     };
-    let out = run(&["format", &bdf, "--nsid", "2"]);
+    // The command line `vfnvme list` shows for ns 2 is the one that makes it usable.
+    let out = run(&["list"]);
+    let list = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{list}");
+    let row = list
+        .lines()
+        .find(|l| l.trim_start().starts_with("ns 2 "))
+        .unwrap_or_else(|| panic!("no row for ns 2 in: {list}"));
+    let (_, line) = row
+        .split_once("no I/O: metadata 8 ext; reformat with ")
+        .unwrap_or_else(|| panic!("ns 2 row without the reformat hint: {row}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words[..2], ["vfnvme", "format"], "{row}");
+    assert!(
+        words.contains(&bdf.as_str()) && words.contains(&"--yes"),
+        "{row}"
+    );
+    let without_yes: Vec<&str> = words[1..]
+        .iter()
+        .copied()
+        .filter(|w| *w != "--yes")
+        .collect();
+    let out = run(&without_yes);
     assert!(!out.status.success(), "without --yes nothing is erased");
-    let out = run(&["format", &bdf, "--nsid", "2", "--yes"]);
+    let out = run(&words[1..]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

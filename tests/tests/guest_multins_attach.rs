@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use vfnvme::namespace::{NamespaceEvent, NamespaceState};
-use vfnvme::spec::Command;
 use vfnvme::vfio_platform::{VfioOptions, VfioPlatform};
 use vfnvme::{Controller, ControllerOptions, QpairOptions, SubmitErrorKind};
 use vfnvme_tests::guest;
@@ -20,17 +19,9 @@ use vfnvme_tests::guest;
 const EVENT_DEADLINE: Duration = Duration::from_secs(10);
 
 fn attachment(ctrl: &Controller<VfioPlatform>, nsid: u32, attach: bool) {
-    let mut list = ctrl
-        .dma()
-        .alloc(4096)
-        .expect("DMA page for the controller list");
     let cntlid = ctrl.identify().identify.cntlid;
-    let page = list.as_mut_slice();
-    page.fill(0);
-    page[0..2].copy_from_slice(&1u16.to_le_bytes());
-    page[2..4].copy_from_slice(&cntlid.to_le_bytes());
     let what = if attach { "attach" } else { "detach" };
-    ctrl.admin_sync(Command::namespace_attachment(nsid, attach, list.iova()))
+    ctrl.namespace_attachment(nsid, attach, &[cntlid])
         .unwrap_or_else(|e| {
             panic!(
                 "Namespace Attachment ({what} nsid {nsid} to controller {cntlid}) failed: {e}; \

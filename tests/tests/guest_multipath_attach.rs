@@ -5,15 +5,11 @@
 
 use vfnvme::namespace::NamespaceState;
 use vfnvme::spec::status::generic;
-use vfnvme::spec::Command;
 use vfnvme::SubmitErrorKind;
 use vfnvme_tests::{guest, guest_io};
 
 fn attachment(ctrl: &guest_io::Ctrl, nsid: u32, attach: bool, cntlid: u16) {
-    let mut list = ctrl.dma().alloc(4096).expect("DMA buffer");
-    list.as_mut_slice()[0..2].copy_from_slice(&1u16.to_le_bytes());
-    list.as_mut_slice()[2..4].copy_from_slice(&cntlid.to_le_bytes());
-    ctrl.admin_sync(Command::namespace_attachment(nsid, attach, list.iova()))
+    ctrl.namespace_attachment(nsid, attach, &[cntlid])
         .unwrap_or_else(|e| panic!("Namespace Attachment (attach {attach}) of ns {nsid}: {e}"));
 }
 

@@ -22,6 +22,10 @@ pub struct IdentifyArgs {
     pub json: bool,
 }
 
+/// The I/O queue pairs `identify` asks for: the most Number of Queues can express (65535
+/// pairs, 0-based 0xfffe), so the controller answers with all it has.
+pub const MAX_IO_QUEUES: u16 = u16::MAX - 1;
+
 /// Formats bytes as hex, e.g. `0011223344556677`; `None` when all zero (not reported).
 pub fn hex_id(bytes: &[u8]) -> Option<String> {
     if bytes.iter().all(|b| *b == 0) {
@@ -103,7 +107,7 @@ pub fn text(v: &Value) -> String {
     let mut out = format!(
         "{dev}: {model} (serial {serial}, firmware {fw}), vendor {vid}, NVMe {ver}\n\
          \x20 cntlid {cntlid}  nn {nn}  mdts {mdts} ({mdtsb} bytes)  oacs {oacs}  oncs {oncs}  cmic {cmic}\n\
-         \x20 sqes {sqes}  cqes {cqes}  max queue depth {mqd}  I/O queue pairs granted {qp}  shadow doorbells {sdb}\n\
+         \x20 sqes {sqes}  cqes {cqes}  max queue depth {mqd}  I/O queue pairs available {qp}  shadow doorbells {sdb}\n\
          \x20 subnqn {subnqn}\n",
         dev = s("device"),
         model = s("model"),
@@ -150,8 +154,8 @@ pub fn text(v: &Value) -> String {
         ));
         if ns["io_supported"] == Value::Bool(false) {
             out.push_str(&format!(
-                "    I/O refused: vfnvme does not transfer metadata; reformat to an LBA format without metadata (`vfnvme format --nsid {}`, erases the data)\n",
-                f("nsid")
+                "    I/O refused: vfnvme does not transfer metadata; reformat to an LBA format without metadata (`{}`, erases the data)\n",
+                crate::admin::reformat_command(&s("device"), f("nsid"))
             ));
         }
     }
@@ -160,10 +164,13 @@ pub fn text(v: &Value) -> String {
 
 /// Runs `vfnvme identify`.
 pub fn run(args: &IdentifyArgs) -> Result<()> {
+    // Ask for as many I/O queue pairs as a controller may have, so that the count printed is
+    // what the controller can give (Set Features grants at most what it has; nothing is
+    // allocated until queues are created).
     let ctrl = open::open_controller(
         &args.bdf,
         ControllerOptions {
-            io_queues: 1,
+            io_queues: MAX_IO_QUEUES,
             ..ControllerOptions::default()
         },
     )?;

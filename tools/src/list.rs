@@ -1,20 +1,68 @@
-//! `vfnvme list`: the NVMe controllers (PCI class 0x010802), their drivers, and for those on
-//! vfio-pci the serial, model and namespace count (each is opened briefly).
+//! `vfnvme list`: the NVMe controllers (PCI class 0x010802) grouped by NVM subsystem (SUBNQN),
+//! each with its driver, serial and model, and per namespace its size, LBA format and who
+//! drives it. Controllers on vfio-pci are opened briefly; the kernel's are read from sysfs.
 
 use crate::output::say;
 use crate::{kernel_nvme, open};
 use anyhow::Result;
 use clap::Args;
 use serde_json::{json, Value};
-use vfnvme::dma::{pci_bind, pci_sysfs::VFIO_PCI, SysPaths};
+use std::path::Path;
+use vfnvme::dma::{pci_bind, pci_sysfs::VFIO_PCI, PciAddress, SysPaths};
 use vfnvme::ControllerOptions;
 
 /// Arguments of `vfnvme list`.
 #[derive(Args, Debug)]
 pub struct ListArgs {
-    /// Print JSON instead of a table.
+    /// Print JSON (one object per controller, with its subsystem and namespaces).
     #[arg(long)]
     pub json: bool,
+}
+
+fn read_trimmed(p: &Path) -> Option<String> {
+    std::fs::read_to_string(p)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// The kernel's view of a controller it drives: SUBNQN and namespaces from sysfs.
+fn kernel_view(paths: &SysPaths, addr: &PciAddress, v: &mut Value) {
+    if let Some((serial, model)) = kernel_nvme::serial_and_model(paths, addr) {
+        v["serial"] = json!(serial);
+        v["model"] = json!(model);
+    }
+    let ctrl_dir = std::fs::read_dir(paths.pci_device(addr).join("nvme"))
+        .ok()
+        .and_then(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).min());
+    if let Some(c) = &ctrl_dir {
+        v["subnqn"] = json!(read_trimmed(&c.join("subsysnqn")));
+    }
+    let mut namespaces = Vec::new();
+    for d in kernel_nvme::block_devices(paths, addr) {
+        // The namespace's folder: under the controller, or a native-multipath head.
+        let dir = ctrl_dir
+            .as_ref()
+            .map(|c| c.join(&d.name))
+            .filter(|p| p.exists())
+            .unwrap_or_else(|| paths.sys.join("block").join(&d.name));
+        // Namespaces only (partitions have a `partition` attribute).
+        if dir.join("partition").exists() || !dir.exists() {
+            continue;
+        }
+        let sectors: Option<u64> = read_trimmed(&dir.join("size")).and_then(|s| s.parse().ok());
+        let lba: Option<u64> =
+            read_trimmed(&dir.join("queue/logical_block_size")).and_then(|s| s.parse().ok());
+        namespaces.push(json!({
+            "nsid": read_trimmed(&dir.join("nsid")).and_then(|s| s.parse::<u32>().ok()),
+            "size_bytes": sectors.map(|s| s * 512),
+            "lba_size": lba,
+            "metadata_size": null,
+            "metadata": null,
+            "io_refused": null,
+            "driven_by": format!("kernel nvme: /dev/{}", d.name),
+        }));
+    }
+    v["namespaces"] = json!(namespaces);
 }
 
 /// Every NVMe controller as JSON objects.
@@ -28,11 +76,10 @@ pub fn collect() -> Result<Vec<Value>> {
             "vendor": format!("{:04x}", dev.vendor),
             "device": format!("{:04x}", dev.device),
             "driver": dev.driver,
+            "subnqn": null,
             "serial": null,
             "model": null,
-            "namespaces": null,
-            "namespaces_refused": null,
-            "block_devices": null,
+            "namespaces": [],
             "error": null,
         });
         if dev.driver.as_deref() == Some(VFIO_PCI) {
@@ -42,42 +89,63 @@ pub fn collect() -> Result<Vec<Value>> {
             };
             match open::open_controller(&addr.to_string(), opts) {
                 Ok(ctrl) => {
-                    v["serial"] = json!(ctrl.identify().serial());
-                    v["model"] = json!(ctrl.identify().model());
-                    let all = ctrl.namespaces();
-                    v["namespaces"] = json!(all.len());
-                    // Namespaces whose format has metadata: listed, but I/O is refused.
-                    let refused: Vec<Value> = all
+                    let info = ctrl.identify();
+                    v["serial"] = json!(info.serial());
+                    v["model"] = json!(info.model());
+                    v["subnqn"] = json!(info.identify.subnqn);
+                    let device = addr.to_string();
+                    let ns: Vec<Value> = ctrl
+                        .namespaces()
                         .iter()
-                        .filter(|n| n.io_refused())
                         .map(|n| {
+                            let md = n.identity().metadata_format();
+                            // A format with metadata: listed, but vfnvme refuses I/O to it.
+                            let refused = n.io_refused().then(|| {
+                                format!(
+                                    "formatted with {md}, which vfnvme does not transfer; reformat with `{}` (erases its data)",
+                                    crate::admin::reformat_command(&device, n.nsid())
+                                )
+                            });
                             json!({
                                 "nsid": n.nsid(),
-                                "metadata": n.identity().metadata_format().short(),
+                                "size_bytes": n.size_bytes(),
+                                "lba_size": n.lba_size(),
+                                "metadata_size": n.identity().metadata_size,
+                                "metadata": md.short(),
+                                "io_refused": refused,
+                                "driven_by": "vfnvme (vfio-pci)",
                             })
                         })
                         .collect();
-                    v["namespaces_refused"] = json!(refused);
+                    v["namespaces"] = json!(ns);
                 }
                 Err(e) => v["error"] = json!(format!("{e:#}")),
             }
-        } else {
-            if let Some((serial, model)) = kernel_nvme::serial_and_model(&paths, &addr) {
-                v["serial"] = json!(serial);
-                v["model"] = json!(model);
-            }
-            let devs: Vec<String> = kernel_nvme::block_devices(&paths, &addr)
-                .into_iter()
-                .map(|(n, _)| n)
-                .collect();
-            v["block_devices"] = json!(devs);
+        } else if dev.driver.as_deref() == Some("nvme") {
+            kernel_view(&paths, &addr, &mut v);
         }
         out.push(v);
     }
     Ok(out)
 }
 
-/// The table form.
+/// Bytes in binary units, e.g. `64.00 MiB`.
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+/// The table form: controllers grouped by subsystem, namespaces under each controller.
 pub fn table(list: &[Value]) -> String {
     if list.is_empty() {
         return "no NVMe controllers (PCI class 0x010802) found\n".to_string();
@@ -87,37 +155,66 @@ pub fn table(list: &[Value]) -> String {
         Value::Null => "-".into(),
         other => other.to_string(),
     };
-    let mut out = format!(
-        "{:<13} {:<9} {:<9} {:<20} {:<28} {}\n",
-        "address", "id", "driver", "serial", "model", "namespaces"
-    );
+    // Subsystems in the order of their first controller (controllers come sorted by address).
+    let mut groups: Vec<(String, Vec<&Value>)> = Vec::new();
     for d in list {
-        let ns = match (&d["namespaces"], &d["block_devices"], &d["error"]) {
-            (_, _, Value::String(e)) => format!("(could not open: {e})"),
-            (Value::Number(n), _, _) => match d["namespaces_refused"].as_array() {
-                Some(r) if !r.is_empty() => {
-                    let which: Vec<String> = r
-                        .iter()
-                        .map(|x| format!("ns {} metadata {}", s(&x["nsid"]), s(&x["metadata"])))
-                        .collect();
-                    format!("{n} (no I/O: {}; reformat)", which.join(", "))
-                }
-                _ => n.to_string(),
-            },
-            (_, Value::Array(b), _) if !b.is_empty() => {
-                b.iter().map(s).collect::<Vec<_>>().join(" ")
-            }
-            _ => "-".into(),
+        let nqn = match &d["subnqn"] {
+            Value::String(n) if !n.is_empty() => n.clone(),
+            _ => "(subsystem unknown: controller not readable)".to_string(),
         };
-        out.push_str(&format!(
-            "{:<13} {:<9} {:<9} {:<20} {:<28} {}\n",
-            s(&d["address"]),
-            format!("{}:{}", s(&d["vendor"]), s(&d["device"])),
-            s(&d["driver"]),
-            s(&d["serial"]),
-            s(&d["model"]),
-            ns
-        ));
+        match groups.iter_mut().find(|(n, _)| *n == nqn) {
+            Some((_, members)) => members.push(d),
+            None => groups.push((nqn, vec![d])),
+        }
+    }
+    let mut out = String::new();
+    for (nqn, members) in groups {
+        out.push_str(&format!("subsystem {nqn}\n"));
+        for d in members {
+            out.push_str(&format!(
+                "  {:<13} {:<9} {:<9} {:<20} {}\n",
+                s(&d["address"]),
+                format!("{}:{}", s(&d["vendor"]), s(&d["device"])),
+                s(&d["driver"]),
+                s(&d["serial"]),
+                s(&d["model"]),
+            ));
+            if let Value::String(e) = &d["error"] {
+                out.push_str(&format!("    (could not open: {e})\n"));
+                continue;
+            }
+            let empty = Vec::new();
+            let namespaces = d["namespaces"].as_array().unwrap_or(&empty);
+            if namespaces.is_empty() {
+                out.push_str("    no namespaces\n");
+            }
+            for ns in namespaces {
+                let size = ns["size_bytes"]
+                    .as_u64()
+                    .map_or("-".to_string(), human_size);
+                let format = match (ns["lba_size"].as_u64(), ns["metadata_size"].as_u64()) {
+                    (Some(l), Some(m)) => format!("{l} B + {m} B metadata"),
+                    (Some(l), None) => format!("{l} B"),
+                    _ => "-".to_string(),
+                };
+                // I/O refused for the format's metadata: say so, and how to reformat.
+                let refused = match (&ns["io_refused"], &ns["nsid"]) {
+                    (Value::String(_), nsid) => format!(
+                        "; no I/O: metadata {}; reformat with {}",
+                        s(&ns["metadata"]),
+                        crate::admin::reformat_command(&s(&d["address"]), s(nsid))
+                    ),
+                    _ => String::new(),
+                };
+                out.push_str(&format!(
+                    "    ns {:<4} {:>11}  LBA {:<22} {}{refused}\n",
+                    s(&ns["nsid"]),
+                    size,
+                    format,
+                    s(&ns["driven_by"]),
+                ));
+            }
+        }
     }
     out
 }
@@ -138,35 +235,78 @@ mod tests {
     use super::*;
 
     #[test]
-    fn table_shows_each_kind() {
+    fn table_groups_by_subsystem_and_shows_namespaces() {
+        let ns = |nsid: u32, bytes: u64, lba: u32, by: &str| json!({"nsid": nsid, "size_bytes": bytes, "lba_size": lba, "metadata_size": 0, "driven_by": by});
         let list = vec![
             json!({"address": "0000:00:10.0", "vendor": "1b36", "device": "0010", "driver": "vfio-pci",
-                   "serial": "S1", "model": "QEMU NVMe Ctrl", "namespaces": 1, "block_devices": null, "error": null}),
+                   "subnqn": "nqn.2019-08.org.qemu:mp", "serial": "S1", "model": "QEMU NVMe Ctrl",
+                   "namespaces": [ns(1, 64 << 20, 512, "vfnvme (vfio-pci)")], "error": null}),
             json!({"address": "0000:00:11.0", "vendor": "1b36", "device": "0010", "driver": "nvme",
-                   "serial": "S2", "model": "M", "namespaces": null, "block_devices": ["nvme0n1"], "error": null}),
+                   "subnqn": "nqn.2019-08.org.qemu:other", "serial": "S2", "model": "M",
+                   "namespaces": [{"nsid": 1, "size_bytes": 1u64 << 30, "lba_size": 4096, "metadata_size": null, "driven_by": "kernel nvme: /dev/nvme0n1"}], "error": null}),
             json!({"address": "0000:00:12.0", "vendor": "1b36", "device": "0010", "driver": "vfio-pci",
-                   "serial": null, "model": null, "namespaces": null, "block_devices": null, "error": "busy"}),
+                   "subnqn": "nqn.2019-08.org.qemu:mp", "serial": "S1", "model": "QEMU NVMe Ctrl",
+                   "namespaces": [ns(1, 64 << 20, 512, "vfnvme (vfio-pci)"), ns(2, 8 << 20, 4096, "vfnvme (vfio-pci)")], "error": null}),
+            json!({"address": "0000:00:13.0", "vendor": "1b36", "device": "0010", "driver": "vfio-pci",
+                   "subnqn": null, "serial": null, "model": null, "namespaces": [], "error": "busy"}),
         ];
         let t = table(&list);
         let lines: Vec<&str> = t.lines().collect();
-        assert_eq!(lines.len(), 4, "{t}");
+        assert_eq!(lines[0], "subsystem nqn.2019-08.org.qemu:mp", "{t}");
         assert!(
-            lines[1].contains("1b36:0010") && lines[1].ends_with(" 1"),
+            lines[1].contains("0000:00:10.0") && lines[1].contains("1b36:0010"),
             "{t}"
         );
-        assert!(lines[2].contains("nvme0n1"), "{t}");
-        assert!(lines[3].contains("could not open: busy"), "{t}");
+        assert!(
+            lines[2].contains("ns 1")
+                && lines[2].contains("64.00 MiB")
+                && lines[2].contains("LBA 512 B + 0 B metadata")
+                && lines[2].ends_with("vfnvme (vfio-pci)"),
+            "{t}"
+        );
+        // The second controller of the same subsystem comes under it, before the other one.
+        assert!(lines[3].contains("0000:00:12.0"), "{t}");
+        assert!(
+            lines[5].contains("ns 2") && lines[5].contains("8.00 MiB"),
+            "{t}"
+        );
+        assert_eq!(lines[6], "subsystem nqn.2019-08.org.qemu:other", "{t}");
+        assert!(
+            lines[8].contains("1.00 GiB") && lines[8].contains("kernel nvme: /dev/nvme0n1"),
+            "{t}"
+        );
+        assert!(lines[9].starts_with("subsystem (subsystem unknown"), "{t}");
+        assert!(lines[11].contains("could not open: busy"), "{t}");
         assert!(table(&[]).contains("no NVMe controllers"));
+        let ns_md = |nsid: u32, md: &str, refused: bool| {
+            json!({"nsid": nsid, "size_bytes": 16u64 << 20,
+            "lba_size": 512, "metadata_size": 8, "metadata": md,
+            "io_refused": if refused { json!("formatted with 8 B metadata per block") } else { Value::Null },
+            "driven_by": "vfnvme (vfio-pci)"})
+        };
         let md = vec![
             json!({"address": "0000:00:10.0", "vendor": "1b36", "device": "0010",
-            "driver": "vfio-pci", "serial": "S1", "model": "M", "namespaces": 3,
-            "namespaces_refused": [{"nsid": 2, "metadata": "8 ext"}, {"nsid": 3, "metadata": "16 sep"}],
-            "block_devices": null, "error": null}),
+            "driver": "vfio-pci", "subnqn": "nqn.x", "serial": "S1", "model": "M",
+            "namespaces": [ns(1, 16 << 20, 512, "vfnvme (vfio-pci)"), ns_md(2, "8 ext", true)],
+            "error": null}),
         ];
         let t = table(&md);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(!lines[2].contains("no I/O"), "{t}");
         assert!(
-            t.contains("3 (no I/O: ns 2 metadata 8 ext, ns 3 metadata 16 sep; reformat)"),
+            lines[3].contains("ns 2")
+                && lines[3].contains("LBA 512 B + 8 B metadata")
+                && lines[3].ends_with(
+                    "vfnvme (vfio-pci); no I/O: metadata 8 ext; reformat with vfnvme format 0000:00:10.0 --nsid 2 --yes"
+                ),
             "{t}"
         );
+    }
+
+    #[test]
+    fn sizes_in_binary_units() {
+        assert_eq!(human_size(512), "512 B");
+        assert_eq!(human_size(64 << 20), "64.00 MiB");
+        assert_eq!(human_size(3 << 40), "3.00 TiB");
     }
 }

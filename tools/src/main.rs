@@ -1,6 +1,7 @@
 //! `vfnvme`: set up, list, identify and benchmark NVMe controllers, and run commands in a QEMU guest.
 
-mod format;
+mod admin;
+mod holders;
 mod identify;
 mod kernel_nvme;
 mod list;
@@ -22,21 +23,113 @@ struct Cli {
     command: Command,
 }
 
-/// The subcommands.
+/// The subcommands, in the order people need them (`--help` lists them so).
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Measure IOPS and latency on controllers bound to vfio-pci (or on the in-memory model).
-    Perf(perf::PerfArgs),
-    /// List the NVMe controllers (PCI class 0x010802) and their drivers.
+    /// List the NVMe controllers (PCI class 0x010802) by subsystem, with their drivers and
+    /// namespaces (size, LBA format, who drives each).
     List(list::ListArgs),
+    /// Bind controllers to vfio-pci, reserve hugepages, check the IOMMU and memlock limit;
+    /// --reset gives them back to the kernel. Refuses what would hurt the machine.
+    Setup(setup::SetupArgs),
     /// Show a controller's identify data and its namespaces.
     Identify(identify::IdentifyArgs),
-    /// Format a namespace (Format NVM), by default to its block size without metadata.
-    Format(format::FormatArgs),
-    /// Bind controllers to vfio-pci, reserve hugepages, check the IOMMU and memlock limit.
-    Setup(setup::SetupArgs),
-    /// Run a command inside a QEMU guest whose emulated NVMe controllers sit on vfio-pci.
+    /// Measure IOPS and latency on controllers bound to vfio-pci (or on the in-memory model).
+    Perf(perf::PerfArgs),
+    /// nvme-cli's admin commands (id-ctrl, smart-log, get-feature, format, ...).
+    #[command(flatten)]
+    Admin(admin::AdminCmd),
+    /// Print a shell completion script (bash or zsh) to standard output.
+    Completions(CompletionsArgs),
+    /// Print the man page (roff) to standard output, or write one page per command to a folder.
+    Man(ManArgs),
+    /// Run a command inside a QEMU guest whose emulated NVMe controllers sit on vfio-pci
+    /// (for development and tests).
     Vm(vm::VmArgs),
+}
+
+/// Arguments of `vfnvme completions`.
+#[derive(clap::Args, Debug)]
+struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    shell: CompletionShell,
+}
+
+/// Shells `vfnvme completions` writes for.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum CompletionShell {
+    /// bash (install as /usr/share/bash-completion/completions/vfnvme).
+    Bash,
+    /// zsh (install as _vfnvme in a folder of $fpath, e.g. /usr/local/share/zsh/site-functions).
+    Zsh,
+}
+
+/// Arguments of `vfnvme man`.
+#[derive(clap::Args, Debug)]
+struct ManArgs {
+    /// Write vfnvme.1 and one page per command (vfnvme-setup.1, ...) into this folder
+    /// (e.g. /usr/local/share/man/man1) instead of printing vfnvme.1.
+    #[arg(long, value_name = "DIR")]
+    dir: Option<std::path::PathBuf>,
+}
+
+/// Writes the completion script for `shell`.
+fn completions(shell: CompletionShell, out: &mut dyn std::io::Write) {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    match shell {
+        CompletionShell::Bash => {
+            clap_complete::generate(clap_complete::Shell::Bash, &mut cmd, "vfnvme", out)
+        }
+        CompletionShell::Zsh => {
+            clap_complete::generate(clap_complete::Shell::Zsh, &mut cmd, "vfnvme", out)
+        }
+    }
+}
+
+/// Prints the man page, or writes every page into `args.dir`.
+fn man(args: &ManArgs) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    match &args.dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            clap_mangen::generate_to(cmd, dir)
+                .with_context(|| format!("writing the man pages to {}", dir.display()))?;
+            output::line(&format!(
+                "wrote vfnvme.1 and vfnvme-<command>.1 to {}",
+                dir.display()
+            ));
+        }
+        None => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(cmd).render(&mut page)?;
+            output::text(&String::from_utf8_lossy(&page));
+        }
+    }
+    Ok(())
+}
+
+/// The error and its causes joined by ": ", like anyhow's `{:#}`, but without a cause whose
+/// text its parent already ends with (errors that print their source, e.g. `DmaError::Io`'s
+/// "{path}: {source}", would otherwise show it twice).
+fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut last = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !last.is_empty() && last.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+        last = text;
+    }
+    out
 }
 
 fn main() -> ExitCode {
@@ -47,15 +140,100 @@ fn main() -> ExitCode {
         Command::Perf(args) => perf::run(&args).map(|()| 0),
         Command::List(args) => list::run(&args).map(|()| 0),
         Command::Identify(args) => identify::run(&args).map(|()| 0),
-        Command::Format(args) => format::run(&args).map(|()| 0),
         Command::Setup(args) => setup::run(&args).map(|()| 0),
+        Command::Completions(args) => {
+            completions(args.shell, &mut std::io::stdout().lock());
+            Ok(0)
+        }
+        Command::Man(args) => man(&args).map(|()| 0),
         Command::Vm(args) => vm::run(&args),
+        Command::Admin(cmd) => admin::run(&cmd).map(|()| 0),
     };
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("vfnvme: error: {e:#}");
+            eprintln!("vfnvme: error: {}", error_text(&e));
             ExitCode::from(if is_vm { vm::EXIT_HARNESS_ERROR } else { 1 })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context;
+
+    #[test]
+    fn help_lists_commands_in_the_order_people_need_them() {
+        use clap::CommandFactory;
+        let names: Vec<String> = Cli::command()
+            .get_subcommands()
+            .map(|c| c.get_name().to_string())
+            .collect();
+        assert_eq!(names[..4], ["list", "setup", "identify", "perf"]);
+        assert_eq!(names[names.len() - 3..], ["completions", "man", "vm"]);
+        let admin = &names[4..names.len() - 3];
+        for want in [
+            "id-ctrl",
+            "smart-log",
+            "get-feature",
+            "set-feature",
+            "format",
+            "reset",
+        ] {
+            assert!(admin.iter().any(|n| n == want), "{want} missing: {names:?}");
+        }
+        let help = Cli::command().render_help().to_string();
+        let at = |n: &str| help.find(&format!("  {n} ")).unwrap_or(usize::MAX);
+        assert!(
+            at("list") < at("setup") && at("setup") < at("identify"),
+            "{help}"
+        );
+        assert!(at("perf") < at("vm") && at("vm") != usize::MAX, "{help}");
+    }
+
+    #[test]
+    fn completions_and_man_page_cover_the_commands() {
+        for shell in [CompletionShell::Bash, CompletionShell::Zsh] {
+            let mut out = Vec::new();
+            completions(shell, &mut out);
+            let text = String::from_utf8(out).unwrap();
+            for word in ["setup", "identify", "--hugepages", "--persist"] {
+                assert!(text.contains(word), "{shell:?}: no {word}");
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("vfnvme-man-{}", std::process::id()));
+        man(&ManArgs {
+            dir: Some(dir.clone()),
+        })
+        .unwrap();
+        let page = std::fs::read_to_string(dir.join("vfnvme-setup.1")).unwrap();
+        assert!(page.contains(".TH") && page.contains("hugepages"), "{page}");
+        assert!(dir.join("vfnvme.1").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn error_text_says_each_cause_once() {
+        let busy = std::io::Error::new(
+            std::io::ErrorKind::ResourceBusy,
+            "busy: this VFIO group is already open",
+        );
+        let e = vfnvme::dma::DmaError::Io {
+            path: "/dev/vfio/3".into(),
+            source: busy,
+        };
+        let r: Result<(), _> = Err(e);
+        let e = r.context("opening 0000:00:10.0 through VFIO").unwrap_err();
+        let text = error_text(&e);
+        assert_eq!(
+            text,
+            "opening 0000:00:10.0 through VFIO: /dev/vfio/3: busy: this VFIO group is already open"
+        );
+        assert_eq!(
+            format!("{e:#}").matches("busy").count(),
+            2,
+            "anyhow repeats it"
+        );
     }
 }

@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use std::sync::Arc;
-use vfnvme::dma::{pci_bind, pci_sysfs::VFIO_PCI, PciAddress};
+use vfnvme::dma::{pci_bind, pci_sysfs, pci_sysfs::VFIO_PCI, PciAddress, SysPaths};
 use vfnvme::vfio_platform::{VfioOptions, VfioPlatform};
 use vfnvme::{Controller, ControllerOptions};
 
@@ -12,8 +12,10 @@ pub fn parse_bdf(text: &str) -> Result<PciAddress> {
     Ok(PciAddress::parse(text)?)
 }
 
-/// Fails unless `addr` is bound to vfio-pci, saying how to bind it.
+/// Fails unless `addr` is an NVMe controller bound to vfio-pci, saying what the device is
+/// when it is not NVMe, and how to bind it when it is on another driver.
 pub fn require_vfio(addr: &PciAddress) -> Result<()> {
+    pci_sysfs::require_nvme(&SysPaths::default(), addr)?;
     match pci_bind::current_driver(addr)? {
         Some(d) if d == VFIO_PCI => Ok(()),
         Some(d) => bail!(

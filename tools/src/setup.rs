@@ -2,10 +2,13 @@
 //! time), reserve hugepages, and check the IOMMU and RLIMIT_MEMLOCK; `--reset` gives controllers
 //! back to the kernel's nvme driver.
 
-use crate::kernel_nvme;
 use crate::output::say;
+use crate::{holders, kernel_nvme};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use std::path::Path;
+use std::time::Duration;
+use vfnvme::dma::pci_bind::Rebind;
 use vfnvme::dma::{hugepages, memlock, pci_bind, pci_sysfs, PageSize, PciAddress, SysPaths};
 
 /// Hugepages (2 MiB) reserved when none are and `--hugepages` is not given: 512 MiB.
@@ -23,9 +26,14 @@ pub struct SetupArgs {
     /// Give this controller back to the kernel's nvme driver (repeatable).
     #[arg(long, value_name = "BDF")]
     pub reset: Vec<String>,
-    /// Bind a named controller even if its block devices are mounted or held.
+    /// Bind a named device even if it is not an NVMe controller or its block devices are
+    /// mounted, open or held; reset a controller even if a process holds it.
     #[arg(long)]
     pub force: bool,
+    /// Also make the hugepage count survive a reboot: write it to
+    /// /etc/sysctl.d/60-vfnvme-hugepages.conf (applied at boot by systemd-sysctl/procps).
+    #[arg(long)]
+    pub persist: bool,
     /// Only show what would be done.
     #[arg(long)]
     pub dry_run: bool,
@@ -48,16 +56,68 @@ pub enum Action {
     AlreadyBound(PciAddress),
     /// Skipped: in use by the system (reasons).
     InUse(PciAddress, Vec<String>),
+    /// Refused: not an NVMe controller (what it is).
+    NotNvme(PciAddress, String),
     /// Give back to nvme.
     Reset(PciAddress),
+    /// Not given back: processes hold it through VFIO (who).
+    ResetRefused(PciAddress, Vec<String>),
 }
 
-/// Decides what to do for `args` on the system under `paths` with `mounts` (/proc/mounts).
-pub fn plan(args: &SetupArgs, paths: &SysPaths, mounts: &str) -> Result<Vec<Action>> {
+/// The processes that hold the controller at `addr` through VFIO: its group node
+/// `/dev/vfio/<group>` or its device node `/dev/vfio/devices/vfio<N>`, under `proc`.
+pub fn vfio_holders(paths: &SysPaths, proc: &Path, addr: &PciAddress) -> Vec<holders::Holder> {
+    use std::os::unix::fs::MetadataExt;
+    let mut nodes = Vec::new();
+    if let Ok(g) = pci_sysfs::iommu_group(paths, addr) {
+        nodes.push(paths.vfio_group(g));
+    }
+    if let Ok(d) = std::fs::read_dir(paths.pci_device(addr).join("vfio-dev")) {
+        for e in d.filter_map(|e| e.ok()) {
+            nodes.push(paths.dev_vfio.join("devices").join(e.file_name()));
+        }
+    }
+    let wanted = holders::Wanted {
+        paths: nodes.iter().map(|n| n.display().to_string()).collect(),
+        block_devs: Vec::new(),
+        char_devs: nodes
+            .iter()
+            .filter_map(|n| std::fs::metadata(n).ok())
+            .map(|m| m.rdev())
+            .filter(|r| *r != 0)
+            .collect(),
+    };
+    if wanted.paths.is_empty() {
+        return Vec::new();
+    }
+    holders::processes_holding(proc, &wanted)
+}
+
+/// Decides what to do for `args` on the system under `paths` and `proc` (normally `/proc`)
+/// with `mounts` (/proc/mounts).
+pub fn plan(args: &SetupArgs, paths: &SysPaths, proc: &Path, mounts: &str) -> Result<Vec<Action>> {
     let binder = pci_bind::PciBinder::new(paths.clone());
     let mut actions = Vec::new();
     for r in &args.reset {
-        actions.push(Action::Reset(PciAddress::parse(r)?));
+        let addr = PciAddress::parse(r)?;
+        let info = pci_sysfs::device_info(paths, &addr)?;
+        if let (Some(e), false) = (pci_sysfs::not_nvme_error(&info), args.force) {
+            actions.push(Action::NotNvme(addr, e.to_string()));
+            continue;
+        }
+        let held: Vec<String> = if info.driver.as_deref() == Some(pci_sysfs::VFIO_PCI) {
+            vfio_holders(paths, proc, &addr)
+                .into_iter()
+                .map(|h| h.to_string())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if !held.is_empty() && !args.force {
+            actions.push(Action::ResetRefused(addr, held));
+        } else {
+            actions.push(Action::Reset(addr));
+        }
     }
     let named = !args.bdfs.is_empty();
     let targets: Vec<PciAddress> = if named {
@@ -75,28 +135,38 @@ pub fn plan(args: &SetupArgs, paths: &SysPaths, mounts: &str) -> Result<Vec<Acti
     } else {
         Vec::new()
     };
+    let forced = named && args.force;
     for addr in targets {
-        let driver = binder.current_driver(&addr)?;
-        if driver.as_deref() == Some(pci_sysfs::VFIO_PCI) {
+        let info = pci_sysfs::device_info(paths, &addr)?;
+        if info.driver.as_deref() == Some(pci_sysfs::VFIO_PCI) {
             actions.push(Action::AlreadyBound(addr));
             continue;
         }
-        let why = kernel_nvme::in_use(paths, &addr, mounts);
-        let forced = named && args.force;
+        if let (Some(e), false) = (pci_sysfs::not_nvme_error(&info), forced) {
+            actions.push(Action::NotNvme(addr, e.to_string()));
+            continue;
+        }
+        let why = kernel_nvme::in_use(paths, proc, &addr, mounts);
         if !why.is_empty() && !forced {
             actions.push(Action::InUse(addr, why));
         } else {
-            actions.push(Action::Bind(addr, driver));
+            actions.push(Action::Bind(addr, info.driver));
         }
     }
     Ok(actions)
 }
 
+/// How long `setup --reset` waits for the kernel to unbind a controller before it leaves the
+/// rest to a helper process (the unbind waits for the device's user to let go).
+const RESET_WAIT: Duration = Duration::from_secs(5);
+
 /// Runs `vfnvme setup`.
 pub fn run(args: &SetupArgs) -> Result<()> {
     let paths = SysPaths::default();
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-    let actions = plan(args, &paths, &mounts)?;
+    let actions = plan(args, &paths, Path::new("/proc"), &mounts)?;
+    // A hugepage count that would starve the system fails before anything is bound.
+    precheck_hugepages(args)?;
     let iommu = iommu_enabled(&paths);
     let binder = pci_bind::PciBinder::default();
     let mut bound = Vec::new();
@@ -116,10 +186,26 @@ pub fn run(args: &SetupArgs) -> Result<()> {
                     }
                 );
                 if !args.dry_run {
-                    binder
-                        .bind_to_driver(addr, "nvme")
+                    let r = binder
+                        .bind_to_driver_nonblocking(addr, "nvme", RESET_WAIT)
                         .with_context(|| format!("binding {addr} to nvme"))?;
+                    if let Rebind::StillWaiting { helper } = r {
+                        say!(
+                            "{addr}: the kernel is waiting for the process using it to let go; the rebind to nvme finishes when it does (helper pid {helper}); check with `vfnvme list`"
+                        );
+                    }
                 }
+            }
+            Action::ResetRefused(addr, who) => {
+                say!(
+                    "{addr}: NOT giving it back to the kernel, a process holds it through VFIO: {}",
+                    who.join("; ")
+                );
+                refused.push(*addr);
+            }
+            Action::NotNvme(addr, what) => {
+                say!("{addr}: NOT binding it: {what}");
+                refused.push(*addr);
             }
             Action::AlreadyBound(addr) => {
                 say!("{addr}: already on vfio-pci");
@@ -135,6 +221,11 @@ pub fn run(args: &SetupArgs) -> Result<()> {
             Action::Bind(addr, from) => {
                 if !iommu {
                     bail!("cannot bind {addr} to vfio-pci: {IOMMU_ADVICE}");
+                }
+                if let Ok(Some(e)) =
+                    pci_sysfs::device_info(&paths, addr).map(|i| pci_sysfs::not_nvme_error(&i))
+                {
+                    say!("{addr}: warning (--force): {e}");
                 }
                 say!(
                     "{addr}: {} vfio-pci (was {})",
@@ -165,17 +256,42 @@ pub fn run(args: &SetupArgs) -> Result<()> {
     }
     check_hugepages(args)?;
     check_memlock()?;
-    if !refused.is_empty() && args.bdfs.is_empty() {
+    if !refused.is_empty() && args.bdfs.is_empty() && args.reset.is_empty() {
         say!(
             "skipped {} controller(s) in use; to take one anyway (its data stays, the kernel loses it): vfnvme setup --force BDF",
             refused.len()
         );
     } else if !refused.is_empty() {
-        bail!("refused to bind controllers the system uses; unmount them first or add --force");
+        bail!(
+            "refused {}: see the reasons above; stop what uses them (unmount, swapoff, close, stop the process) or add --force",
+            refused
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     if let Some(addr) = bound.first() {
         say!("next: vfnvme identify {addr}; vfnvme perf --device {addr} --qd 32 --time 5");
         say!("undo: vfnvme setup --reset {addr}");
+    }
+    Ok(())
+}
+
+/// Fails if `--hugepages` asks for more than the memory floor allows (see
+/// [`hugepages::check_count`]).
+fn precheck_hugepages(args: &SetupArgs) -> Result<()> {
+    let Some(wanted) = args.hugepages else {
+        return Ok(());
+    };
+    let total = hugepages::status(PageSize::Huge2M)?.map_or(0, |s| s.total);
+    if wanted > total {
+        hugepages::check_count(
+            &hugepages::MemInfo::read()?,
+            PageSize::Huge2M,
+            total,
+            wanted,
+        )?;
     }
     Ok(())
 }
@@ -188,7 +304,10 @@ fn check_hugepages(args: &SetupArgs) -> Result<()> {
         None if total == 0 => DEFAULT_HUGEPAGES,
         None => total,
     };
+    let mem = hugepages::MemInfo::read()?;
     if wanted > total {
+        // Checked in a dry run too, so that it shows what the real run would refuse.
+        hugepages::check_count(&mem, PageSize::Huge2M, total, wanted)?;
         if args.dry_run {
             say!("hugepages: would reserve {wanted} x 2 MiB (now {total})");
         } else {
@@ -199,7 +318,53 @@ fn check_hugepages(args: &SetupArgs) -> Result<()> {
         let free = status.map(|s| s.free).unwrap_or(0);
         say!("hugepages: {total} x 2 MiB reserved, {free} free");
     }
+    let count = wanted.max(total);
+    if args.persist {
+        let dir = Path::new(SYSCTL_DIR);
+        if args.dry_run {
+            say!(
+                "hugepages: would write vm.nr_hugepages = {count} to {}",
+                dir.join(SYSCTL_FILE).display()
+            );
+        } else {
+            let file = persist_hugepages(dir, count)?;
+            say!(
+                "hugepages: {} reserves {count} x 2 MiB at every boot",
+                file.display()
+            );
+        }
+    } else if wanted > total {
+        say!(
+            "hugepages: not kept across reboots; add --persist to write {SYSCTL_DIR}/{SYSCTL_FILE}"
+        );
+    }
+    if args.persist || wanted > total {
+        say!("hugepages: for 1 GiB pages (reserved at boot only), add `default_hugepagesz=1G hugepagesz=1G hugepages=N` to the kernel command line (GRUB_CMDLINE_LINUX in /etc/default/grub, then update-grub and reboot)");
+    }
     Ok(())
+}
+
+/// Where `--persist` writes the hugepage count: the distributions' sysctl.d folder.
+pub const SYSCTL_DIR: &str = "/etc/sysctl.d";
+
+/// The file `--persist` writes in [`SYSCTL_DIR`].
+pub const SYSCTL_FILE: &str = "60-vfnvme-hugepages.conf";
+
+/// Writes `vm.nr_hugepages = count` to [`SYSCTL_FILE`] in `dir` (creating `dir`); returns the
+/// file's path.
+pub fn persist_hugepages(dir: &Path, count: u64) -> Result<std::path::PathBuf> {
+    let file = dir.join(SYSCTL_FILE);
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(
+        &file,
+        format!(
+            "# Written by `vfnvme setup --persist`: 2 MiB hugepages for vfnvme's DMA memory.\n\
+             # Applied at boot by systemd-sysctl (or `sysctl --system`); delete this file to stop.\n\
+             vm.nr_hugepages = {count}\n"
+        ),
+    )
+    .with_context(|| format!("writing {}", file.display()))?;
+    Ok(file)
 }
 
 fn check_memlock() -> Result<()> {
@@ -246,6 +411,31 @@ mod tests {
         fn paths(&self) -> SysPaths {
             SysPaths::new(self.0.join("sys"), self.0.join("dev/vfio"))
         }
+        fn proc(&self) -> PathBuf {
+            self.0.join("proc")
+        }
+        /// A process `pid` named `comm` with a descriptor on `target`.
+        fn process(&self, pid: u32, comm: &str, target: &str) {
+            let d = self.proc().join(pid.to_string());
+            std::fs::create_dir_all(d.join("fd")).unwrap();
+            std::fs::write(d.join("comm"), format!("{comm}\n")).unwrap();
+            std::os::unix::fs::symlink(target, d.join("fd/3")).unwrap();
+        }
+        fn class(&self, bdf: &str, class: &str) {
+            std::fs::write(self.0.join("sys/devices").join(bdf).join("class"), class).unwrap();
+        }
+        fn group(&self, bdf: &str, group: u32) {
+            let g = self
+                .0
+                .join("sys/kernel/iommu_groups")
+                .join(group.to_string());
+            std::fs::create_dir_all(&g).unwrap();
+            std::os::unix::fs::symlink(
+                &g,
+                self.0.join("sys/devices").join(bdf).join("iommu_group"),
+            )
+            .unwrap();
+        }
         fn device(&self, bdf: &str, driver: &str, blockdev: Option<&str>) {
             let real = self.0.join("sys/devices").join(bdf);
             std::fs::create_dir_all(&real).unwrap();
@@ -278,6 +468,7 @@ mod tests {
             hugepages: None,
             reset: vec![],
             force,
+            persist: false,
             dry_run: true,
         }
     }
@@ -293,7 +484,7 @@ mod tests {
         f.device("0000:00:11.0", "vfio-pci", None);
         f.device("0000:00:12.0", "nvme", None);
         let mounts = "/dev/nvme0n1 / ext4 rw 0 0\n";
-        let p = plan(&args(&[], false), &f.paths(), mounts).unwrap();
+        let p = plan(&args(&[], false), &f.paths(), &f.proc(), mounts).unwrap();
         assert!(
             matches!(&p[0], Action::InUse(x, why) if *x == a("0000:00:10.0") && why[0].contains("mounted on /")),
             "{p:?}"
@@ -301,7 +492,7 @@ mod tests {
         assert_eq!(p[1], Action::AlreadyBound(a("0000:00:11.0")));
         assert_eq!(p[2], Action::Bind(a("0000:00:12.0"), Some("nvme".into())));
         // --force does not apply without names.
-        let p = plan(&args(&[], true), &f.paths(), mounts).unwrap();
+        let p = plan(&args(&[], true), &f.paths(), &f.proc(), mounts).unwrap();
         assert!(matches!(&p[0], Action::InUse(..)), "{p:?}");
     }
 
@@ -310,18 +501,100 @@ mod tests {
         let f = Fake::new("force");
         f.device("0000:00:10.0", "nvme", Some("nvme0n1"));
         let mounts = "/dev/nvme0n1 /data xfs rw 0 0\n";
-        let p = plan(&args(&["0000:00:10.0"], false), &f.paths(), mounts).unwrap();
+        let p = plan(
+            &args(&["0000:00:10.0"], false),
+            &f.paths(),
+            &f.proc(),
+            mounts,
+        )
+        .unwrap();
         assert!(matches!(&p[0], Action::InUse(..)), "{p:?}");
-        let p = plan(&args(&["0000:00:10.0"], true), &f.paths(), mounts).unwrap();
+        let p = plan(
+            &args(&["0000:00:10.0"], true),
+            &f.paths(),
+            &f.proc(),
+            mounts,
+        )
+        .unwrap();
         assert_eq!(p[0], Action::Bind(a("0000:00:10.0"), Some("nvme".into())));
+    }
+
+    #[test]
+    fn a_device_that_is_not_nvme_is_refused_unless_forced() {
+        let f = Fake::new("class");
+        f.device("0000:00:02.0", "e1000", None);
+        f.class("0000:00:02.0", "0x020000\n");
+        let p = plan(&args(&["0000:00:02.0"], false), &f.paths(), &f.proc(), "").unwrap();
+        assert!(
+            matches!(&p[0], Action::NotNvme(_, what) if what.contains("not an NVMe controller")
+                && what.contains("an Ethernet controller")
+                && what.contains("1b36:0010")
+                && what.contains("driver e1000")),
+            "{p:?}"
+        );
+        let p = plan(&args(&["0000:00:02.0"], true), &f.paths(), &f.proc(), "").unwrap();
+        assert_eq!(p[0], Action::Bind(a("0000:00:02.0"), Some("e1000".into())));
+        // --reset of it is refused too.
+        let mut r = args(&[], false);
+        r.reset = vec!["0000:00:02.0".into()];
+        let p = plan(&r, &f.paths(), &f.proc(), "").unwrap();
+        assert!(matches!(&p[0], Action::NotNvme(..)), "{p:?}");
+    }
+
+    #[test]
+    fn a_block_device_open_in_a_process_is_in_use() {
+        let f = Fake::new("open");
+        f.device("0000:00:10.0", "nvme", Some("nvme0n1"));
+        f.process(4321, "sleep", "/dev/nvme0n1");
+        let p = plan(&args(&["0000:00:10.0"], false), &f.paths(), &f.proc(), "").unwrap();
+        assert!(
+            matches!(&p[0], Action::InUse(_, why) if why == &["pid 4321 (sleep) has /dev/nvme0n1 open".to_string()]),
+            "{p:?}"
+        );
+        let p = plan(&args(&["0000:00:10.0"], true), &f.paths(), &f.proc(), "").unwrap();
+        assert!(matches!(&p[0], Action::Bind(..)), "{p:?}");
+    }
+
+    #[test]
+    fn reset_of_a_controller_held_through_vfio_names_the_process() {
+        let f = Fake::new("reset");
+        f.device("0000:00:10.0", "vfio-pci", None);
+        f.group("0000:00:10.0", 7);
+        let mut r = args(&[], false);
+        r.reset = vec!["0000:00:10.0".into()];
+        let p = plan(&r, &f.paths(), &f.proc(), "").unwrap();
+        assert_eq!(p, vec![Action::Reset(a("0000:00:10.0"))]);
+        let node = f.0.join("dev/vfio/7").display().to_string();
+        f.process(999, "vfnvme", &node);
+        let p = plan(&r, &f.paths(), &f.proc(), "").unwrap();
+        assert_eq!(
+            p,
+            vec![Action::ResetRefused(
+                a("0000:00:10.0"),
+                vec![format!("pid 999 (vfnvme) has {node} open")]
+            )]
+        );
+        r.force = true;
+        let p = plan(&r, &f.paths(), &f.proc(), "").unwrap();
+        assert_eq!(p, vec![Action::Reset(a("0000:00:10.0"))]);
+    }
+
+    #[test]
+    fn persist_writes_a_sysctl_file() {
+        let f = Fake::new("persist");
+        let dir = f.0.join("etc/sysctl.d");
+        let file = persist_hugepages(&dir, 512).unwrap();
+        assert_eq!(file, dir.join(SYSCTL_FILE));
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(text.lines().any(|l| l == "vm.nr_hugepages = 512"), "{text}");
     }
 
     #[test]
     fn bad_and_absent_addresses_are_errors() {
         let f = Fake::new("bad");
-        let e = plan(&args(&["nonsense"], false), &f.paths(), "").unwrap_err();
+        let e = plan(&args(&["nonsense"], false), &f.paths(), &f.proc(), "").unwrap_err();
         assert!(e.to_string().contains("DDDD:BB:DD.F"), "{e}");
-        let e = plan(&args(&["0000:00:1f.0"], false), &f.paths(), "").unwrap_err();
+        let e = plan(&args(&["0000:00:1f.0"], false), &f.paths(), &f.proc(), "").unwrap_err();
         assert!(e.to_string().contains("no PCI device"), "{e}");
     }
 

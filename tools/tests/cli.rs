@@ -153,6 +153,102 @@ fn perf_rejects_bad_input_clearly() {
     );
     fails_with(&["perf", "--device", "bogus"], 1, "DDDD:BB:DD.F");
     fails_with(&["perf", "--device", "ffff:ff:1f.7"], 1, "no PCI device");
+    fails_with(
+        &["perf", "--model", "--io-size", "0"],
+        1,
+        "--io-size 0: an I/O moves",
+    );
+    fails_with(
+        &["perf", "--model", "--time", "18446744073709551615"],
+        1,
+        "--time 18446744073709551615: that is more than a year",
+    );
+    fails_with(
+        &["perf", "--model", "--ramp", "99999999999"],
+        1,
+        "--ramp 99999999999",
+    );
+    fails_with(
+        &["perf", "--model", "--lat-sample", "0"],
+        1,
+        "--lat-sample 0",
+    );
+}
+
+#[test]
+fn a_bad_json_path_fails_before_the_run() {
+    let o = vfnvme(&[
+        "perf",
+        "--model",
+        "--time",
+        "1",
+        "--json",
+        "/nonexistent-dir/perf.json",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("opening the JSON report file /nonexistent-dir/perf.json"),
+        "{err}"
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        !out.contains("IOPS"),
+        "the run happened before the failure: {out}"
+    );
+}
+
+/// Whether process `pid` has a handler for SIGINT (bit 2 of SigCgt in /proc/PID/status).
+fn catches_sigint(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("SigCgt:"))
+                .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        })
+        .is_some_and(|mask| mask & (1 << (2 - 1)) != 0)
+}
+
+#[test]
+fn ctrl_c_on_perf_prints_the_partial_results() {
+    use std::process::Stdio;
+    let json = temp_path("interrupted.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vfnvme"))
+        .args(["perf", "--model", "--qd", "4", "--time", "3600", "--json"])
+        .arg(&json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vfnvme");
+    // Wait until the handler is installed (bounded: an old perf without one would run for
+    // an hour), then interrupt it as a terminal's Ctrl-C would.
+    let start = std::time::Instant::now();
+    while !catches_sigint(child.id()) {
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("perf installed no SIGINT handler within 60 s");
+        }
+        assert!(child.try_wait().unwrap().is_none(), "perf ended early");
+        std::thread::yield_now();
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(kill.success());
+    let o = child.wait_with_output().expect("wait for vfnvme");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}", stderr(&o));
+    assert!(
+        out.contains("IOPS") && out.contains("interrupted (Ctrl-C)"),
+        "{out}"
+    );
+    let text = std::fs::read_to_string(&json).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let v: serde_json::Value = serde_json::from_str(&text).expect("perf JSON parses");
+    assert_eq!(v["interrupted"], true, "{v}");
+    assert!(v["time_s"].as_f64().unwrap() < 3600.0, "{v}");
 }
 
 #[test]
@@ -184,4 +280,24 @@ fn identify_list_and_setup_fail_cleanly() {
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("list JSON parses");
         assert!(v.is_array(), "{v}");
     }
+}
+
+#[test]
+fn admin_commands_run_on_the_model_and_check_their_input() {
+    let o = vfnvme(&["smart-log", "--model", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("smart-log JSON");
+    assert_eq!(v["temperature"], 313);
+    let o = vfnvme(&["id-ctrl", "--model", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("id-ctrl JSON");
+    assert_eq!(v["sn"], "MODEL0001");
+    fails_with(&["id-ctrl"], 2, "<BDF>");
+    fails_with(&["id-ns", "--model", "-n", "0"], 1, "out of range");
+    fails_with(
+        &["get-feature", "--model", "-f", "0x100"],
+        2,
+        "out of range",
+    );
+    fails_with(&["format", "--model", "-n", "1"], 1, "pass --yes");
+    fails_with(&["id-ctrl", "0000:ff:1f.7"], 1, "0000:ff:1f.7");
 }

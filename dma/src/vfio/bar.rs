@@ -1,15 +1,19 @@
 //! A PCI BAR mapped into the process (MAP_SHARED on the VFIO device fd), with bounds-checked
-//! volatile register access.
+//! volatile register access, and [`MmioDoorbell`]s: registers checked once, written unchecked.
 
+use crate::barrier::{mmio_read32, mmio_write32};
 use crate::error::DmaError;
 use memmap2::{MmapOptions, MmapRaw};
 use std::fs::File;
+use std::ptr::NonNull;
+use std::sync::Arc;
 
 /// A memory-mapped BAR. Accesses outside it, or not aligned to their width, read as all ones
 /// and are ignored on write, as a PCI master abort would be; nothing panics.
 #[derive(Debug)]
 pub struct Bar {
-    map: MmapRaw,
+    /// Shared with the doorbells made from it, which keep the mapping alive.
+    map: Arc<MmapRaw>,
     index: u32,
 }
 
@@ -17,7 +21,10 @@ impl Bar {
     /// Maps `len` bytes of `file` at `offset` as BAR `index`.
     pub(crate) fn map(file: &File, offset: u64, len: usize, index: u32) -> std::io::Result<Self> {
         let map = MmapOptions::new().offset(offset).len(len).map_raw(file)?;
-        Ok(Bar { map, index })
+        Ok(Bar {
+            map: Arc::new(map),
+            index,
+        })
     }
 
     /// The BAR index.
@@ -58,24 +65,37 @@ impl Bar {
             return u32::MAX;
         }
         // SAFETY: `offset..offset+4` is inside the live mapping and 4-byte aligned (the mapping
-        // is page aligned); MMIO needs a volatile access.
-        unsafe { self.map.as_ptr().add(offset).cast::<u32>().read_volatile() }
+        // is page aligned).
+        unsafe { mmio_read32(self.map.as_ptr().add(offset).cast::<u32>()) }
     }
 
-    /// Writes the 32-bit register at `offset` (ignored when out of range).
+    /// Writes the 32-bit register at `offset` (ignored when out of range: a control-path
+    /// access; doorbells go through [`Bar::doorbell`], checked once).
     #[inline]
     pub fn write32(&self, offset: usize, value: u32) {
         if self.check(offset, 4).is_err() {
             return;
         }
         // SAFETY: as in `read32`; the mapping is shared and writable.
-        unsafe {
-            self.map
-                .as_mut_ptr()
-                .add(offset)
-                .cast::<u32>()
-                .write_volatile(value)
-        }
+        unsafe { mmio_write32(self.map.as_mut_ptr().add(offset).cast::<u32>(), value) }
+    }
+
+    /// A handle on the 32-bit register at `offset` (a doorbell), checked here once: its
+    /// [`MmioDoorbell::ring`] writes with no check. Fails with [`DmaError::BarOffset`] for an
+    /// offset outside the BAR or not 4-byte aligned.
+    pub fn doorbell(&self, offset: usize) -> Result<MmioDoorbell, DmaError> {
+        self.check(offset, 4)?;
+        // SAFETY: `offset + 4 <= len` was just checked, so the pointer stays inside the mapping.
+        let reg = unsafe { self.map.as_mut_ptr().add(offset) }.cast::<u32>();
+        Ok(MmioDoorbell {
+            reg: NonNull::new(reg).ok_or(DmaError::BarOffset {
+                bar: self.index,
+                offset,
+                size: self.map.len(),
+            })?,
+            offset,
+            _map: self.map.clone(),
+        })
     }
 
     /// Reads a 64-bit register as two 32-bit reads, low dword first (NVMe allows this).
@@ -97,6 +117,45 @@ impl Bar {
         }
         self.write32(offset, value as u32);
         self.write32(offset + 4, (value >> 32) as u32);
+    }
+}
+
+/// A 32-bit register of a mapped BAR (a doorbell), checked at creation ([`Bar::doorbell`]):
+/// [`MmioDoorbell::ring`] is one store, with no check that could drop the write. The handle
+/// keeps the BAR mapped.
+pub struct MmioDoorbell {
+    reg: NonNull<u32>,
+    offset: usize,
+    _map: Arc<MmapRaw>,
+}
+
+// SAFETY: the handle only writes a device register of a shared mapping it keeps alive; register
+// writes are valid from any thread.
+unsafe impl Send for MmioDoorbell {}
+// SAFETY: as for Send: `ring` takes `&self` and is one store.
+unsafe impl Sync for MmioDoorbell {}
+
+impl std::fmt::Debug for MmioDoorbell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MmioDoorbell")
+            .field("offset", &format_args!("{:#x}", self.offset))
+            .finish()
+    }
+}
+
+impl MmioDoorbell {
+    /// The register's offset in its BAR.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Writes `value` to the register. Order earlier queue-entry writes first with
+    /// [`crate::barrier::dma_wmb`].
+    #[inline(always)]
+    pub fn ring(&self, value: u32) {
+        // SAFETY: `reg` is 4-byte aligned and inside the mapping (checked in `Bar::doorbell`),
+        // which `_map` keeps alive.
+        unsafe { mmio_write32(self.reg.as_ptr(), value) }
     }
 }
 
@@ -156,8 +215,33 @@ mod tests {
     }
 
     #[test]
+    fn doorbells_are_checked_once_and_write_unchecked() {
+        let (bar, path) = file_bar(0x2000);
+        let db = bar.doorbell(0x1008).expect("inside the BAR");
+        assert_eq!(db.offset(), 0x1008);
+        db.ring(0x2a);
+        assert_eq!(bar.read32(0x1008), 0x2a);
+        bar.doorbell(0x1ffc).expect("the last register").ring(3);
+        assert_eq!(bar.read32(0x1ffc), 3);
+        for bad in [0x2000, 0x1ffe, 0x1002, usize::MAX - 1] {
+            assert!(
+                matches!(
+                    bar.doorbell(bad),
+                    Err(DmaError::BarOffset { bar: 0, offset, size: 0x2000 }) if offset == bad
+                ),
+                "offset {bad:#x}"
+            );
+        }
+        // The handle keeps the mapping: it still writes after the BAR is dropped.
+        drop(bar);
+        db.ring(0x2b);
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
     fn is_send_and_sync() {
         fn check<T: Send + Sync>() {}
         check::<Bar>();
+        check::<MmioDoorbell>();
     }
 }

@@ -71,6 +71,8 @@ impl VfioDevice {
 
     /// [`VfioDevice::open`] with sysfs and `/dev/vfio` under `paths`.
     pub fn open_with(addr: PciAddress, paths: &SysPaths) -> Result<Self, DmaError> {
+        // vfnvme drives NVMe controllers only: say so before advising `vfnvme setup`.
+        pci_sysfs::require_nvme(paths, &addr)?;
         pci_sysfs::require_vfio_driver(paths, &addr)?;
         let group_no = pci_sysfs::iommu_group(paths, &addr)?;
         if let Some((blocker, driver)) = pci_sysfs::group_blocker(paths, group_no)? {
@@ -305,6 +307,16 @@ mod tests {
             open(&fake, "0000:00:10.0"),
             DmaError::NoSuchDevice { .. }
         ));
+    }
+
+    #[test]
+    fn a_device_that_is_not_nvme_is_refused_before_the_driver_check() {
+        let fake = FakeSys::new();
+        let nic = fake.device("0000:00:02.0", Some("e1000"), Some(4));
+        std::fs::write(nic.join("class"), "0x020000\n").unwrap();
+        let err = open(&fake, "0000:00:02.0");
+        assert!(matches!(&err, DmaError::NotNvme { .. }), "{err}");
+        assert!(!err.to_string().contains("vfnvme setup"), "{err}");
     }
 
     #[test]

@@ -15,7 +15,7 @@ mod info_query;
 mod ioctls;
 pub mod type1;
 
-pub use bar::Bar;
+pub use bar::{Bar, MmioDoorbell};
 pub use container::Container;
 pub use device::{Region, VfioDevice};
 pub use group::Group;

@@ -3,7 +3,7 @@
 //! outstanding on it (control path; callers lock it).
 
 use crate::error::Error;
-use crate::platform::Platform;
+use crate::platform::{Platform, RegisterIo};
 use crate::queue::ring::Rings;
 use crate::spec::{Command, Completion, Status};
 use vfnvme_dma::{DmaError, DmaPool};
@@ -21,7 +21,7 @@ const BUSY: usize = usize::MAX - 3;
 ///
 /// A *slot* is the command identifier the command goes out with; at most one command uses a
 /// slot at a time, so a caller can give every slot its own DMA page.
-pub trait AdminWork {
+pub(crate) trait AdminWork {
     /// The next command to send in `slot`, or `None` when there is nothing to send right now
     /// (more may follow once outstanding commands complete).
     fn next(&mut self, slot: u16) -> Option<Command>;
@@ -37,7 +37,7 @@ pub type AerResult = Result<u32, Status>;
 
 /// The admin submission/completion rings and their command identifiers.
 #[derive(Debug)]
-pub struct AdminQueue {
+pub(crate) struct AdminQueue {
     rings: Rings,
     free: Vec<u16>,
     /// Per command identifier: a marker, or (for `run`) unused.
@@ -82,10 +82,16 @@ impl<F: FnMut(usize, Result<Completion, Error>)> AdminWork for SliceWork<'_, F> 
 }
 
 impl AdminQueue {
-    /// Admin rings of `depth` entries (2..=4096), `depth - 1` usable command identifiers.
-    pub fn new(pool: &DmaPool, depth: u16, dstrd: u8) -> Result<Self, DmaError> {
+    /// Admin rings of `depth` entries (2..=4096), `depth - 1` usable command identifiers; the
+    /// admin doorbells are checked against `regs`.
+    pub fn new<R: RegisterIo + ?Sized>(
+        pool: &DmaPool,
+        regs: &R,
+        depth: u16,
+        dstrd: u8,
+    ) -> Result<Self, DmaError> {
         let depth = depth.clamp(2, 4096);
-        let rings = Rings::new(pool, 0, depth as u32, dstrd, None)?;
+        let rings = Rings::new(pool, regs, 0, depth as u32, dstrd, None)?;
         let slots = depth as usize - 1;
         Ok(AdminQueue {
             rings,
@@ -112,10 +118,6 @@ impl AdminQueue {
     /// Command identifiers (slots): `depth - 1`.
     pub fn slots(&self) -> usize {
         self.owner.len()
-    }
-    /// Asynchronous Event Requests outstanding.
-    pub fn aers_outstanding(&self) -> usize {
-        self.aers
     }
 
     /// Runs `cmds`, keeping as many in flight as the queue allows, and calls `done(i, result)`

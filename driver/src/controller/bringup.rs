@@ -11,7 +11,7 @@ use crate::quirks::{self, Quirks, CHK_RDY_DELAY_NS};
 use crate::spec::features::NumberOfQueues;
 use crate::spec::identify::IdentifyController;
 use crate::spec::registers::{aqa, Cap, Cc, Csts, Version, ACQ, AQA, ASQ, CAP, CC, CSTS, VS};
-use crate::spec::Command;
+use crate::spec::{AdminCommand, Command};
 use std::sync::{Arc, Mutex};
 
 /// Waits until `done(csts)` holds, at most CAP.TO (stopping early on an all-ones read, or on
@@ -67,7 +67,7 @@ fn quirk_delay<P: Platform>(platform: &P, quirks: Quirks) {
 }
 
 /// Step 1: CC.EN = 0 and wait for CSTS.RDY = 0.
-fn disable<P: Platform>(platform: &P, cap: Cap, quirks: Quirks) -> Result<(), Error> {
+pub(super) fn disable<P: Platform>(platform: &P, cap: Cap, quirks: Quirks) -> Result<(), Error> {
     let regs = platform.regs();
     let cc = Cc(regs.read32(CC));
     if cc.en() {
@@ -79,7 +79,7 @@ fn disable<P: Platform>(platform: &P, cap: Cap, quirks: Quirks) -> Result<(), Er
 }
 
 /// Step 2: program AQA/ASQ/ACQ.
-fn program_admin_queue<P: Platform>(platform: &P, admin: &AdminQueue) {
+pub(super) fn program_admin_queue<P: Platform>(platform: &P, admin: &AdminQueue) {
     let regs = platform.regs();
     let depth = admin.depth() as u16;
     regs.write32(AQA, aqa(depth, depth));
@@ -88,7 +88,7 @@ fn program_admin_queue<P: Platform>(platform: &P, admin: &AdminQueue) {
 }
 
 /// Step 3: enable with 64-byte SQEs, 16-byte CQEs, 4 KiB pages, NVM command set; wait RDY.
-fn enable<P: Platform>(platform: &P, cap: Cap, quirks: Quirks) -> Result<(), Error> {
+pub(super) fn enable<P: Platform>(platform: &P, cap: Cap, quirks: Quirks) -> Result<(), Error> {
     let cc = Cc(0)
         .with_css(0)
         .with_mps(0)
@@ -104,12 +104,17 @@ fn enable<P: Platform>(platform: &P, cap: Cap, quirks: Quirks) -> Result<(), Err
 /// Step 4: Identify Controller.
 fn identify_controller<P: Platform>(shared: &Shared<P>) -> Result<IdentifyController, Error> {
     let buf = shared.platform.dma().alloc(4096)?;
-    shared.admin_sync(Command::identify_controller(buf.iova()))?;
+    let (_, buf) = shared
+        .admin_data(&AdminCommand::identify_controller(), buf, 0, prp::PAGE_SIZE)
+        .map_err(|(e, _)| e)?;
     Ok(IdentifyController::parse(buf.as_slice())?)
 }
 
 /// Step 5: Set Features, Number of Queues; returns the queue pairs granted (≤ requested).
-fn number_of_queues<P: Platform>(shared: &Shared<P>, requested: u16) -> Result<u16, Error> {
+pub(super) fn number_of_queues<P: Platform>(
+    shared: &Shared<P>,
+    requested: u16,
+) -> Result<u16, Error> {
     let requested = requested.clamp(1, u16::MAX - 1);
     let c = shared.admin_sync(Command::set_number_of_queues(requested, requested))?;
     let n = NumberOfQueues::from_dw0(c.dw0);
@@ -124,8 +129,17 @@ fn doorbell_buffer_config<P: Platform>(shared: &Shared<P>) -> Option<Arc<ShadowB
         event_idx: pool.alloc(prp::PAGE_SIZE).ok()?,
     };
     let cmd = Command::doorbell_buffer_config(bufs.doorbells.iova(), bufs.event_idx.iova());
-    match shared.admin_sync(cmd) {
+    // SAFETY: both pages belong to `bufs`, which the controller keeps (in `Shared`) for as
+    // long as it runs once the command succeeds; after an error status the controller does
+    // not use them.
+    match unsafe { shared.admin_sync_raw(cmd) } {
         Ok(_) => Some(Arc::new(bufs)),
+        Err(e @ Error::AdminTimeout { .. }) => {
+            // The controller may still take the pages: keep them for good.
+            log::warn!("Doorbell Buffer Config timed out ({e}); using MMIO doorbells");
+            std::mem::forget(bufs);
+            None
+        }
         Err(e) => {
             log::warn!("Doorbell Buffer Config failed ({e}); using MMIO doorbells");
             None
@@ -174,7 +188,7 @@ pub(crate) fn bring_up<P: Platform>(
     let admin_depth = (options.admin_depth as u32)
         .min(cap.max_queue_entries())
         .max(2) as u16;
-    let admin = AdminQueue::new(platform.dma(), admin_depth, cap.dstrd())?;
+    let admin = AdminQueue::new(platform.dma(), platform.regs(), admin_depth, cap.dstrd())?;
     program_admin_queue(&*platform, &admin);
     enable(&*platform, cap, quirks)?;
     let mut shared = Shared {

@@ -53,26 +53,13 @@ fn arm<P: Platform>(ctrl: &Controller<P>) {
 
 /// Reads (and thereby clears) the Changed Namespace List: `None` if it overflowed.
 fn changed_list<P: Platform>(ctrl: &Controller<P>) -> Result<Option<Vec<u32>>, Error> {
-    let page = ctrl.dma().alloc(4096)?;
-    let cmd = Command::get_log_page(
-        log_id::CHANGED_NS_LIST,
-        NSID_ALL,
-        4096,
-        0,
-        false,
-        page.iova(),
-    );
-    ctrl.shared.admin_sync(cmd)?;
+    let page = ctrl.get_log_page(log_id::CHANGED_NS_LIST, NSID_ALL, 4096, false)?;
     Ok(parse_changed_ns_list(page.as_slice()))
 }
 
 /// Reads log page `lid` to clear a non-namespace event (its content is only logged).
 fn clear_event<P: Platform>(ctrl: &Controller<P>, event: AsyncEvent) {
-    let Ok(page) = ctrl.dma().alloc(4096) else {
-        return;
-    };
-    let cmd = Command::get_log_page(event.log_page, NSID_ALL, 512, 0, false, page.iova());
-    if let Err(e) = ctrl.shared.admin_sync(cmd) {
+    if let Err(e) = ctrl.get_log_page(event.log_page, NSID_ALL, 512, false) {
         log::warn!("asynchronous event {event:?}: reading log page failed: {e}");
     }
 }

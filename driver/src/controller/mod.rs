@@ -1,11 +1,15 @@
 //! The controller: bring-up, admin commands, queue pair creation, namespaces, clean shutdown.
 
 mod admin;
+mod admin_data;
 mod bringup;
 mod events;
+mod reset;
 mod shared;
 
-pub use admin::{AdminQueue, AdminWork, AerResult};
+pub(crate) use admin::AdminWork;
+pub use admin::AerResult;
+pub use admin_data::abandoned_admin_bytes;
 pub use events::AdminEventReport;
 pub(crate) use shared::Shared;
 
@@ -236,19 +240,39 @@ impl<P: Platform> Controller<P> {
         QueuePair::create(&self.shared, &self.info, options)
     }
 
-    /// Runs one admin command and waits for it. The caller sets any data pointer.
-    pub fn admin_sync(&self, cmd: Command) -> Result<Completion, Error> {
-        self.shared.admin_sync(cmd)
+    /// Runs one admin command exactly as given (data pointer included) and waits for it.
+    /// Safe code uses [`admin`](Self::admin), [`admin_with_data`](Self::admin_with_data) or
+    /// the typed helpers, which build the data pointer from a buffer they own.
+    ///
+    /// # Safety
+    /// Every device address in `cmd` (PRP1/PRP2 or SGL, PRP list entries, MPTR) must be mapped
+    /// for the device and refer to memory that stays allocated and is not used by anything
+    /// else until the command completes, covering every byte the command's own length fields
+    /// say the device moves. If this returns [`Error::AdminTimeout`] the device may still use
+    /// that memory at any time: it must then never be freed or reused (keep it with the
+    /// controller, or leak it). A command that makes the device keep using memory after it
+    /// completes (Create I/O SQ/CQ, Doorbell Buffer Config, Host Memory Buffer) needs that
+    /// memory for as long as the device may use it, and queues the driver owns must not be
+    /// deleted.
+    pub unsafe fn admin_sync(&self, cmd: Command) -> Result<Completion, Error> {
+        // SAFETY: the caller upholds this function's contract, which is `admin_sync_raw`'s.
+        unsafe { self.shared.admin_sync_raw(cmd) }
     }
 
-    /// Runs several admin commands pipelined (as many in flight as the admin queue holds),
-    /// calling `done(index, result)` for each as it completes.
-    pub fn admin_batch(
+    /// Runs several admin commands exactly as given, pipelined (as many in flight as the admin
+    /// queue holds), calling `done(index, result)` for each as it completes.
+    ///
+    /// # Safety
+    /// As [`admin_sync`](Self::admin_sync), for every command of `cmds`: its memory stays
+    /// valid until `done` reports the command, and for good if `done` reports
+    /// [`Error::AdminTimeout`].
+    pub unsafe fn admin_batch(
         &self,
         cmds: &[Command],
         done: impl FnMut(usize, Result<Completion, Error>),
     ) {
-        self.shared.admin_batch(cmds, done)
+        // SAFETY: the caller upholds this function's contract.
+        unsafe { self.shared.admin_batch(cmds, done) }
     }
 }
 

@@ -5,7 +5,7 @@ use crate::error::Error;
 use crate::platform::{Platform, RegisterIo};
 use crate::queue::ring::ShadowBuffers;
 use crate::spec::registers::{Cap, Cc, Csts, CC, CSTS, SHN_NORMAL, SHST_COMPLETE};
-use crate::spec::{Command, Completion};
+use crate::spec::{AdminCommand, Command, Completion};
 use std::sync::{Arc, Mutex};
 
 /// Which I/O queue ids are in use, and whether the controller was shut down.
@@ -28,16 +28,37 @@ pub(crate) struct Shared<P: Platform> {
 }
 
 impl<P: Platform> Shared<P> {
+    /// Runs one admin command that has no data or metadata pointer and waits for it; a
+    /// command with a pointer (or CDW0 flags) is refused with
+    /// [`AdminCommandError::PointerSet`].
     pub fn admin_sync(&self, cmd: Command) -> Result<Completion, Error> {
+        AdminCommand::try_from(cmd)?;
+        // SAFETY: the command has no data or metadata pointer (checked above), so the device
+        // reaches no memory for it.
+        unsafe { self.admin_sync_raw(cmd) }
+    }
+
+    /// Runs one admin command as given and waits for it.
+    ///
+    /// # Safety
+    /// As [`Controller::admin_sync`](super::Controller::admin_sync): every address in `cmd`
+    /// must stay valid for the device until the command completes, and for good if this
+    /// returns [`Error::AdminTimeout`].
+    pub unsafe fn admin_sync_raw(&self, cmd: Command) -> Result<Completion, Error> {
         let mut out = Err(Error::AdminTimeout {
             opcode: cmd.opcode(),
             waited_ms: 0,
         });
-        self.admin_batch(std::slice::from_ref(&cmd), |_, r| out = r);
+        // SAFETY: the caller vouches for the command's addresses.
+        unsafe { self.admin_batch(std::slice::from_ref(&cmd), |_, r| out = r) };
         out
     }
 
-    pub fn admin_batch(
+    /// Runs `cmds` pipelined, as given.
+    ///
+    /// # Safety
+    /// As [`Controller::admin_batch`](super::Controller::admin_batch).
+    pub unsafe fn admin_batch(
         &self,
         cmds: &[Command],
         done: impl FnMut(usize, Result<Completion, Error>),
@@ -47,7 +68,12 @@ impl<P: Platform> Shared<P> {
     }
 
     /// Runs `work` through the admin queue's pipelined submitter.
-    pub fn admin_pipeline(&self, work: &mut dyn AdminWork) {
+    ///
+    /// # Safety
+    /// Every address in a command `work` hands out must stay valid for the device until
+    /// `work.done` is called for its slot, and for good if that reports
+    /// [`Error::AdminTimeout`].
+    pub unsafe fn admin_pipeline(&self, work: &mut dyn AdminWork) {
         let mut admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
         admin.pipeline(&*self.platform, work, self.admin_timeout_ns);
     }

@@ -1,6 +1,7 @@
 //! Admin commands: queue management, features, log pages, AER, namespace attachment, doorbell
 //! buffer config (Identify is in `identify`).
 
+use super::admin_maint as maint;
 use super::admin_namespaces::{ns_attachment, ns_management};
 use super::admin_queues::{
     create_cq, create_sq, delete_cq, delete_sq, granted, io_queues_exist, queue_mapped,
@@ -27,6 +28,10 @@ pub(crate) mod op {
     pub const NS_ATTACHMENT: u8 = 0x15;
     pub const DOORBELL_BUFFER_CONFIG: u8 = 0x7C;
     pub const FORMAT_NVM: u8 = 0x80;
+    /// Vendor-specific (controller to host), see [`super::VENDOR_FILL_OPCODE`].
+    pub const VENDOR_FILL: u8 = 0xC2;
+    /// Vendor-specific, see [`super::VENDOR_HOLD_OPCODE`].
+    pub const VENDOR_HOLD: u8 = 0xC6;
 }
 
 /// The largest Get Log Page transfer the model serves (its logs are far smaller; the rest would
@@ -51,7 +56,7 @@ pub(crate) fn execute(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Option<Outco
         op::GET_LOG_PAGE => get_log_page(core, c, sqe),
         op::DELETE_CQ => delete_cq(core, sqe),
         op::CREATE_CQ => create_cq(core, c, sqe),
-        op::IDENTIFY => identify::execute(core, sqe, c.page),
+        op::IDENTIFY => identify::execute(core, sqe, c.page, c.maintenance.running()),
         op::ABORT => Outcome::ok(1), // bit 0: command not aborted
         op::SET_FEATURES => set_features(core, c, sqe),
         op::GET_FEATURES => get_features(core, c, sqe),
@@ -64,12 +69,17 @@ pub(crate) fn execute(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Option<Outco
         }
         op::NS_ATTACHMENT => ns_attachment(core, c, sqe),
         op::NS_MANAGEMENT => ns_management(core, c, sqe),
-        op::FORMAT_NVM => super::admin_namespaces::format_nvm(core, c, sqe),
         op::DOORBELL_BUFFER_CONFIG
             if core.cfg.shadow_doorbells && core.cfg.version >= 0x0001_0300 =>
         {
             doorbell_buffer_config(core, sqe)
         }
+        0x10 => maint::firmware_commit(c, sqe),
+        0x11 => maint::firmware_download(core, c, sqe),
+        op::FORMAT_NVM => maint::format_nvm(core, c, sqe),
+        0x84 => maint::sanitize(core, c, sqe),
+        op::VENDOR_FILL => vendor_fill(core, c, sqe),
+        op::VENDOR_HOLD => return None,
         _ => Status::INVALID_OPCODE.into(),
     };
     Some(o)
@@ -150,6 +160,9 @@ fn get_log_page(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
     let page = match lid {
         0x01 => vec![0u8; 64],
         0x02 => smart_log(core),
+        0x03 => maint::firmware_log(core, c),
+        0x81 => maint::sanitize_log(c),
+        VENDOR_PATTERN_LOG => pattern_log(),
         0x04 => {
             if offset >= 4096 {
                 return Status::INVALID_FIELD.into();
@@ -165,6 +178,37 @@ fn get_log_page(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
     let avail = &page[offset as usize..];
     let n = avail.len().min(data.len());
     data[..n].copy_from_slice(&avail[..n]);
+    match prp::write_out(&core.iommu, sqe.prp1(), sqe.prp2(), c.page, &data) {
+        Ok(()) => Outcome::ok(0),
+        Err(s) => s.into(),
+    }
+}
+
+/// The model's vendor-specific command that fills CDW10 bytes (at most 4 MiB) with the byte
+/// in CDW11: its length is in no field the NVMe specification defines.
+pub const VENDOR_FILL_OPCODE: u8 = op::VENDOR_FILL;
+
+/// The model's vendor-specific command that never completes (to time out an admin command).
+pub const VENDOR_HOLD_OPCODE: u8 = op::VENDOR_HOLD;
+
+/// Vendor-specific log page C0h of the model: 256 KiB whose dword `k` is `k ^ 0xC0C0_0000`, so
+/// that every offset of a read can be checked.
+pub const VENDOR_PATTERN_LOG: u8 = 0xC0;
+/// Bytes in [`VENDOR_PATTERN_LOG`].
+pub const VENDOR_PATTERN_LOG_BYTES: usize = 256 << 10;
+
+fn pattern_log() -> Vec<u8> {
+    (0..VENDOR_PATTERN_LOG_BYTES as u32 / 4)
+        .flat_map(|k| (k ^ 0xC0C0_0000).to_le_bytes())
+        .collect()
+}
+
+fn vendor_fill(core: &Core, c: &CtrlState, sqe: &Sqe) -> Outcome {
+    let len = u64::from(sqe.cdw(10));
+    if len > 4 << 20 {
+        return Status::INVALID_FIELD.into();
+    }
+    let data = vec![sqe.cdw(11) as u8; len as usize];
     match prp::write_out(&core.iommu, sqe.prp1(), sqe.prp2(), c.page, &data) {
         Ok(()) => Outcome::ok(0),
         Err(s) => s.into(),

@@ -113,8 +113,9 @@ pub(super) fn ns_management(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcom
     }
 }
 
-/// Replaces namespace `nsid` by a freshly formatted one (data erased, size in blocks kept),
-/// `lba_size` bytes per block with `metadata` or without; raises a namespace change event.
+/// Replaces namespace `nsid` by a freshly formatted one: `lba_size` bytes per block with
+/// `metadata` or without, data erased, size in data bytes kept (in whole blocks), attached or
+/// not as before; raises a namespace change event if it is attached.
 pub(super) fn reformat(
     core: &Core,
     c: &mut CtrlState,
@@ -123,11 +124,13 @@ pub(super) fn reformat(
     metadata: Option<ModelMetadata>,
 ) -> Result<(), ModelError> {
     let old = core
-        .active_ns(nsid)
+        .ns_read()
+        .get(&nsid)
+        .cloned()
         .ok_or(ModelError::NoSuchNamespace { nsid })?;
     let cfg = ModelNamespaceConfig {
         nsid,
-        blocks: old.blocks(),
+        blocks: (old.blocks() << old.lba_shift) / u64::from(lba_size),
         lba_size,
         backing: if old.store.is_some() {
             Backing::Ram
@@ -139,41 +142,11 @@ pub(super) fn reformat(
     let new = ModelNamespace::new(&cfg, core.cfg.seed)
         .offering(old.offered_ms)
         .with_metadata(metadata);
+    let attached = old.is_attached();
+    new.attached.store(attached, Ordering::Release);
     core.ns_write(|table| table.insert(nsid, Arc::new(new)));
-    core.ns_changed(c, nsid);
+    if attached {
+        core.ns_changed(c, nsid);
+    }
     Ok(())
-}
-
-/// Format NVM (80h) of one namespace: LBA formats 0 (512) and 1 (4096) without metadata, and 2
-/// (512) and 3 (4096) with the namespace's offered metadata size, extended or separate (MSET),
-/// with protection information type PI; no secure erase.
-pub(super) fn format_nvm(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
-    let cdw10 = sqe.cdw(10);
-    let lbaf = (cdw10 & 0xF) | ((cdw10 >> 12) & 0x3) << 4;
-    let mset = cdw10 & (1 << 4) != 0;
-    let pi = ((cdw10 >> 5) & 0x7) as u8;
-    let ses = (cdw10 >> 9) & 0x7;
-    let nsid = sqe.nsid();
-    let Some(ns) = core.active_ns(nsid) else {
-        return Status::INVALID_NAMESPACE.into();
-    };
-    if ses != 0 {
-        return Status::INVALID_FIELD.into();
-    }
-    let (lba_size, metadata) = match lbaf {
-        0 | 1 if pi == 0 => (if lbaf == 0 { 512 } else { 4096 }, None),
-        2 | 3 if ns.offered_ms != 0 && (pi == 0 || ns.offered_ms >= 8) && pi <= 3 => (
-            if lbaf == 2 { 512 } else { 4096 },
-            Some(ModelMetadata {
-                ms: ns.offered_ms,
-                extended: mset,
-                pi,
-            }),
-        ),
-        _ => return Status::INVALID_FORMAT.into(),
-    };
-    match reformat(core, c, nsid, lba_size, metadata) {
-        Ok(()) => Outcome::ok(0),
-        Err(_) => Status::INVALID_FORMAT.into(),
-    }
 }

@@ -48,6 +48,8 @@ pub(crate) struct CtrlState {
     /// Saved feature values by FID.
     pub features: BTreeMap<u8, u32>,
     pub events: Events,
+    /// Firmware slots and sanitize state.
+    pub maintenance: super::admin_maint::Maintenance,
 }
 
 /// The whole device.

@@ -30,14 +30,17 @@ fn put_str(b: &mut [u8], off: usize, len: usize, s: &str) {
 }
 
 /// Identify Controller (CNS 01h).
-pub(crate) fn controller(core: &Core) -> Vec<u8> {
+pub(crate) fn controller(core: &Core, firmware: Option<[u8; 8]>) -> Vec<u8> {
     let cfg = &core.cfg;
     let mut b = vec![0u8; PAGE];
     put16(&mut b, 0, VID); // VID
     put16(&mut b, 2, VID); // SSVID
     put_str(&mut b, 4, 20, &cfg.serial);
     put_str(&mut b, 24, 40, &cfg.model);
-    put_str(&mut b, 64, 8, &cfg.firmware);
+    match firmware {
+        Some(rev) => b[64..72].copy_from_slice(&rev),
+        None => put_str(&mut b, 64, 8, &cfg.firmware),
+    }
     b[72] = 6; // RAB
     b[76] = 0; // CMIC: one port, one controller
     b[77] = cfg.mdts;
@@ -47,16 +50,19 @@ pub(crate) fn controller(core: &Core) -> Vec<u8> {
     let notices = ver >= 0x0001_0200;
     put32(&mut b, 92, u32::from(notices) << 8); // OAES: Namespace Attribute Notices
     b[111] = 1; // CNTRLTYPE: I/O controller
+                // Format NVM, Firmware Download/Commit, Namespace Management; Doorbell Buffer Config
+                // from NVMe 1.3.
     let dbbc = cfg.shadow_doorbells && ver >= 0x0001_0300;
-    let oacs: u16 = 1 << 3 | if dbbc { 1 << 8 } else { 0 };
+    let oacs: u16 = 1 << 1 | 1 << 2 | 1 << 3 | if dbbc { 1 << 8 } else { 0 };
     put16(&mut b, 256, oacs);
     b[258] = 3; // ACL (0-based)
     b[259] = cfg.aerl; // AERL (0-based)
-    b[260] = 0x03; // FRMW: one slot, slot 1 read-only
+    b[260] = 0x01 | (super::admin_maint::SLOTS as u8) << 1 | 0x10; // FRMW: slot 1 read-only, activation without reset
     b[261] = 1 << 2; // LPA: extended data for Get Log Page
     b[262] = 0; // ELPE: one error log entry
     b[263] = 0; // NPSS: one power state
     put16(&mut b, 266, 343); // WCTEMP (K)
+    put32(&mut b, 328, 0x7); // SANICAP: crypto erase, block erase, overwrite
     put16(&mut b, 268, 373); // CCTEMP (K)
     b[512] = 0x66; // SQES
     b[513] = 0x44; // CQES
@@ -142,7 +148,7 @@ pub(crate) fn descriptors(ns: &ModelNamespace, csi: u8) -> Vec<u8> {
 }
 
 /// Executes Identify.
-pub(crate) fn execute(core: &Core, sqe: &Sqe, page: u64) -> Outcome {
+pub(crate) fn execute(core: &Core, sqe: &Sqe, page: u64, firmware: Option<[u8; 8]>) -> Outcome {
     let cns = sqe.cdw(10) & 0xFF;
     core.counters.identify(cns as u8);
     let nsid = sqe.nsid();
@@ -174,7 +180,7 @@ pub(crate) fn execute(core: &Core, sqe: &Sqe, page: u64) -> Outcome {
                 None => vec![0u8; PAGE],
             }
         }
-        0x01 => controller(core),
+        0x01 => controller(core, firmware),
         0x02 | 0x10 => {
             if nsid >= 0xFFFF_FFFE {
                 return Status::INVALID_NAMESPACE.into();

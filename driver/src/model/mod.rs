@@ -29,8 +29,11 @@
 //!   Attachment (15h) attaches/detaches this controller. Identify CNS 10h/11h list and describe
 //!   allocated namespaces.
 //! - Get Log Page transfers are limited to 1 MiB (and MDTS).
+//! - Format NVM, Sanitize and Firmware Image Download / Commit are implemented (see
+//!   `admin_maint`), with the Firmware Slot (03h) and Sanitize Status (81h) logs.
 
 mod admin;
+mod admin_maint;
 mod admin_namespaces;
 mod admin_queues;
 mod config;
@@ -54,6 +57,9 @@ mod storage;
 #[cfg(test)]
 mod tests;
 
+pub use admin::{
+    VENDOR_FILL_OPCODE, VENDOR_HOLD_OPCODE, VENDOR_PATTERN_LOG, VENDOR_PATTERN_LOG_BYTES,
+};
 pub use config::{
     Backing, ModelConfig, ModelError, ModelMetadata, ModelNamespaceConfig, MAX_NAMESPACES,
 };

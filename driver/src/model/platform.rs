@@ -121,7 +121,7 @@ impl ModelPlatform {
     }
 
     /// Formats namespace `nsid` (as Format NVM would): `lba_size` bytes per block, with
-    /// `metadata` or without; the data is erased, the size in blocks kept. Raises a Namespace
+    /// `metadata` or without; the data is erased, the size in bytes kept. Raises a Namespace
     /// Attribute Changed event.
     pub fn format_namespace(
         &self,

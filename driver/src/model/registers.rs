@@ -125,6 +125,7 @@ impl ModelRegs {
                 c.shutdown_at = None;
                 c.queues_granted = None;
                 c.features.clear();
+                c.maintenance.on_reset();
             }
             _ => {}
         }
@@ -211,6 +212,10 @@ impl RegisterIo for ModelRegs {
                     | u64::from(self.read_dword(offset.saturating_add(4))) << 32
             }
         }
+    }
+
+    fn size(&self) -> usize {
+        self.bar_end()
     }
 
     fn write64(&self, offset: usize, value: u64) {

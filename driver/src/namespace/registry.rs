@@ -109,8 +109,8 @@ impl std::fmt::Debug for NamespaceRegistry {
 
 /// Where `nsid` lives, if it is in the tree.
 fn find<'g>(root: Shared<'g, Node>, nsid: u32, guard: &'g Guard) -> Option<&'g Arc<Namespace>> {
-    // SAFETY (all derefs below): every pointer reachable from the root is freed only through
-    // the epoch collector after it was unlinked, and `guard` was pinned before the loads.
+    // SAFETY: every pointer reachable from the root is freed only through the epoch collector
+    // after it was unlinked, and `guard` was pinned before the loads (so for every deref below).
     let mut node = unsafe { root.as_ref() }?;
     if !covers(node.shift(), nsid) {
         return None;
@@ -119,10 +119,12 @@ fn find<'g>(root: Shared<'g, Node>, nsid: u32, guard: &'g Guard) -> Option<&'g A
         match node {
             Node::Inner { shift, children } => {
                 let child = children[index(*shift, nsid)].load(Ordering::Acquire, guard);
+                // SAFETY: as above (loaded under `guard`, freed only through the collector).
                 node = unsafe { child.as_ref() }?;
             }
             Node::Leaf { entries } => {
                 let entry = entries[index(0, nsid)].load(Ordering::Acquire, guard);
+                // SAFETY: as above (loaded under `guard`, freed only through the collector).
                 return unsafe { entry.as_ref() };
             }
         }

@@ -118,11 +118,13 @@ fn nsid_bounds_are_typed_errors() {
 #[test]
 fn four_thousand_namespaces_and_node_count_follows_active_ones() {
     let reg = NamespaceRegistry::new();
-    let keys: BTreeSet<u32> = (1..=4096).collect();
+    // Miri interprets every step: 300 namespaces still span several leaf nodes.
+    let count = if cfg!(miri) { 130 } else { 4096 };
+    let keys: BTreeSet<u32> = (1..=count).collect();
     for &k in &keys {
         reg.insert(ns(k)).unwrap();
     }
-    assert_eq!(reg.len(), 4096);
+    assert_eq!(reg.len(), count as usize);
     for &k in &keys {
         assert_eq!(
             reg.with(k, |n| (n.nsid(), n.blocks())),
@@ -132,7 +134,7 @@ fn four_thousand_namespaces_and_node_count_follows_active_ones() {
     assert_eq!(reg.node_count(), expected_nodes(&keys));
 
     // Remove all but a few: the emptied nodes go away.
-    let keep: BTreeSet<u32> = [5u32, 2000].into_iter().collect();
+    let keep: BTreeSet<u32> = [5u32, count / 2].into_iter().collect();
     let drop_list: Vec<u32> = keys.difference(&keep).copied().collect();
     assert_eq!(reg.remove_batch(&drop_list).len(), drop_list.len());
     assert_eq!(reg.len(), 2);
@@ -244,7 +246,7 @@ fn replace_and_resize_publish_events() {
 #[test]
 fn readers_see_only_consistent_namespaces_while_a_writer_churns() {
     const KEYS: [u32; 8] = [1, 2, 63, 64, 65, 4097, 1 << 24, NSID_MAX];
-    const ROUNDS: usize = 3000;
+    const ROUNDS: usize = if cfg!(miri) { 6 } else { 3000 };
     let reg = Arc::new(NamespaceRegistry::new());
     let stop = Arc::new(AtomicBool::new(false));
     let hits = Arc::new(AtomicU64::new(0));

@@ -123,7 +123,11 @@ fn active_list<P: Platform>(
     let mut after = 0u32;
     loop {
         report.admin_commands += 1;
-        match shared.admin_sync(Command::identify_active_ns_list(after, page.iova())) {
+        let cmd = Command::identify_active_ns_list(after, page.iova());
+        // SAFETY: Identify moves 4 KiB into `page`, a 4 KiB page of the controller's scan pages
+        // (locked by the caller), which live as long as the controller and are only ever
+        // filled by Identify commands; a late write after a timeout lands in that page too.
+        match unsafe { shared.admin_sync_raw(cmd) } {
             Ok(_) => {}
             Err(Error::AdminFailed { status, .. }) if nsids.is_empty() => {
                 log::info!("Active Namespace ID list rejected ({status}); probing 1..=NN");
@@ -346,7 +350,10 @@ pub(crate) fn probe<P: Platform>(
         },
         sent: 0,
     };
-    shared.admin_pipeline(&mut work);
+    // SAFETY: every command `ProbeWork` hands out is an Identify (4 KiB) into the scan page
+    // of its slot, owned by `pages` (locked by the caller for the whole scan, alive as long as
+    // the controller) and used by one command at a time.
+    unsafe { shared.admin_pipeline(&mut work) };
     report.admin_commands += work.sent;
     report.probed += nsids.len();
     nsids

@@ -10,7 +10,7 @@ use crate::platform::RegisterIo;
 use crate::spec::command::{io_opcode, DsmRange};
 use crate::spec::{Command, Status};
 use std::sync::Arc;
-use vfnvme_dma::{DmaBuffer, DmaError, DmaPool};
+use vfnvme_dma::{DmaBuffer, DmaError, DmaPool, DmaSpan};
 
 /// Most blocks one NVM command carries (NLB is 16 bits, 0's based).
 pub const MAX_BLOCKS_PER_COMMAND: u32 = 1 << 16;
@@ -65,16 +65,18 @@ pub enum Direction {
 impl IoQueue {
     /// Rings of `depth` entries for queue `qid` and `depth - 1` trackers, so that outstanding
     /// commands never exceed what the CQ can hold. `max_transfer` is capped to
-    /// [`prp::MAX_TRANSFER`] and rounded down to whole pages.
-    pub fn new(
+    /// [`prp::MAX_TRANSFER`] and rounded down to whole pages. The queue's doorbells are
+    /// checked against `regs` here (see [`Rings::new`]).
+    pub(crate) fn new<R: RegisterIo + ?Sized>(
         pool: &DmaPool,
+        regs: &R,
         qid: u16,
         depth: u32,
         dstrd: u8,
         shadow: Option<&Arc<ShadowBuffers>>,
         max_transfer: usize,
     ) -> Result<Self, DmaError> {
-        let rings = Rings::new(pool, qid, depth, dstrd, shadow)?;
+        let rings = Rings::new(pool, regs, qid, depth, dstrd, shadow)?;
         let trackers = Trackers::new(pool, depth.saturating_sub(1) as usize)?;
         let max_transfer = (max_transfer.min(prp::MAX_TRANSFER) / prp::PAGE_SIZE * prp::PAGE_SIZE)
             .max(prp::PAGE_SIZE);
@@ -272,13 +274,16 @@ impl IoQueue {
         Ok(())
     }
 
-    /// Queues a read or write of `blocks` blocks at `lba` on memory the caller owns at device
-    /// address `iova` (`len` bytes, dword aligned). The completion carries no buffer.
+    /// Queues a read or write of `blocks` blocks at `lba` on borrowed memory: `span`, a range
+    /// of one live allocation of a [`DmaPool`] (checked when the span was made, see
+    /// [`DmaPool::span`]); the transfer never goes past the span. The completion carries no
+    /// buffer.
     ///
     /// # Safety
-    /// `iova..iova+len` must be mapped for the device and the memory behind it must stay
-    /// allocated and untouched by the caller until the request completes (or the queue pair is
-    /// deleted), since the device reads or writes it at any time in between.
+    /// `span` must come from the pool of the controller this queue belongs to, and its
+    /// allocation must stay allocated and untouched by the caller until the request completes
+    /// (or the queue pair is deleted), since the device reads or writes it at any time in
+    /// between.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn submit_raw(
@@ -287,10 +292,10 @@ impl IoQueue {
         dir: Direction,
         lba: u64,
         blocks: u32,
-        iova: u64,
-        len: usize,
+        span: DmaSpan,
         tag: u64,
     ) -> Result<(), SubmitError> {
+        let (iova, len) = (span.iova(), span.len());
         Self::check_ns(ns, lba, blocks as u64).map_err(|k| SubmitError::new(k, None))?;
         let needed = (blocks as u64) << ns.lba_shift();
         if (len as u64) < needed {
@@ -327,7 +332,8 @@ impl IoQueue {
             return Err(SubmitError::new(Self::refused(ns), None));
         }
         let mut cmd = Command::flush(ns.nsid());
-        self.submit_single(&mut cmd, tag)
+        // SAFETY: Flush has no data or metadata pointer.
+        unsafe { self.submit_single(&mut cmd, tag) }
     }
 
     /// Queues Write Zeroes of `blocks` blocks at `lba` (split at 65536 blocks per command).
@@ -388,9 +394,17 @@ impl IoQueue {
         Ok(())
     }
 
-    /// Queues a raw command without data (e.g. a vendor command); the CID is set here.
+    /// Queues a command exactly as given (e.g. a vendor command); the CID is set here and the
+    /// completion carries no buffer.
+    ///
+    /// # Safety
+    /// Every device address in `cmd` (PRP1/PRP2 or SGL, PRP list entries, MPTR) must be mapped
+    /// for the device and refer to memory that stays allocated and is not used by anything else
+    /// until the command completes (or the queue pair is deleted), covering every byte the
+    /// command's length fields say the device moves. A command without data (all pointer fields
+    /// zero, PSDT zero) meets this trivially.
     #[inline]
-    pub fn submit_single(&mut self, cmd: &mut Command, tag: u64) -> Result<(), SubmitError> {
+    pub unsafe fn submit_single(&mut self, cmd: &mut Command, tag: u64) -> Result<(), SubmitError> {
         let Some(idx) = self.trackers.alloc() else {
             return Err(SubmitError::new(
                 SubmitErrorKind::QueueFull { free: 0, needed: 1 },
@@ -398,6 +412,41 @@ impl IoQueue {
             ));
         };
         self.start_single(idx, cmd, tag);
+        Ok(())
+    }
+
+    /// Queues `cmd` (its pointer fields zero) with the first `bytes` bytes of `buf` as its
+    /// data; the PRPs are built here from the buffer, which comes back in the completion.
+    pub(crate) fn submit_owned(
+        &mut self,
+        mut cmd: Command,
+        buf: Option<DmaBuffer>,
+        bytes: usize,
+        tag: u64,
+    ) -> Result<(), SubmitError> {
+        let Some((idx, t)) = self.trackers.alloc_mut() else {
+            return Err(SubmitError::new(
+                SubmitErrorKind::QueueFull { free: 0, needed: 1 },
+                buf,
+            ));
+        };
+        if let Some(b) = buf.as_ref().filter(|_| bytes > 0) {
+            let list_iova = t.prp_list.iova();
+            match prp::build(b.iova(), bytes, t.prp_list.as_mut_slice(), list_iova) {
+                Ok((prp1, prp2)) => cmd.set_prps(prp1, prp2),
+                Err(e) => {
+                    self.trackers.release(idx);
+                    return Err(SubmitError::new(e.into(), buf));
+                }
+            }
+        }
+        t.parent = idx;
+        t.remaining = 1;
+        t.status = Status::SUCCESS;
+        t.tag = tag;
+        t.buffer = buf;
+        cmd.set_cid(idx);
+        self.rings.push(&cmd);
         Ok(())
     }
 

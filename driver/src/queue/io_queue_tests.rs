@@ -81,8 +81,9 @@ fn ns(lba_shift: u8, blocks: u64) -> Namespace {
 
 fn setup(depth: u32, max_transfer: usize) -> (DmaPool, IoQueue, FakeDevice, Doorbells) {
     let pool = test_pool();
-    let q = IoQueue::new(&pool, 1, depth, 0, None, max_transfer).unwrap();
-    (pool, q, FakeDevice::new(depth), Doorbells::default())
+    let regs = Doorbells::default();
+    let q = IoQueue::new(&pool, &regs, 1, depth, 0, None, max_transfer).unwrap();
+    (pool, q, FakeDevice::new(depth), regs)
 }
 
 fn drain(q: &mut IoQueue, regs: &Doorbells) -> Vec<IoCompletion> {

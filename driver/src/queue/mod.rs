@@ -4,8 +4,8 @@
 pub mod io_queue;
 pub mod prp;
 pub mod qpair;
-pub mod ring;
-pub mod tracker;
+pub(crate) mod ring;
+pub(crate) mod tracker;
 
 #[cfg(test)]
 mod io_queue_tests;

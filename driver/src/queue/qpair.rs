@@ -80,6 +80,7 @@ impl<P: Platform> QueuePair<P> {
         let qid = shared.reserve_qid()?;
         let io = match IoQueue::new(
             shared.platform.dma(),
+            shared.platform.regs(),
             qid,
             options.depth,
             shared.cap.dstrd(),
@@ -101,11 +102,14 @@ impl<P: Platform> QueuePair<P> {
             create_cq.cdw10 = qid as u32 | (0xffff << 16);
             create_sq.cdw10 = qid as u32 | (0xffff << 16);
         }
-        if let Err(e) = shared.admin_sync(create_cq) {
+        // SAFETY: (both creates) the rings belong to `io`, which the queue pair keeps until
+        // the queues are deleted on drop.
+        if let Err(e) = unsafe { shared.admin_sync_raw(create_cq) } {
             shared.unreserve_qid(qid);
             return Err(e);
         }
-        if let Err(e) = shared.admin_sync(create_sq) {
+        // SAFETY: as for the CQ above.
+        if let Err(e) = unsafe { shared.admin_sync_raw(create_sq) } {
             let _ = shared.admin_sync(Command::delete_io_cq(qid));
             shared.unreserve_qid(qid);
             return Err(e);
@@ -182,13 +186,17 @@ impl<P: Platform> QueuePair<P> {
         self.io.write(ns, lba, blocks, buf, tag)
     }
 
-    /// Queues a read or write on caller-owned memory at device address `iova` (the C ABI's
-    /// entry point); the completion carries no buffer.
+    /// Queues a read or write on borrowed memory (the C ABI's entry point): `span` is a range
+    /// of one live allocation of this controller's [`vfnvme_dma::DmaPool`], checked when it was
+    /// made ([`vfnvme_dma::DmaPool::span`], [`vfnvme_dma::DmaRegion::span`] or
+    /// [`DmaBuffer::span`]), so the device never touches memory past it. A span shorter than
+    /// the transfer fails with [`crate::SubmitErrorKind::BufferTooSmall`]. The completion
+    /// carries no buffer.
     ///
     /// # Safety
-    /// `iova..iova+len` must be mapped for this controller (e.g. memory of this controller's
-    /// [`vfnvme_dma::DmaPool`]) and must stay allocated and untouched until the request
-    /// completes or the queue pair is dropped.
+    /// `span` must come from this controller's pool ([`crate::Controller::dma`]), and its
+    /// allocation must stay allocated and untouched until the request completes or the queue
+    /// pair is dropped.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn submit_raw(
@@ -197,12 +205,11 @@ impl<P: Platform> QueuePair<P> {
         dir: Direction,
         lba: u64,
         blocks: u32,
-        iova: u64,
-        len: usize,
+        span: vfnvme_dma::DmaSpan,
         tag: u64,
     ) -> Result<(), SubmitError> {
         // SAFETY: the caller upholds the contract documented above.
-        unsafe { self.io.submit_raw(ns, dir, lba, blocks, iova, len, tag) }
+        unsafe { self.io.submit_raw(ns, dir, lba, blocks, span, tag) }
     }
 
     /// Queues a flush.
@@ -323,6 +330,56 @@ impl<P: Platform> QueuePair<P> {
         self.write(ns, lba, blocks, buf, 0)?;
         let c = self.wait_one()?;
         Self::finish(c)?.ok_or(Error::IoTimeout { waited_ms: 0 })
+    }
+
+    /// Runs one NVM command set I/O command on `ns` with `buf` as its data (either direction)
+    /// and waits; returns the completion status and the buffer. The driver builds the data
+    /// pointer from `buf` and sets the nsid, so `cmd`'s pointer fields and CDW0 flags must be
+    /// zero. The length the device moves is read from the command (NLB of Read, Write and
+    /// Compare; NR of Dataset Management) and must fit in `buf`; other opcodes with data, and
+    /// namespaces with metadata or another command set, are refused
+    /// ([`submit_single`](Self::submit_single) is the unsafe form). The queue pair must be idle.
+    pub fn passthru_sync(
+        &mut self,
+        ns: &Namespace,
+        mut cmd: Command,
+        buf: Option<DmaBuffer>,
+    ) -> Result<(Status, Option<DmaBuffer>), Error> {
+        let opcode = cmd.opcode();
+        let refuse = |what: String| Err(Error::IoPassthru { opcode, what });
+        if cmd.prp1 != 0 || cmd.prp2 != 0 || cmd.mptr != 0 || cmd.cdw0 & !0xff != 0 {
+            return refuse(
+                "leave PRP1, PRP2, MPTR and the CDW0 flags zero: the data goes in a DmaBuffer"
+                    .into(),
+            );
+        }
+        let id = ns.identity();
+        if id.csi != 0 || id.metadata_size != 0 {
+            return refuse(
+                "the namespace has metadata or is not an NVM command set namespace".into(),
+            );
+        }
+        let bytes: u64 = match opcode {
+            0x00 | 0x04 | 0x08 | 0x0c => 0,
+            0x01 | 0x02 | 0x05 => ((cmd.cdw12 & 0xffff) as u64 + 1) << id.lba_shift,
+            0x09 => ((cmd.cdw10 & 0xff) as u64 + 1) * 16,
+            _ => return refuse("the driver can't tell how many bytes it moves; known: 00h flush, 01h write, 02h read, 04h write uncorrectable, 05h compare, 08h write zeroes, 09h dataset management, 0Ch verify".into()),
+        };
+        let len = buf.as_ref().map_or(0, |b| b.len() as u64);
+        if bytes > len {
+            return refuse(format!("it moves {bytes} bytes but the buffer holds {len}"));
+        }
+        if bytes > self.max_transfer() as u64 {
+            return refuse(format!(
+                "it moves {bytes} bytes, more than the {} one command may carry",
+                self.max_transfer()
+            ));
+        }
+        self.ensure_idle()?;
+        cmd.nsid = ns.nsid();
+        self.io.submit_owned(cmd, buf, bytes as usize, 0)?;
+        let c = self.wait_one()?;
+        Ok((c.status, c.buffer))
     }
 
     /// Flushes synchronously. The queue pair must be idle.

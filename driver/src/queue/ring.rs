@@ -1,10 +1,10 @@
 //! One submission/completion ring pair in DMA memory, with its doorbells (MMIO or shadow).
 
-use crate::platform::RegisterIo;
+use crate::platform::{Doorbell, RegisterIo};
 use crate::spec::registers::{doorbell_index_offset, doorbell_offset};
 use crate::spec::{Command, Completion};
-use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
+use vfnvme_dma::barrier::{dma_mb, dma_rmb, dma_wmb};
 use vfnvme_dma::{DmaBuffer, DmaError, DmaPool};
 
 /// Size of a submission queue entry.
@@ -51,8 +51,8 @@ impl ShadowSlot {
             let ei = self.buffers.event_idx.as_ptr().add(self.offset) as *mut u32;
             std::ptr::write_volatile(ei, 0);
         }
-        // Visible before the Create I/O queue commands that follow.
-        fence(Ordering::SeqCst);
+        // Visible to the controller before the Create I/O queue commands that follow.
+        dma_mb();
     }
 
     /// Writes the shadow value; returns whether the MMIO doorbell must be written too.
@@ -64,8 +64,9 @@ impl ShadowSlot {
         let event_idx = unsafe {
             let db = self.buffers.doorbells.as_ptr().add(self.offset) as *mut u32;
             std::ptr::write_volatile(db, new);
-            // The shadow write must be visible before the EventIdx read (store-load order).
-            fence(Ordering::SeqCst);
+            // The shadow write must reach the controller before the EventIdx read (store-load
+            // order, as SPDK's spdk_mb).
+            dma_mb();
             let ei = self.buffers.event_idx.as_ptr().add(self.offset) as *const u32;
             std::ptr::read_volatile(ei)
         };
@@ -86,21 +87,26 @@ pub struct Rings {
     /// The CQ head value last written to the doorbell.
     cq_rung: u32,
     phase: bool,
-    sq_db: usize,
-    cq_db: usize,
+    sq_db: Doorbell,
+    cq_db: Doorbell,
     shadow_sq: Option<ShadowSlot>,
     shadow_cq: Option<ShadowSlot>,
 }
 
 impl Rings {
-    /// Allocates zeroed rings of `depth` entries for queue `qid`.
-    pub fn new(
+    /// Allocates zeroed rings of `depth` entries for queue `qid`, with its doorbells in
+    /// `regs` (stride `4 << dstrd`). Fails with [`DmaError::BarOffset`] when a doorbell of `qid`
+    /// lies outside the register file: checked here once, not on every ring.
+    pub fn new<R: RegisterIo + ?Sized>(
         pool: &DmaPool,
+        regs: &R,
         qid: u16,
         depth: u32,
         dstrd: u8,
         shadow: Option<&Arc<ShadowBuffers>>,
     ) -> Result<Self, DmaError> {
+        let sq_db = Doorbell::new(regs, doorbell_offset(qid, false, dstrd))?;
+        let cq_db = Doorbell::new(regs, doorbell_offset(qid, true, dstrd))?;
         let sq = pool.alloc(depth as usize * SQE_SIZE)?;
         let cq = pool.alloc(depth as usize * CQE_SIZE)?;
         let slot = |is_cq: bool| {
@@ -125,8 +131,8 @@ impl Rings {
             cq_head: 0,
             cq_rung: 0,
             phase: true,
-            sq_db: doorbell_offset(qid, false, dstrd),
-            cq_db: doorbell_offset(qid, true, dstrd),
+            sq_db,
+            cq_db,
             shadow_sq,
             shadow_cq,
         })
@@ -165,7 +171,7 @@ impl Rings {
     /// commands < depth).
     ///
     /// The entry is written as eight 8-byte volatile stores straight from the command's
-    /// fields (no modulo, no intermediate 64-byte copy); the release fence in
+    /// fields (no modulo, no intermediate 64-byte copy); the write barrier in
     /// [`Rings::ring_sq`] orders them before the doorbell.
     #[inline(always)]
     pub fn push(&mut self, cmd: &Command) {
@@ -197,15 +203,15 @@ impl Rings {
     /// the controller's EventIdx says it does not need the MMIO write).
     #[inline(always)]
     pub fn ring_sq<R: RegisterIo>(&mut self, regs: &R) {
-        // SQEs must be visible in memory before the doorbell write.
-        fence(Ordering::Release);
+        // SQEs (and PRP lists) must reach the controller before the doorbell (or its shadow).
+        dma_wmb();
         let new = self.sq_tail;
         let mmio = match &self.shadow_sq {
             Some(s) => s.update(new, self.sq_rung),
             None => true,
         };
         if mmio {
-            regs.write32(self.sq_db, new);
+            regs.ring(&self.sq_db, new);
         }
         self.sq_rung = new;
     }
@@ -223,7 +229,7 @@ impl Rings {
             return None;
         }
         // The rest of the entry must be read after the phase bit.
-        fence(Ordering::Acquire);
+        dma_rmb();
         // SAFETY: as above.
         Some(unsafe {
             std::ptr::read_volatile(
@@ -248,7 +254,7 @@ impl Rings {
             return None;
         }
         // The command identifier must be read after the phase bit.
-        fence(Ordering::Acquire);
+        dma_rmb();
         // SAFETY: as above.
         let cid = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*p).cid)) };
         Some((cid, status))
@@ -288,7 +294,7 @@ impl Rings {
             None => true,
         };
         if mmio {
-            regs.write32(self.cq_db, new);
+            regs.ring(&self.cq_db, new);
         }
         self.cq_rung = new;
     }
@@ -356,6 +362,9 @@ pub(crate) mod tests {
             0
         }
         fn write64(&self, _: usize, _: u64) {}
+        fn size(&self) -> usize {
+            0x2000
+        }
     }
 
     fn cqe(cid: u16, phase: bool) -> Completion {
@@ -370,7 +379,7 @@ pub(crate) mod tests {
     fn wraparound_and_phase_flip() {
         let pool = test_pool();
         let regs = Doorbells::default();
-        let mut r = Rings::new(&pool, 1, 4, 0, None).unwrap();
+        let mut r = Rings::new(&pool, &regs, 1, 4, 0, None).unwrap();
         let mut phase = true;
         for round in 0..3u16 {
             for i in 0..4u16 {
@@ -409,7 +418,7 @@ pub(crate) mod tests {
     fn sq_push_wraps_and_rings_once() {
         let pool = test_pool();
         let regs = Doorbells::default();
-        let mut r = Rings::new(&pool, 2, 3, 0, None).unwrap();
+        let mut r = Rings::new(&pool, &regs, 2, 3, 0, None).unwrap();
         for i in 0..5u16 {
             let mut c = Command::flush(1);
             c.set_cid(i);
@@ -431,6 +440,46 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn doorbells_outside_the_register_file_are_refused_at_creation() {
+        let pool = test_pool();
+        let regs = Doorbells::default(); // 0x2000 bytes: doorbells of queues 0..=511
+        assert!(Rings::new(&pool, &regs, 511, 4, 0, None).is_ok());
+        // Queue 512's SQ tail doorbell is at 0x2000: the queue can't be made, rather than
+        // dropping every doorbell write later.
+        let err = Rings::new(&pool, &regs, 512, 4, 0, None).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DmaError::BarOffset {
+                    bar: 0,
+                    offset: 0x2000,
+                    size: 0x2000
+                }
+            ),
+            "{err:?}"
+        );
+        // A doorbell stride of 16 bytes moves queue 128's doorbells out as well.
+        assert!(Rings::new(&pool, &regs, 127, 4, 2, None).is_ok());
+        assert!(matches!(
+            Rings::new(&pool, &regs, 128, 4, 2, None),
+            Err(DmaError::BarOffset { offset: 0x2000, .. })
+        ));
+        for bad in [0x2000, 0x1ffd, 0x1002, usize::MAX - 2] {
+            assert!(
+                matches!(
+                    Doorbell::new(&regs, bad),
+                    Err(DmaError::BarOffset { offset, .. }) if offset == bad
+                ),
+                "{bad:#x}"
+            );
+        }
+        let db = Doorbell::new(&regs, 0x1ffc).unwrap();
+        assert_eq!(db.offset(), 0x1ffc);
+        regs.ring(&db, 9);
+        assert_eq!(*regs.0.lock().unwrap(), vec![(0x1ffc, 9)]);
+    }
+
+    #[test]
     fn need_event_rule() {
         // Controller asked to be told once the tail passes 5.
         assert!(need_event(5, 6, 4));
@@ -449,7 +498,7 @@ pub(crate) mod tests {
             doorbells: pool.alloc(4096).unwrap(),
             event_idx: pool.alloc(4096).unwrap(),
         });
-        let mut r = Rings::new(&pool, 1, 16, 0, Some(&shadow)).unwrap();
+        let mut r = Rings::new(&pool, &regs, 1, 16, 0, Some(&shadow)).unwrap();
         assert!(r.uses_shadow());
         // EventIdx of SQ 1 = 0: the first move from 0 to 1 passes it.
         r.push(&Command::flush(1));
@@ -486,7 +535,7 @@ pub(crate) mod tests {
         bufs.event_idx.as_mut_slice()[8..12].copy_from_slice(&6u32.to_le_bytes());
         bufs.event_idx.as_mut_slice()[12..16].copy_from_slice(&6u32.to_le_bytes());
         let shadow = Arc::new(bufs);
-        let mut r = Rings::new(&pool, 1, 16, 0, Some(&shadow)).unwrap();
+        let mut r = Rings::new(&pool, &regs, 1, 16, 0, Some(&shadow)).unwrap();
         let word = |b: &DmaBuffer, at: usize| {
             u32::from_le_bytes(b.as_slice()[at..at + 4].try_into().unwrap())
         };

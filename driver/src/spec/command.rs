@@ -246,15 +246,6 @@ impl Command {
     pub fn identify_csi_controller(csi: u8, iova: u64) -> Self {
         Self::identify(cns::CSI_CONTROLLER, 0, 0, csi, iova)
     }
-    /// Format NVM of namespace `nsid` to LBA format `lbaf` (0..=63), metadata extended
-    /// (`mset`) or separate, protection information type `pi` (0 = none), no secure erase.
-    pub fn format_nvm(nsid: u32, lbaf: u8, mset: bool, pi: u8) -> Self {
-        let mut c = Command::new(admin_opcode::FORMAT_NVM);
-        c.nsid = nsid;
-        let lbaf = lbaf as u32 & 0x3f;
-        c.cdw10 = (lbaf & 0xf) | (mset as u32) << 4 | (pi as u32 & 0x7) << 5 | (lbaf >> 4) << 12;
-        c
-    }
     /// Get Features for `fid`.
     pub fn get_features(fid: u8, cdw11: u32) -> Self {
         let mut c = Command::new(admin_opcode::GET_FEATURES);

@@ -1,6 +1,7 @@
 //! NVMe base specification 2.x types: registers, commands, completions, status codes,
 //! identify structures, features and log pages.
 
+pub mod admin_command;
 pub mod command;
 pub mod completion;
 pub mod features;
@@ -9,6 +10,7 @@ pub mod log;
 pub mod registers;
 pub mod status;
 
+pub use admin_command::{AdminCommand, AdminCommandError, DataTransfer};
 pub use command::Command;
 pub use completion::Completion;
 pub use status::Status;

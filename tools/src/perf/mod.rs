@@ -16,7 +16,8 @@ use hdrhistogram::Histogram;
 use options::{Pattern, PerfInputError};
 use report::Summary;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use vfnvme::dma::DmaBuffer;
 use vfnvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
@@ -88,6 +89,36 @@ fn parse_size_arg(text: &str) -> Result<u64, String> {
     options::parse_size(text).map_err(|e| e.to_string())
 }
 
+/// Set by the SIGINT handler: the workers stop at their next clock read and perf prints what
+/// they measured.
+static STOP: LazyLock<Arc<AtomicBool>> = LazyLock::new(Arc::default);
+
+/// Makes the first Ctrl-C (SIGINT) set [`STOP`] and a second one end the process (status 130,
+/// for a run that does not stop). signal-hook keeps the handler's `unsafe` out of this crate.
+fn stop_on_ctrl_c() {
+    let registered = signal_hook::flag::register_conditional_shutdown(
+        signal_hook::consts::SIGINT,
+        130,
+        STOP.clone(),
+    )
+    .and_then(|_| signal_hook::flag::register(signal_hook::consts::SIGINT, STOP.clone()));
+    if let Err(e) = registered {
+        log::warn!(
+            "Ctrl-C will end perf without a report: could not install a SIGINT handler ({e})"
+        );
+    }
+}
+
+/// Opens the `--json` file before the run, so that a bad path fails at once.
+fn open_json(path: &std::path::Path) -> Result<Option<std::fs::File>> {
+    if path.as_os_str() == "-" {
+        return Ok(None);
+    }
+    std::fs::File::create(path)
+        .map(Some)
+        .with_context(|| format!("opening the JSON report file {}", path.display()))
+}
+
 /// One queue pair's work, ready to run.
 struct Job<P: Platform> {
     qp: QueuePair<P>,
@@ -106,6 +137,17 @@ fn check_args(args: &PerfArgs) -> Result<u8, PerfInputError> {
     }
     if args.time == 0 {
         return Err(PerfInputError::ZeroTime);
+    }
+    for (what, seconds) in [("time", args.time), ("ramp", args.ramp)] {
+        if seconds > options::MAX_SECONDS {
+            return Err(PerfInputError::TooLong { what, seconds });
+        }
+    }
+    if args.io_size == 0 {
+        return Err(PerfInputError::ZeroIoSize);
+    }
+    if args.lat_sample == 0 {
+        return Err(PerfInputError::ZeroLatSample);
     }
     if args.threads == 0 {
         return Err(PerfInputError::ZeroThreads);
@@ -216,6 +258,7 @@ fn prepare_jobs<P: Platform>(
                 time: Duration::from_secs(args.time),
                 seed: first_seed.wrapping_add(u64::from(t)),
                 lat_sample: args.lat_sample,
+                stop: Some(&**STOP),
             },
         });
     }
@@ -295,6 +338,11 @@ pub fn model_config() -> ModelConfig {
 /// device errors, and if any I/O failed.
 pub fn run(args: &PerfArgs) -> Result<()> {
     let read_pct = check_args(args)?;
+    let mut json_file = match &args.json {
+        Some(p) => open_json(p)?,
+        None => None,
+    };
+    stop_on_ctrl_c();
     let mut summary = Summary {
         targets: Vec::new(),
         nsid: 0,
@@ -314,6 +362,7 @@ pub fn run(args: &PerfArgs) -> Result<()> {
         latency: Histogram::new(3)?,
         ns_per_unit: 1.0,
         clock: "",
+        interrupted: false,
     };
     let clock = Clock::start(args.clock);
     let results = if args.model {
@@ -349,6 +398,12 @@ pub fn run(args: &PerfArgs) -> Result<()> {
     summary.time_s =
         clock.units(args.time.saturating_mul(1_000_000_000)) as f64 * summary.ns_per_unit / 1e9;
     summary.clock = if clock.is_tsc() { "tsc" } else { "instant" };
+    if results.iter().any(|r| r.stopped) {
+        // Stopped by Ctrl-C: the window each worker measured, the longest of them.
+        let units = results.iter().map(|r| r.measured_units).max().unwrap_or(0);
+        summary.time_s = units as f64 * summary.ns_per_unit / 1e9;
+        summary.interrupted = true;
+    }
     let summary = summary.merge(results)?;
     let json_to_stdout = args.json.as_ref().is_some_and(|p| p.as_os_str() == "-");
     if json_to_stdout {
@@ -359,11 +414,12 @@ pub fn run(args: &PerfArgs) -> Result<()> {
     }
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&summary.json())?;
-        if json_to_stdout {
-            say!("{text}");
-        } else {
-            std::fs::write(path, text + "\n")
+        if let Some(f) = json_file.as_mut() {
+            use std::io::Write;
+            f.write_all((text + "\n").as_bytes())
                 .with_context(|| format!("writing the JSON report to {}", path.display()))?;
+        } else {
+            say!("{text}");
         }
     }
     if summary.errors > 0 {

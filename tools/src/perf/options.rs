@@ -8,6 +8,9 @@ use thiserror::Error;
 /// keeps `qd × io-size` of DMA memory reasonable).
 pub const MAX_IO_SIZE: u64 = 8 << 20;
 
+/// Longest `--time` and `--ramp`: a year, in seconds.
+pub const MAX_SECONDS: u64 = 365 * 24 * 3600;
+
 /// Most DMA memory the I/O buffers of one queue pair may take (`qd × io-size`).
 pub const MAX_BUFFER_BYTES: u64 = 256 << 20;
 
@@ -147,6 +150,20 @@ pub enum PerfInputError {
     /// `--time 0`.
     #[error("--time 0: measure for at least 1 second")]
     ZeroTime,
+    /// `--time` or `--ramp` beyond [`MAX_SECONDS`].
+    #[error("--{what} {seconds}: that is more than a year; use at most {MAX_SECONDS} seconds (stop a long run early with Ctrl-C: perf prints what it measured)")]
+    TooLong {
+        /// `time` or `ramp`.
+        what: &'static str,
+        /// The value given.
+        seconds: u64,
+    },
+    /// `--io-size 0`.
+    #[error("--io-size 0: an I/O moves at least one logical block; give its size, e.g. 512 or 4k")]
+    ZeroIoSize,
+    /// `--lat-sample 0`.
+    #[error("--lat-sample 0: time every Nth completion batch with N at least 1 (1 = every I/O)")]
+    ZeroLatSample,
     /// `--threads 0`.
     #[error("--threads 0: use at least one thread")]
     ZeroThreads,
@@ -353,6 +370,24 @@ mod tests {
             queue_depth_for(0, 1, 1024),
             Err(PerfInputError::ZeroQueueDepth)
         );
+    }
+
+    #[test]
+    fn errors_of_the_small_checks_say_what_to_give() {
+        let e = PerfInputError::ZeroIoSize.to_string();
+        assert!(e.contains("--io-size 0") && !e.contains("multiple"), "{e}");
+        let e = PerfInputError::TooLong {
+            what: "time",
+            seconds: u64::MAX,
+        }
+        .to_string();
+        assert!(
+            e.contains("--time 18446744073709551615") && e.contains("31536000"),
+            "{e}"
+        );
+        assert!(PerfInputError::ZeroLatSample
+            .to_string()
+            .contains("--lat-sample 0"));
     }
 
     #[test]

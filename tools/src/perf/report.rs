@@ -44,6 +44,8 @@ pub struct Summary {
     pub ns_per_unit: f64,
     /// The clock used ("tsc" or "instant").
     pub clock: &'static str,
+    /// Whether Ctrl-C ended the run early (the figures cover the time measured until then).
+    pub interrupted: bool,
 }
 
 impl Summary {
@@ -126,7 +128,7 @@ impl Summary {
             "{targets} ns {nsid}: {pattern}{mix} {size} B, QD {qd} x {workers} queue pair(s), {time:.1} s (ramp {ramp:.1} s), shadow doorbells {shadow}\n\
              IOPS {iops:.0} ({kiops:.1} K)   {mibs:.1} MiB/s   {ios} I/Os ({reads} reads, {writes} writes), {per_batch:.2} I/Os per doorbell batch\n\
              latency (us, {timed} timed, clock {clock}): mean {mean:.2}   p50 {p50:.2}   p99 {p99:.2}   p99.9 {p999:.2}   max {max:.2}   min {min:.2}\n\
-             errors: {errors}{first}",
+             errors: {errors}{first}{interrupted}",
             targets = self.targets.join(","),
             nsid = self.nsid,
             pattern = self.pattern,
@@ -157,6 +159,11 @@ impl Summary {
                 .as_ref()
                 .map(|e| format!(" (first: {e})"))
                 .unwrap_or_default(),
+            interrupted = if self.interrupted {
+                "\ninterrupted (Ctrl-C): partial results, over the time measured until then"
+            } else {
+                ""
+            },
         )
     }
 
@@ -191,6 +198,7 @@ impl Summary {
             "timed_ios": self.latency.len(),
             "errors": self.errors,
             "first_error": self.first_error,
+            "interrupted": self.interrupted,
         })
     }
 }
@@ -219,6 +227,7 @@ mod tests {
             latency: Histogram::new(3).unwrap(),
             ns_per_unit: 1.0,
             clock: "instant",
+            interrupted: false,
         }
     }
 
@@ -235,6 +244,8 @@ mod tests {
             first_error: None,
             latency: h,
             batches: 2,
+            measured_units: 2_000_000_000,
+            stopped: false,
         };
         let s = summary().merge(vec![w.clone(), w]).unwrap();
         assert_eq!(s.ios(), 8);
@@ -244,6 +255,20 @@ mod tests {
         assert_eq!(j["ios_per_batch"], 2.0);
         assert!(j["latency_ns"]["p99"].as_u64().unwrap() >= 99_000);
         assert!(s.text().contains("IOPS 4 "), "{}", s.text());
+    }
+
+    #[test]
+    fn an_interrupted_run_says_so() {
+        let mut s = summary().merge(vec![]).unwrap();
+        assert!(!s.text().contains("interrupted"), "{}", s.text());
+        assert_eq!(s.json()["interrupted"], false);
+        s.interrupted = true;
+        assert!(
+            s.text().contains("interrupted (Ctrl-C): partial results"),
+            "{}",
+            s.text()
+        );
+        assert_eq!(s.json()["interrupted"], true);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use super::clock::Clock;
 use super::options::Pattern;
 use anyhow::{bail, Result};
 use hdrhistogram::Histogram;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use vfnvme::dma::DmaBuffer;
 use vfnvme::platform::Platform;
@@ -47,6 +48,9 @@ pub struct WorkerPlan {
     /// Time the I/Os of one completion batch in this many (1 = every I/O). Others are counted
     /// but not timed, which saves clock reads where they are slow (e.g. HPET under emulation).
     pub lat_sample: u32,
+    /// Set (e.g. by a SIGINT handler) to end the run early: the worker stops submitting at
+    /// its next clock read, waits for its I/Os and returns what it measured so far.
+    pub stop: Option<&'static AtomicBool>,
 }
 
 /// What one worker measured (only I/Os completed inside the measured window count).
@@ -64,6 +68,10 @@ pub struct WorkerResult {
     pub latency: Histogram<u64>,
     /// Completion batches reaped (for I/Os per doorbell).
     pub batches: u64,
+    /// Length of the measured window in clock units: the planned time, or less when stopped.
+    pub measured_units: u64,
+    /// Whether [`WorkerPlan::stop`] ended the run early.
+    pub stopped: bool,
 }
 
 /// A small, fast, seeded random number generator (xorshift64*).
@@ -175,6 +183,8 @@ pub fn run<P: Platform>(
         first_error: None,
         latency: Histogram::new(3)?,
         batches: 0,
+        measured_units: 0,
+        stopped: false,
     };
     // Per slot: submission time in ns since `start`, or UNTIMED.
     const UNTIMED: u64 = u64::MAX;
@@ -186,7 +196,14 @@ pub fn run<P: Platform>(
 
     let start = clock.now();
     let ramp_end = start + clock.units(u64::try_from(plan.ramp.as_nanos())?);
-    let end = ramp_end + clock.units(u64::try_from(plan.time.as_nanos())?);
+    let mut end = ramp_end + clock.units(u64::try_from(plan.time.as_nanos())?);
+    // Checked at every clock read (not per I/O): a stop request moves the end to now.
+    let mut check_stop = |now: u64, end: &mut u64| {
+        if !res.stopped && plan.stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+            res.stopped = true;
+            *end = now.min(*end);
+        }
+    };
     let stall_units = clock.units(u64::try_from(STALL_TIMEOUT.as_nanos())?);
     let mut now = start;
 
@@ -216,6 +233,7 @@ pub fn run<P: Platform>(
             if idle >= IDLE_POLLS_PER_CLOCK_READ {
                 idle = 0;
                 now = clock.now();
+                check_stop(now, &mut end);
                 if now.saturating_sub(last_progress) > stall_units {
                     bail!(
                         "no I/O completed for {} s with {} outstanding on queue {}: the controller stopped responding; reset it (`vfnvme setup --reset` then `vfnvme setup`)",
@@ -241,6 +259,7 @@ pub fn run<P: Platform>(
         {
             now = clock.now();
             last_progress = now;
+            check_stop(now, &mut end);
         }
         let measuring = now >= ramp_end && now < end;
         if measuring {
@@ -277,6 +296,7 @@ pub fn run<P: Platform>(
         }
     }
     res.latency = latency;
+    res.measured_units = end.saturating_sub(ramp_end);
     Ok(res)
 }
 
@@ -294,6 +314,7 @@ mod tests {
             time: Duration::from_secs(1),
             seed: 7,
             lat_sample: 1,
+            stop: None,
         }
     }
 
@@ -333,5 +354,41 @@ mod tests {
         let mut o = Offsets::new(&plan(Pattern::Randrw, 70), 1 << 20, 1);
         let reads = (0..100_000).filter(|_| o.next_io().1).count();
         assert!((68_000..72_000).contains(&reads), "{reads}");
+    }
+
+    #[test]
+    fn a_stop_request_ends_an_hour_long_run_with_what_was_measured() {
+        use vfnvme::model::ModelPlatform;
+        use vfnvme::{Controller, ControllerOptions, QpairOptions};
+        static STOP: AtomicBool = AtomicBool::new(true);
+        let ctrl = Controller::new(
+            ModelPlatform::new(super::super::model_config()).unwrap(),
+            ControllerOptions::default(),
+        )
+        .unwrap();
+        let ns = ctrl.namespaces().into_iter().next().unwrap();
+        let mut qp = ctrl
+            .alloc_qpair(QpairOptions {
+                depth: 16,
+                ..QpairOptions::default()
+            })
+            .unwrap();
+        let buffers = (0..4).map(|_| ctrl.dma().alloc(4096).unwrap()).collect();
+        let plan = WorkerPlan {
+            qd: 4,
+            time: Duration::from_secs(3600),
+            stop: Some(&STOP),
+            ..plan(Pattern::Randread, 100)
+        };
+        let clock = Clock::start(super::super::clock::ClockKind::Instant);
+        let r = run(&mut qp, &ns, buffers, &plan, &clock).unwrap();
+        assert!(r.stopped);
+        assert_eq!(qp.outstanding(), 0);
+        assert!(
+            r.measured_units < clock.units(3600 * 1_000_000_000),
+            "{}",
+            r.measured_units
+        );
+        assert_eq!(r.errors, 0);
     }
 }

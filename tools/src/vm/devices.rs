@@ -47,6 +47,10 @@ pub fn qemu_device_args(scenario: &Scenario, image_dir: &Path) -> Result<Vec<Str
             push_namespace(&mut args, &ns, &drive, None, image_dir)?;
         }
     }
+    for d in scenario.other_devices() {
+        args.push("-device".into());
+        args.push(format!("{},addr=0x{:02x}", d.qemu, d.slot));
+    }
     Ok(args)
 }
 

@@ -11,6 +11,8 @@
 //! - `VFNVME_EXPECT_METADATA`: the first vfio-pci controller's namespaces formatted with
 //!   metadata, as `nsid:ms:mset:pi` items joined by commas (empty when none).
 //! - `VFNVME_EXPECT_IOQPAIRS`: QEMU's `max_ioqpairs` of that controller, when the scenario sets it.
+//! - `VFNVME_OTHER_DEVICES`: comma-separated PCI addresses of devices that are not NVMe
+//!   controllers (e.g. the `safety` scenario's e1000).
 //!
 //! A namespace list is `nsid:blocks:lba_size` items joined by commas.
 
@@ -32,6 +34,15 @@ pub fn scenario_env(scenario: &Scenario, extra_vfio: &[String]) -> Vec<(String, 
         ("VFNVME_SCENARIO".to_string(), scenario.name.to_string()),
         ("VFNVME_VFIO_DEVICES".to_string(), vfio.join(",")),
         ("VFNVME_KERNEL_DEVICES".to_string(), kernel.join(",")),
+        (
+            "VFNVME_OTHER_DEVICES".to_string(),
+            scenario
+                .other_devices()
+                .iter()
+                .map(|d| d.bdf())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
         ("VFNVME_EXPECT_MODEL".to_string(), QEMU_MODEL.to_string()),
     ];
     let first = scenario.controllers_on(Binding::Vfio).next();

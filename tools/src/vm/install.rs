@@ -12,6 +12,9 @@ pub const PACKAGES: &[&str] = &[
     "busybox-static",
     "fio",
     "linux-image-amd64",
+    // The kernel's nvme-cli, which the crosscheck scenario compares `vfnvme smart-log` and
+    // `id-ctrl` with.
+    "nvme-cli",
 ];
 
 /// Fails with a clear message unless running as root.

@@ -382,7 +382,69 @@ pub const SCENARIOS: &[Scenario] = &[
             max_ioqpairs: None,
         }],
     },
+    Scenario {
+        name: "safety",
+        description: "setup's refusals: 00:10.0 on vfio-pci, 00:11.0 on the kernel nvme driver (a block device to hold open), 00:12.0 an e1000 network card",
+        subsystem: None,
+        controllers: &[
+            Controller {
+                slot: 0x10,
+                serial: "VFNVME-SAFE-VFIO",
+                binding: Binding::Vfio,
+                namespaces: Namespaces::List(&[Namespace::new(1, Backing::Raw, 16 * MIB, 512)]),
+                mdts: None,
+                max_ioqpairs: None,
+            },
+            Controller {
+                slot: 0x11,
+                serial: "VFNVME-SAFE-KERNEL",
+                binding: Binding::Kernel,
+                namespaces: Namespaces::List(&[Namespace::new(1, Backing::Raw, 16 * MIB, 512)]),
+                mdts: None,
+                max_ioqpairs: None,
+            },
+        ],
+    },
 ];
+
+/// Devices other than NVMe controllers that a scenario adds (QEMU `-device` values), by
+/// scenario name: kept apart from [`Scenario`] so that scenarios without any stay as they are.
+const OTHER_DEVICES: &[(&str, &[OtherDevice])] = &[(
+    "safety",
+    &[OtherDevice {
+        slot: 0x12,
+        qemu: "e1000",
+        what: "an Ethernet controller (Intel 82540EM, 8086:100e), for setup's refusals",
+    }],
+)];
+
+/// A PCI device that is not an NVMe controller (a scenario's bystander).
+#[derive(Clone, Copy, Debug)]
+pub struct OtherDevice {
+    /// PCI slot on bus 0; the guest sees it at `0000:00:<slot>.0`.
+    pub slot: u8,
+    /// The QEMU device model (`-device <qemu>,addr=<slot>`).
+    pub qemu: &'static str,
+    /// What it is, for `--list-scenarios`.
+    pub what: &'static str,
+}
+
+impl OtherDevice {
+    /// PCI address in the guest.
+    pub fn bdf(&self) -> String {
+        format!("0000:00:{:02x}.0", self.slot)
+    }
+}
+
+impl Scenario {
+    /// The scenario's devices that are not NVMe controllers.
+    pub fn other_devices(&self) -> &'static [OtherDevice] {
+        OTHER_DEVICES
+            .iter()
+            .find(|(n, _)| *n == self.name)
+            .map_or(&[], |(_, d)| d)
+    }
+}
 
 /// Finds a scenario by name.
 pub fn find(name: &str) -> Option<&'static Scenario> {
@@ -408,6 +470,9 @@ pub fn listing() -> String {
                 on,
                 ns.len()
             ));
+        }
+        for d in s.other_devices() {
+            out.push_str(&format!("{:<11}   {} {}\n", "", d.bdf(), d.what));
         }
     }
     out
@@ -462,6 +527,22 @@ mod tests {
         assert_eq!(ns[0].blocks(), 32768);
         assert_eq!(ns[1].blocks(), 16 * MIB / 520);
         assert_eq!(ns[2].blocks(), 16 * MIB / 4112);
+    }
+
+    #[test]
+    fn other_devices_belong_to_a_scenario_and_take_free_slots() {
+        for (name, devs) in OTHER_DEVICES {
+            let s = find(name).unwrap_or_else(|| panic!("no scenario {name}"));
+            for d in *devs {
+                assert!(s.controllers.iter().all(|c| c.slot != d.slot), "{name}");
+            }
+        }
+        assert_eq!(
+            find("safety").unwrap().other_devices()[0].bdf(),
+            "0000:00:12.0"
+        );
+        assert!(find("data").unwrap().other_devices().is_empty());
+        assert!(listing().contains("0000:00:12.0 an Ethernet controller"));
     }
 
     #[test]

@@ -1,0 +1,390 @@
+//! Safe admin commands: the driver builds the data pointer from a [`DmaBuffer`] it owns until
+//! the command is done, so safe code can't aim the device at an address.
+//!
+//! The data pointer describes exactly the bytes the command moves, as
+//! [`AdminCommand::transfer`] reads them from the command (a PRP list page is allocated when the
+//! transfer spans more than two pages). For a command whose length the driver can't read
+//! (vendor-specific), PRP1 is the buffer's first page and PRP2 a *guard list*: a page whose
+//! entries all point at a scratch page, with the last entry pointing back at the list itself
+//! (a chain that never ends), so however much the device moves, everything past the buffer
+//! lands in the scratch pages.
+//!
+//! If a command times out the device may still use its memory, so the buffer and the list
+//! pages are then kept for good (leaked, with a log line) instead of going back to the pool.
+
+use super::shared::Shared;
+use super::Controller;
+use crate::error::Error;
+use crate::platform::Platform;
+use crate::queue::prp::{self, PAGE_SIZE};
+use crate::spec::admin_command::UNKNOWN_TRANSFER_MAX;
+use crate::spec::admin_command::{AdminCommand, AdminCommandError, DataTransfer};
+use crate::spec::identify::{parse_active_ns_list, IdentifyController, IdentifyNamespace};
+use crate::spec::status::{generic, sct};
+use crate::spec::Completion;
+use std::sync::atomic::{AtomicU64, Ordering};
+use vfnvme_dma::DmaBuffer;
+
+/// Bytes of DMA memory kept for ever because a command using them timed out (all controllers).
+static ABANDONED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Bytes of DMA memory the safe admin API kept for ever because their command timed out (the
+/// device might still write them). Grows only after a controller hung.
+pub fn abandoned_admin_bytes() -> u64 {
+    ABANDONED_BYTES.load(Ordering::Relaxed)
+}
+
+/// The data pointer of one command and the pages it refers to besides the caller's buffer.
+struct DataPointer {
+    prp1: u64,
+    prp2: u64,
+    /// PRP list or guard pages, owned until the command is done.
+    pages: Option<DmaBuffer>,
+}
+
+/// What holds a command's data: a [`DmaBuffer`], or nothing (`()`).
+pub(crate) trait DataHolder {
+    /// The buffer, if any.
+    fn buffer(&self) -> Option<&DmaBuffer>;
+}
+
+impl DataHolder for DmaBuffer {
+    fn buffer(&self) -> Option<&DmaBuffer> {
+        Some(self)
+    }
+}
+
+impl DataHolder for () {
+    fn buffer(&self) -> Option<&DmaBuffer> {
+        None
+    }
+}
+
+impl<P: Platform> Shared<P> {
+    /// Runs `cmd` with the data in `data` (from byte `at` of its buffer) and waits. `limit` is
+    /// the largest transfer one command may carry. `data` comes back on success, and also on
+    /// an error status (the device is done with it); on a timeout it is kept for good.
+    pub(crate) fn admin_data<D: DataHolder>(
+        &self,
+        cmd: &AdminCommand,
+        data: D,
+        at: usize,
+        limit: usize,
+    ) -> Result<(Completion, D), (Error, Option<D>)> {
+        let dptr = match self.data_pointer(cmd, data.buffer(), at, limit) {
+            Ok(d) => d,
+            Err(e) => return Err((e, Some(data))),
+        };
+        let mut c = cmd.to_command();
+        c.set_prps(dptr.prp1, dptr.prp2);
+        // SAFETY: the data pointer covers only memory owned here: `data`'s buffer from `at` for
+        // at least the bytes the command moves (read from the command itself by
+        // `data_pointer`), or for a command of unknown length one page of that buffer and then
+        // the guard pages. `data` and `dptr.pages` live until the command completed; if it
+        // timed out they are leaked below.
+        match unsafe { self.admin_sync_raw(c) } {
+            Ok(done) => Ok((done, data)),
+            Err(e @ Error::AdminTimeout { .. }) => {
+                keep_for_ever(cmd.opcode, data, dptr.pages);
+                Err((e, None))
+            }
+            Err(e) => Err((e, Some(data))),
+        }
+    }
+
+    /// Builds the data pointer for `cmd` on `buf[at..]` (see the module documentation).
+    fn data_pointer(
+        &self,
+        cmd: &AdminCommand,
+        buf: Option<&DmaBuffer>,
+        at: usize,
+        limit: usize,
+    ) -> Result<DataPointer, Error> {
+        let opcode = cmd.opcode;
+        let len = buf.map_or(0, |b| b.len().saturating_sub(at));
+        let none = DataPointer {
+            prp1: 0,
+            prp2: 0,
+            pages: None,
+        };
+        match cmd.transfer()? {
+            DataTransfer::None | DataTransfer::Bytes(0) => Ok(none),
+            DataTransfer::Bytes(needed) => {
+                let Some(b) = buf else {
+                    return Err(AdminCommandError::NeedsBuffer { opcode, needed }.into());
+                };
+                if needed > len as u64 {
+                    return Err(AdminCommandError::BufferTooSmall {
+                        opcode,
+                        needed,
+                        len,
+                    }
+                    .into());
+                }
+                let max = limit.min(prp::MAX_TRANSFER);
+                if needed > max as u64 {
+                    return Err(AdminCommandError::TooLarge {
+                        opcode,
+                        len: needed,
+                        max,
+                    }
+                    .into());
+                }
+                let n = needed as usize;
+                let iova = b.iova() + at as u64;
+                let first = PAGE_SIZE - (iova as usize % PAGE_SIZE);
+                let mut pages = if n > first + PAGE_SIZE {
+                    Some(self.platform.dma().alloc(PAGE_SIZE)?)
+                } else {
+                    None
+                };
+                let (prp1, prp2) = match pages.as_mut() {
+                    Some(list) => {
+                        let list_iova = list.iova();
+                        prp::build(iova, n, list.as_mut_slice(), list_iova)
+                    }
+                    None => prp::build(iova, n, &mut [], 0),
+                }
+                .map_err(|_| AdminCommandError::BadField {
+                    opcode,
+                    what: "the data buffer must start on a 4-byte boundary",
+                })?;
+                Ok(DataPointer { prp1, prp2, pages })
+            }
+            DataTransfer::Unknown => {
+                if let Some(b) = buf {
+                    let iova = b.iova() + at as u64;
+                    if len > UNKNOWN_TRANSFER_MAX
+                        || !iova.is_multiple_of(PAGE_SIZE as u64)
+                        || b.capacity() < at + PAGE_SIZE
+                    {
+                        return Err(AdminCommandError::UnknownLength {
+                            opcode,
+                            len,
+                            max: UNKNOWN_TRANSFER_MAX,
+                        }
+                        .into());
+                    }
+                }
+                // Page 0: the guard list; page 1: the scratch page its entries point at;
+                // page 2: PRP1's page when there is no buffer.
+                let mut guard = self.platform.dma().alloc(3 * PAGE_SIZE)?;
+                let base = guard.iova();
+                let (list, scratch) = (base, base + PAGE_SIZE as u64);
+                let entries = &mut guard.as_mut_slice()[..PAGE_SIZE];
+                let last = entries.len() - 8;
+                for (i, e) in entries.chunks_exact_mut(8).enumerate() {
+                    let to = if i * 8 == last { list } else { scratch };
+                    e.copy_from_slice(&to.to_le_bytes());
+                }
+                let prp1 = match buf {
+                    Some(b) => b.iova() + at as u64,
+                    None => base + 2 * PAGE_SIZE as u64,
+                };
+                Ok(DataPointer {
+                    prp1,
+                    prp2: list,
+                    pages: Some(guard),
+                })
+            }
+        }
+    }
+}
+
+/// Leaks memory a timed-out command may still use, so it never goes back to the pool.
+#[cold]
+fn keep_for_ever<D: DataHolder>(opcode: u8, data: D, pages: Option<DmaBuffer>) {
+    let bytes: usize = [data.buffer(), pages.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(|b| b.capacity())
+        .sum();
+    ABANDONED_BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
+    log::warn!(
+        "admin command {opcode:#04x} timed out: keeping its {bytes} bytes of DMA memory for good, since the device may still use them"
+    );
+    std::mem::forget(data);
+    std::mem::forget(pages);
+}
+
+/// Safe admin commands. None of them lets the caller choose a device address: data goes
+/// through a [`DmaBuffer`] the driver holds until the command is done (see
+/// [`AdminCommand`]). The raw, `unsafe` forms are [`Controller::admin_sync`] and
+/// [`Controller::admin_batch`].
+impl<P: Platform> Controller<P> {
+    /// Runs an admin command that moves no data (or whose length the driver can't read; up
+    /// to a page the device may then write goes to scratch memory) and waits for it.
+    pub fn admin(&self, cmd: AdminCommand) -> Result<Completion, Error> {
+        self.shared
+            .admin_data(&cmd, (), 0, self.info.max_transfer_bytes)
+            .map(|(c, ())| c)
+            .map_err(|(e, _)| e)
+    }
+
+    /// Runs an admin command with `buf` as its data (either direction) and waits; gives the
+    /// buffer back with the completion. The command's own length field (NUMD, AL, the size of
+    /// an Identify structure) must fit in `buf.len()`; the data pointer is built here.
+    ///
+    /// Errors: [`Error::AdminCommand`] when the command can't go through the safe API (see
+    /// [`AdminCommandError`]); [`Error::AdminFailed`] with the status the controller returned;
+    /// [`Error::AdminTimeout`] (the buffer is then kept by the driver for good).
+    pub fn admin_with_data(
+        &self,
+        cmd: AdminCommand,
+        buf: DmaBuffer,
+    ) -> Result<(Completion, DmaBuffer), Error> {
+        self.shared
+            .admin_data(&cmd, buf, 0, self.info.max_transfer_bytes)
+            .map_err(|(e, _)| e)
+    }
+
+    /// Runs a controller-to-host admin command into a new zeroed buffer of `len` bytes.
+    pub fn admin_read(
+        &self,
+        cmd: AdminCommand,
+        len: usize,
+    ) -> Result<(Completion, DmaBuffer), Error> {
+        let buf = self.dma().alloc(len)?;
+        self.admin_with_data(cmd, buf)
+    }
+
+    /// Runs a host-to-controller admin command with a copy of `data`.
+    pub fn admin_write(&self, cmd: AdminCommand, data: &[u8]) -> Result<Completion, Error> {
+        let mut buf = self.dma().alloc(data.len().max(1))?;
+        buf.as_mut_slice()[..data.len()].copy_from_slice(data);
+        self.admin_with_data(cmd, buf).map(|(c, _)| c)
+    }
+
+    /// Identify Controller, read now (bring-up's copy is in [`Controller::identify`]).
+    pub fn identify_controller(&self) -> Result<IdentifyController, Error> {
+        let (_, b) = self.admin_read(AdminCommand::identify_controller(), PAGE_SIZE)?;
+        Ok(IdentifyController::parse(b.as_slice())?)
+    }
+
+    /// Identify Namespace `nsid` (active or not; an inactive nsid reads as zeroes).
+    pub fn identify_namespace(&self, nsid: u32) -> Result<IdentifyNamespace, Error> {
+        let (_, b) = self.admin_read(AdminCommand::identify_namespace(nsid), PAGE_SIZE)?;
+        Ok(IdentifyNamespace::parse(b.as_slice())?)
+    }
+
+    /// Up to 1024 active nsids greater than `after_nsid`, ascending (Identify CNS 02h).
+    pub fn identify_active_ns_list(&self, after_nsid: u32) -> Result<Vec<u32>, Error> {
+        let (_, b) =
+            self.admin_read(AdminCommand::identify_active_ns_list(after_nsid), PAGE_SIZE)?;
+        Ok(parse_active_ns_list(b.as_slice())?)
+    }
+
+    /// Reads `len` bytes (a multiple of 4) of log page `lid` for `nsid` (`0xffffffff` for the
+    /// controller), in pieces of at most the controller's transfer limit (with the log page
+    /// offset). `rae` keeps the asynchronous event the log clears outstanding.
+    pub fn get_log_page(
+        &self,
+        lid: u8,
+        nsid: u32,
+        len: usize,
+        rae: bool,
+    ) -> Result<DmaBuffer, Error> {
+        let opcode = crate::spec::command::admin_opcode::GET_LOG_PAGE;
+        if len == 0 || !len.is_multiple_of(4) {
+            return Err(AdminCommandError::BadField {
+                opcode,
+                what: "a log page length must be a non-zero multiple of 4 bytes",
+            }
+            .into());
+        }
+        let step = self
+            .info
+            .max_transfer_bytes
+            .clamp(PAGE_SIZE, prp::MAX_TRANSFER);
+        let mut buf = self.dma().alloc(len)?;
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(step);
+            let cmd = AdminCommand::get_log_page(lid, nsid, n as u32, at as u64, rae);
+            (_, buf) = self
+                .shared
+                .admin_data(&cmd, buf, at, step)
+                .map_err(|(e, _)| e)?;
+            at += n;
+        }
+        Ok(buf)
+    }
+
+    /// Get Features `fid` (current value) with `cdw11`: DW0 of the completion. For features
+    /// with a data structure, use [`admin_read`](Self::admin_read) with
+    /// [`AdminCommand::get_features`].
+    pub fn get_features(&self, fid: u8, cdw11: u32) -> Result<u32, Error> {
+        let cmd = AdminCommand::get_features(fid, cdw11);
+        match cmd.transfer()? {
+            DataTransfer::Bytes(n) => {
+                let (c, _) = self.admin_read(cmd, n as usize)?;
+                Ok(c.dw0)
+            }
+            _ => Ok(self.admin(cmd)?.dw0),
+        }
+    }
+
+    /// Set Features `fid` to `cdw11`, with `data` for features that take a data structure
+    /// (not saved across resets). Returns DW0 of the completion.
+    pub fn set_features(&self, fid: u8, cdw11: u32, data: Option<&[u8]>) -> Result<u32, Error> {
+        let cmd = AdminCommand::set_features(fid, cdw11);
+        Ok(match data {
+            Some(d) => self.admin_write(cmd, d)?.dw0,
+            None => self.admin(cmd)?.dw0,
+        })
+    }
+
+    /// Attaches (`attach == true`) or detaches namespace `nsid` to/from the controllers with
+    /// the given controller ids (Namespace Attachment with a controller list).
+    pub fn namespace_attachment(
+        &self,
+        nsid: u32,
+        attach: bool,
+        controllers: &[u16],
+    ) -> Result<(), Error> {
+        let opcode = crate::spec::command::admin_opcode::NAMESPACE_ATTACHMENT;
+        if controllers.is_empty() || controllers.len() > 2047 {
+            return Err(AdminCommandError::BadField {
+                opcode,
+                what: "a controller list holds 1 to 2047 controller ids",
+            }
+            .into());
+        }
+        let mut list = vec![0u8; PAGE_SIZE];
+        list[0..2].copy_from_slice(&(controllers.len() as u16).to_le_bytes());
+        for (slot, id) in list[2..].chunks_exact_mut(2).zip(controllers) {
+            slot.copy_from_slice(&id.to_le_bytes());
+        }
+        self.admin_write(AdminCommand::namespace_attachment(nsid, attach), &list)?;
+        Ok(())
+    }
+
+    /// Format NVM of `nsid` (`0xffffffff` = all) with LBA format index `lbaf` and Secure Erase
+    /// Settings `ses` (0 none, 1 user data erase, 2 cryptographic erase). For a single
+    /// namespace, `lbaf` is first checked against the formats Identify Namespace lists.
+    pub fn format_nvm(&self, nsid: u32, lbaf: u8, ses: u8) -> Result<(), Error> {
+        let opcode = crate::spec::admin_command::opcode::FORMAT_NVM;
+        let bad = |what| Err(AdminCommandError::BadField { opcode, what }.into());
+        if lbaf > 63 || ses > 2 {
+            return bad("the LBA format index is 0..=63 and the secure erase setting 0..=2");
+        }
+        if nsid != u32::MAX {
+            let id = match self.identify_namespace(nsid) {
+                Err(Error::AdminFailed { status, .. })
+                    if status.sct == sct::GENERIC && status.sc == generic::INVALID_NAMESPACE =>
+                {
+                    return Err(Error::NoSuchNamespace { nsid })
+                }
+                r => r?,
+            };
+            if id.nsze == 0 {
+                return Err(Error::NoSuchNamespace { nsid });
+            }
+            if lbaf > id.nlbaf {
+                return bad("the LBA format index is above the namespace's NLBAF: pick one that Identify Namespace lists");
+            }
+        }
+        self.admin(AdminCommand::format_nvm(nsid, lbaf, ses))?;
+        Ok(())
+    }
+}

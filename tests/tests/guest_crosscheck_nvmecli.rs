@@ -1,0 +1,176 @@
+//! Scenario `crosscheck`: `vfnvme id-ctrl --json` and `vfnvme smart-log --json` on vfio-pci
+//! report what Debian's nvme-cli (`nvme id-ctrl -o json`, `nvme smart-log -o json`) reports
+//! for the same controller once it is bound back to the kernel's nvme driver.
+//!
+//! nvme-cli runs from the host's root file system (installed by `vfnvme vm --prepare`).
+//! Counters that the kernel's probe moves (reads of the partition table, power-on hours) may
+//! only have grown between the two reads; everything else must be equal.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use vfnvme::dma::{pci_bind, PciAddress};
+use vfnvme_tests::guest;
+use vfnvme_tests::vfnvme_cli::ok;
+
+/// Identify Controller fields that can't change between the two reads.
+const ID_FIELDS: &[&str] = &[
+    "vid", "ssvid", "sn", "mn", "fr", "rab", "ieee", "cmic", "mdts", "cntlid", "ver", "oaes",
+    "ctratt", "oacs", "acl", "aerl", "frmw", "lpa", "elpe", "npss", "wctemp", "cctemp", "sanicap",
+    "sqes", "cqes", "maxcmd", "nn", "oncs", "fuses", "fna", "vwc", "awun", "awupf", "sgls", "mnan",
+    "subnqn",
+];
+/// SMART fields that must be equal.
+const SMART_EQUAL: &[&str] = &[
+    "critical_warning",
+    "temperature",
+    "avail_spare",
+    "spare_thresh",
+    "percent_used",
+    "media_errors",
+    "num_err_log_entries",
+    "warning_temp_time",
+    "critical_comp_time",
+];
+/// SMART counters that may only have grown while the kernel took over.
+const SMART_GROWING: &[&str] = &[
+    "data_units_read",
+    "data_units_written",
+    "host_read_commands",
+    "host_write_commands",
+    "controller_busy_time",
+    "power_cycles",
+    "power_on_hours",
+    "unsafe_shutdowns",
+];
+const KERNEL_DEADLINE: Duration = Duration::from_secs(60);
+
+struct BackToVfio(PciAddress);
+
+impl Drop for BackToVfio {
+    fn drop(&mut self) {
+        if let Err(e) = pci_bind::bind_to_vfio(&self.0) {
+            eprintln!("could not rebind {} to vfio-pci: {e}", self.0);
+        }
+    }
+}
+
+/// A JSON value as something comparable: numbers as u64 (nvme-cli prints some as strings),
+/// strings without their padding.
+fn norm(v: &Value) -> String {
+    match v {
+        // nvme-cli 2.x prints 128-bit counters as floats.
+        Value::Number(n) => n
+            .as_u64()
+            .or_else(|| n.as_f64().map(|f| f as u64))
+            .map_or_else(|| n.to_string(), |v| v.to_string()),
+        Value::String(s) => {
+            let t = s.trim_end_matches(['\0', ' ']);
+            t.parse::<u64>()
+                .map_or_else(|_| t.to_string(), |n| n.to_string())
+        }
+        other => other.to_string(),
+    }
+}
+
+fn number(v: &Value, key: &str, who: &str) -> u64 {
+    norm(&v[key])
+        .parse()
+        .unwrap_or_else(|_| panic!("{who}: {key} is not a number: {}", v[key]))
+}
+
+fn nvme_cli(args: &[&str]) -> Value {
+    let o = Command::new("nvme")
+        .args(args)
+        .output()
+        .expect("run nvme-cli (installed on the host by `vfnvme vm --prepare`)");
+    let out = String::from_utf8_lossy(&o.stdout);
+    println!(
+        "$ nvme {}\n{out}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "nvme {args:?} failed");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("nvme {args:?}: not JSON ({e})"))
+}
+
+/// The kernel's character device of the controller at `bdf` (`/dev/nvmeN`), once probed.
+fn wait_for_char_device(bdf: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let dir = format!("/sys/bus/pci/devices/{bdf}/nvme");
+        let found = std::fs::read_dir(&dir).ok().and_then(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .find(|n| n.starts_with("nvme"))
+        });
+        if let Some(name) = found {
+            let dev = format!("/dev/{name}");
+            let live = std::fs::read_to_string(format!("{dir}/{name}/state"))
+                .is_ok_and(|s| s.trim() == "live");
+            if live && Path::new(&dev).exists() {
+                return dev;
+            }
+        }
+        assert!(
+            start.elapsed() < KERNEL_DEADLINE,
+            "the kernel did not bring up {bdf}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn vfnvme_and_nvme_cli_agree_on_id_ctrl_and_smart_log() {
+    if !guest::in_guest(
+        "guest_crosscheck_nvmecli::vfnvme_and_nvme_cli_agree_on_id_ctrl_and_smart_log",
+    ) {
+        return;
+    }
+    let bdf = guest::vfio_devices()[0].clone();
+    let addr = PciAddress::parse(&bdf).expect("a PCI address");
+    let id: Value = serde_json::from_str(&ok(&["id-ctrl", &bdf, "--json"])).expect("JSON");
+    let smart: Value = serde_json::from_str(&ok(&["smart-log", &bdf, "--json"])).expect("JSON");
+
+    let _guard = BackToVfio(addr);
+    pci_bind::bind_to_driver(&addr, "nvme")
+        .unwrap_or_else(|e| panic!("binding {bdf} to nvme: {e}"));
+    let dev = wait_for_char_device(&bdf);
+    let kid = nvme_cli(&["id-ctrl", &dev, "-o", "json"]);
+    let ksmart = nvme_cli(&["smart-log", &dev, "-o", "json"]);
+
+    let mut differ = Vec::new();
+    for key in ID_FIELDS {
+        let (a, b) = (norm(&id[*key]), norm(&kid[*key]));
+        if kid.get(*key).is_none() || a != b {
+            differ.push(format!("id-ctrl {key}: vfnvme {a}, nvme-cli {b}"));
+        }
+    }
+    for key in SMART_EQUAL {
+        let (a, b) = (
+            number(&smart, key, "vfnvme"),
+            number(&ksmart, key, "nvme-cli"),
+        );
+        if a != b {
+            differ.push(format!("smart-log {key}: vfnvme {a}, nvme-cli {b}"));
+        }
+    }
+    for key in SMART_GROWING {
+        let (a, b) = (
+            number(&smart, key, "vfnvme"),
+            number(&ksmart, key, "nvme-cli"),
+        );
+        if b < a {
+            differ.push(format!(
+                "smart-log {key}: vfnvme {a}, then nvme-cli {b} (went down)"
+            ));
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "vfnvme and nvme-cli disagree:\n{}",
+        differ.join("\n")
+    );
+}

@@ -1,0 +1,196 @@
+//! `format` (Format NVM) and `sanitize`: both ask before they erase, unless `--yes`.
+
+use super::{check_nsid, confirm, failed, put, require_oacs, Io, Target};
+use anyhow::{bail, Result};
+use clap::Args;
+use vfnvme::platform::Platform;
+use vfnvme::spec::identify::IdentifyNamespace;
+use vfnvme::spec::AdminCommand;
+use vfnvme::{Controller, Error};
+
+/// Arguments of `format`.
+#[derive(Args, Debug)]
+pub struct FormatArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Namespace to format (0xffffffff = all).
+    #[arg(short = 'n', long = "namespace-id", visible_alias = "nsid", value_parser = super::num_u32)]
+    pub nsid: u32,
+    /// LBA format index (see `vfnvme id-ns`); default: the one with the current block size and
+    /// no metadata. Formats with metadata are refused (vfnvme does no I/O on them).
+    #[arg(short = 'l', long = "lbaf")]
+    pub lbaf: Option<u8>,
+    /// Secure erase: 0 none, 1 user data erase, 2 cryptographic erase.
+    #[arg(short = 's', long = "ses", default_value = "0", value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub ses: u8,
+    /// Don't ask for confirmation.
+    #[arg(short = 'y', long = "yes", alias = "force")]
+    pub yes: bool,
+}
+
+/// Sanitize actions (SANACT) and the SANICAP bit each needs.
+const ACTIONS: &[(&str, u8, Option<u32>)] = &[
+    ("exit-failure", 1, None),
+    ("block-erase", 2, Some(1 << 1)),
+    ("overwrite", 3, Some(1 << 2)),
+    ("crypto-erase", 4, Some(1 << 0)),
+];
+
+/// Arguments of `sanitize`.
+#[derive(Args, Debug)]
+pub struct SanitizeArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Action: exit-failure, block-erase, overwrite, crypto-erase (or 1..=4).
+    #[arg(short = 'a', long = "sanact")]
+    pub sanact: String,
+    /// Allow Unrestricted Sanitize Exit.
+    #[arg(short = 'u', long = "ause")]
+    pub ause: bool,
+    /// Overwrite pattern.
+    #[arg(short = 'p', long = "ovrpat", default_value = "0", value_parser = super::num_u32)]
+    pub ovrpat: u32,
+    /// Don't ask for confirmation.
+    #[arg(short = 'y', long = "yes", alias = "force")]
+    pub yes: bool,
+}
+
+/// The command line that reformats namespace `nsid` of controller `device` to its block size
+/// without metadata (what a namespace whose I/O is refused for its metadata needs).
+pub fn reformat_command(device: &str, nsid: impl std::fmt::Display) -> String {
+    format!("vfnvme format {device} --nsid {nsid} --yes")
+}
+
+/// One entry per LBA format: `index: data bytes + metadata bytes`.
+fn formats(id: &IdentifyNamespace) -> String {
+    id.lbaf
+        .iter()
+        .enumerate()
+        .map(|(i, f)| format!("{i}: {} B + {} B metadata", 1u64 << f.lbads.min(63), f.ms))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The LBA format to use: `lbaf` if given, else the one with the current block size and no
+/// metadata (or any without metadata). Refuses a format with metadata or one that doesn't exist.
+fn target_format(nsid: u32, id: &IdentifyNamespace, lbaf: Option<u8>) -> Result<u8> {
+    let current = id.lbaf.get(id.format_index()).map(|f| f.lbads);
+    let target = match lbaf {
+        Some(i) => usize::from(i),
+        None => id
+            .lbaf
+            .iter()
+            .position(|f| f.ms == 0 && Some(f.lbads) == current)
+            .or_else(|| id.lbaf.iter().position(|f| f.ms == 0 && (9..=16).contains(&f.lbads)))
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "namespace {nsid:#x} offers no LBA format without metadata ({}): vfnvme cannot do I/O on it",
+                    formats(id)
+                )
+            })?,
+    };
+    let Some(fmt) = id
+        .lbaf
+        .get(target)
+        .filter(|_| target <= usize::from(id.nlbaf))
+    else {
+        bail!(
+            "LBA format {target} does not exist on namespace {nsid:#x}: it has formats 0..={} (see `vfnvme id-ns`)",
+            id.nlbaf
+        );
+    };
+    if fmt.ms != 0 {
+        bail!(
+            "LBA format {target} has {} B of metadata per block, which vfnvme does not transfer (I/O to it would be refused): choose one without metadata ({})",
+            fmt.ms,
+            formats(id)
+        );
+    }
+    Ok(target as u8)
+}
+
+/// `vfnvme format`.
+pub fn format<P: Platform>(ctrl: &Controller<P>, a: &FormatArgs, io: &mut Io) -> Result<()> {
+    require_oacs(ctrl, 1, "Format NVM")?;
+    check_nsid(ctrl, a.nsid)?;
+    let id = ctrl
+        .identify_namespace(a.nsid)
+        .map_err(|e| failed(e, "Identify Namespace"))?;
+    let lbaf = target_format(a.nsid, &id, a.lbaf)?;
+    let before = ctrl
+        .namespace(a.nsid)
+        .map(|n| n.identity().metadata_format());
+    let to = id
+        .lbaf
+        .get(usize::from(lbaf))
+        .map_or(0, |f| 1u64 << f.lbads.min(63));
+    confirm(
+        io,
+        a.yes,
+        &format!(
+            "Format NVM of namespace {:#x} (LBA format {} -> {lbaf}: {to} B blocks, no metadata; secure erase {})",
+            a.nsid,
+            id.format_index(),
+            a.ses
+        ),
+        "all its data will be lost",
+    )?;
+    match ctrl.format_nvm(a.nsid, lbaf, a.ses) {
+        Ok(()) => {}
+        Err(Error::NoSuchNamespace { nsid }) => bail!("namespace {nsid} does not exist"),
+        Err(e) => return Err(failed(e, "Format NVM")),
+    }
+    // The driver's view follows the new format.
+    let _ = ctrl.rescan();
+    put(io, &format!("Success formatting namespace:{:x}", a.nsid))?;
+    if let Some(now) = ctrl.namespace(a.nsid) {
+        put(
+            io,
+            &format!(
+                "namespace {}: was {}, now {} blocks of {} B, {}",
+                a.nsid,
+                before.map_or("-".to_string(), |m| m.to_string()),
+                now.blocks(),
+                now.lba_size(),
+                now.identity().metadata_format()
+            ),
+        )?;
+    }
+    Ok(())
+}
+
+/// `vfnvme sanitize`.
+pub fn sanitize<P: Platform>(ctrl: &Controller<P>, a: &SanitizeArgs, io: &mut Io) -> Result<()> {
+    let (name, sanact, needs) = ACTIONS
+        .iter()
+        .find(|(n, v, _)| *n == a.sanact || a.sanact == v.to_string())
+        .copied()
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--sanact {:?}: give exit-failure, block-erase, overwrite or crypto-erase (1..=4)",
+                a.sanact
+            )
+        })?;
+    let raw = ctrl
+        .admin_read(AdminCommand::identify_controller(), 4096)
+        .map_err(|e| failed(e, "Identify Controller"))?
+        .1;
+    let cap = u32::from_le_bytes(raw.as_slice()[328..332].try_into().unwrap_or_default());
+    if let Some(bit) = needs {
+        if cap & bit == 0 {
+            bail!("this controller doesn't support Sanitize ({name}; SANICAP {cap:#x})");
+        }
+        confirm(
+            io,
+            a.yes,
+            &format!("Sanitize ({name}) of every namespace"),
+            "all its data will be lost",
+        )?;
+    }
+    ctrl.admin(AdminCommand::sanitize(sanact, a.ause, a.ovrpat))
+        .map_err(|e| failed(e, "Sanitize"))?;
+    put(
+        io,
+        &format!("sanitize ({name}): started; see `vfnvme get-log --log-id 0x81 --log-len 512`"),
+    )
+}

@@ -1,0 +1,279 @@
+//! `smart-log`, `error-log`, `fw-log` and `get-log`.
+
+use super::identify::{ascii, le};
+use super::{failed, put, put_json, Format, Io, Target};
+use anyhow::{bail, Result};
+use clap::Args;
+use serde_json::{json, Map, Value};
+use vfnvme::platform::Platform;
+use vfnvme::Controller;
+
+/// Arguments of `smart-log`.
+#[derive(Args, Debug)]
+pub struct SmartLogArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Namespace (0xffffffff = the controller).
+    #[arg(short = 'n', long = "namespace-id", default_value = "0xffffffff", value_parser = super::num_u32)]
+    pub nsid: u32,
+    #[command(flatten)]
+    pub format: Format,
+}
+
+/// Arguments of `error-log`.
+#[derive(Args, Debug)]
+pub struct ErrorLogArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Entries to read (default: all the controller keeps, ELPE + 1).
+    #[arg(short = 'e', long = "log-entries")]
+    pub entries: Option<u32>,
+    #[command(flatten)]
+    pub format: Format,
+}
+
+/// Arguments of `fw-log`.
+#[derive(Args, Debug)]
+pub struct FwLogArgs {
+    #[command(flatten)]
+    pub target: Target,
+    #[command(flatten)]
+    pub format: Format,
+}
+
+/// Arguments of `get-log`.
+#[derive(Args, Debug)]
+pub struct GetLogArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Log page identifier.
+    #[arg(short = 'i', long = "log-id", value_parser = super::num_u8)]
+    pub log_id: u8,
+    /// Bytes to read (a non-zero multiple of 4).
+    #[arg(short = 'l', long = "log-len", value_parser = super::num_u32)]
+    pub log_len: u32,
+    /// Namespace (0xffffffff = the controller).
+    #[arg(short = 'n', long = "namespace-id", default_value = "0xffffffff", value_parser = super::num_u32)]
+    pub nsid: u32,
+    /// Retain the asynchronous event this log clears.
+    #[arg(short = 'r', long)]
+    pub rae: bool,
+    /// Write the raw bytes to standard output instead of a hex dump.
+    #[arg(short = 'b', long = "raw-binary")]
+    pub raw: bool,
+}
+
+fn read_log<P: Platform>(
+    ctrl: &Controller<P>,
+    lid: u8,
+    nsid: u32,
+    len: usize,
+    what: &str,
+) -> Result<Vec<u8>> {
+    Ok(ctrl
+        .get_log_page(lid, nsid, len, false)
+        .map_err(|e| failed(e, what))?
+        .as_slice()[..len]
+        .to_vec())
+}
+
+/// u128 little-endian counters as JSON numbers (exact up to 2^64, as nvme-cli prints them).
+fn counter(b: &[u8], off: usize) -> u64 {
+    le(b, off, 8)
+}
+
+/// The SMART / Health log with nvme-cli's JSON names.
+pub fn smart_json(b: &[u8]) -> Value {
+    let mut m = Map::new();
+    m.insert("critical_warning".into(), json!(b[0]));
+    m.insert("temperature".into(), json!(le(b, 1, 2)));
+    m.insert("avail_spare".into(), json!(b[3]));
+    m.insert("spare_thresh".into(), json!(b[4]));
+    m.insert("percent_used".into(), json!(b[5]));
+    m.insert("endurance_grp_critical_warning_summary".into(), json!(b[6]));
+    for (name, off) in [
+        ("data_units_read", 32),
+        ("data_units_written", 48),
+        ("host_read_commands", 64),
+        ("host_write_commands", 80),
+        ("controller_busy_time", 96),
+        ("power_cycles", 112),
+        ("power_on_hours", 128),
+        ("unsafe_shutdowns", 144),
+        ("media_errors", 160),
+        ("num_err_log_entries", 176),
+    ] {
+        m.insert(name.into(), json!(counter(b, off)));
+    }
+    m.insert("warning_temp_time".into(), json!(le(b, 192, 4)));
+    m.insert("critical_comp_time".into(), json!(le(b, 196, 4)));
+    for i in 0..8 {
+        let t = le(b, 200 + 2 * i, 2);
+        if t != 0 {
+            m.insert(format!("temperature_sensor_{}", i + 1), json!(t));
+        }
+    }
+    m.insert("thm_temp1_trans_count".into(), json!(le(b, 216, 4)));
+    m.insert("thm_temp2_trans_count".into(), json!(le(b, 220, 4)));
+    m.insert("thm_temp1_total_time".into(), json!(le(b, 224, 4)));
+    m.insert("thm_temp2_total_time".into(), json!(le(b, 228, 4)));
+    Value::Object(m)
+}
+
+/// Prints `v`'s fields as `name : value` lines.
+fn lines(io: &mut Io, v: &Value) -> Result<()> {
+    for (k, x) in v.as_object().into_iter().flatten() {
+        put(io, &format!("{k:<40}: {x}"))?;
+    }
+    Ok(())
+}
+
+/// `vfnvme smart-log`.
+pub fn smart_log<P: Platform>(ctrl: &Controller<P>, a: &SmartLogArgs, io: &mut Io) -> Result<()> {
+    let b = read_log(ctrl, 0x02, a.nsid, 512, "SMART / Health log (02h)")?;
+    if a.format.binary() {
+        return io.out.write_all(&b).map_err(Into::into);
+    }
+    let v = smart_json(&b);
+    if a.format.json() {
+        return put_json(io, &v);
+    }
+    put(
+        io,
+        &format!(
+            "Smart Log for NVME device:{} namespace-id:{:x}",
+            io.name, a.nsid
+        ),
+    )?;
+    let k = le(&b, 1, 2) as i64;
+    put(io, &format!("{:<40}: {:#x}", "critical_warning", b[0]))?;
+    put(
+        io,
+        &format!("{:<40}: {} °C ({k} K)", "temperature", k - 273),
+    )?;
+    for (k, x) in v.as_object().into_iter().flatten().skip(2) {
+        put(io, &format!("{k:<40}: {x}"))?;
+    }
+    Ok(())
+}
+
+/// `vfnvme error-log`.
+pub fn error_log<P: Platform>(ctrl: &Controller<P>, a: &ErrorLogArgs, io: &mut Io) -> Result<()> {
+    let max = u32::from(ctrl.identify().identify.elpe) + 1;
+    let n = a.entries.unwrap_or(max);
+    if n == 0 || n > max {
+        bail!("--log-entries {n}: this controller keeps 1..={max} error log entries (ELPE + 1)");
+    }
+    let b = read_log(
+        ctrl,
+        0x01,
+        u32::MAX,
+        n as usize * 64,
+        "Error Information log (01h)",
+    )?;
+    let entries: Vec<Value> = b
+        .chunks_exact(64)
+        .map(|e| {
+            json!({
+                "error_count": le(e, 0, 8), "sqid": le(e, 8, 2), "cmdid": le(e, 10, 2),
+                "status_field": le(e, 12, 2) >> 1, "phase_tag": e[12] & 1,
+                "parm_err_loc": le(e, 14, 2), "lba": le(e, 16, 8), "nsid": le(e, 24, 4),
+                "vs": e[28], "trtype": e[29], "csi": e[30], "opcode": e[31],
+                "cs": le(e, 32, 8), "trtype_spec_info": le(e, 40, 2),
+            })
+        })
+        .collect();
+    if a.format.json() {
+        return put_json(io, &json!({ "errors": entries }));
+    }
+    put(
+        io,
+        &format!("Error Log Entries for device:{} entries:{n}", io.name),
+    )?;
+    for (i, e) in entries.iter().enumerate() {
+        put(io, &format!(" Entry[{i:2}]\n................."))?;
+        lines(io, e)?;
+        put(io, ".................")?;
+    }
+    Ok(())
+}
+
+/// `vfnvme fw-log`.
+pub fn fw_log<P: Platform>(ctrl: &Controller<P>, a: &FwLogArgs, io: &mut Io) -> Result<()> {
+    let b = read_log(
+        ctrl,
+        0x03,
+        u32::MAX,
+        512,
+        "Firmware Slot Information log (03h)",
+    )?;
+    let mut m = Map::new();
+    m.insert("afi".into(), json!(b[0]));
+    for slot in 1..=7 {
+        let rev = ascii(&b, 8 * slot, 8);
+        if !rev.is_empty() {
+            m.insert(format!("frs{slot}"), json!(rev));
+        }
+    }
+    if a.format.json() {
+        return put_json(
+            io,
+            &json!({ "Firmware Log for device": io.name.clone(), "fw_log": Value::Object(m) }),
+        );
+    }
+    put(io, &format!("Firmware Log for device:{}", io.name))?;
+    put(
+        io,
+        &format!(
+            "afi  : {:#x} (active slot {}, next {})",
+            b[0],
+            b[0] & 7,
+            b[0] >> 4 & 7
+        ),
+    )?;
+    for (k, v) in m.iter().skip(1) {
+        put(io, &format!("{k} : {}", v.as_str().unwrap_or_default()))?;
+    }
+    Ok(())
+}
+
+/// nvme-cli's hex dump: 16 bytes a line with an offset and the printable characters.
+pub fn hex_dump(b: &[u8]) -> String {
+    let mut s = String::from("       0  1  2  3  4  5  6  7  8  9  a  b  c  d  e  f\n");
+    for (i, row) in b.chunks(16).enumerate() {
+        let hex: Vec<String> = row.iter().map(|x| format!("{x:02x}")).collect();
+        let text: String = row
+            .iter()
+            .map(|&x| if x.is_ascii_graphic() { x as char } else { '.' })
+            .collect();
+        s += &format!("{:04x}: {:<47} \"{text}\"\n", i * 16, hex.join(" "));
+    }
+    s
+}
+
+/// `vfnvme get-log`.
+pub fn get_log<P: Platform>(ctrl: &Controller<P>, a: &GetLogArgs, io: &mut Io) -> Result<()> {
+    if a.log_len == 0 || !a.log_len.is_multiple_of(4) {
+        bail!(
+            "--log-len {}: give a non-zero multiple of 4 bytes",
+            a.log_len
+        );
+    }
+    let what = format!("log page {:#04x}", a.log_id);
+    let b = ctrl
+        .get_log_page(a.log_id, a.nsid, a.log_len as usize, a.rae)
+        .map_err(|e| failed(e, &what))?;
+    if a.raw {
+        return io.out.write_all(b.as_slice()).map_err(Into::into);
+    }
+    put(
+        io,
+        &format!(
+            "Device:{} log-id:{} namespace-id:{:#x}",
+            io.name, a.log_id, a.nsid
+        ),
+    )?;
+    let dump = hex_dump(b.as_slice());
+    io.out.write_all(dump.as_bytes())?;
+    Ok(())
+}

@@ -1,0 +1,218 @@
+//! `reset`, `admin-passthru` and `io-passthru`.
+
+use super::logs::hex_dump;
+use super::{failed, put, read_file, Io, Target};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::path::PathBuf;
+use vfnvme::platform::Platform;
+use vfnvme::spec::{AdminCommand, Command};
+use vfnvme::{Controller, QpairOptions};
+
+/// Arguments of `reset`.
+#[derive(Args, Debug)]
+pub struct ResetArgs {
+    #[command(flatten)]
+    pub target: Target,
+}
+
+/// Arguments of `admin-passthru` and `io-passthru`.
+#[derive(Args, Debug)]
+pub struct PassthruArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Opcode.
+    #[arg(short = 'O', long = "opcode", value_parser = super::num_u8)]
+    pub opcode: u8,
+    /// Namespace id (io-passthru: the namespace the command goes to).
+    #[arg(short = 'n', long = "namespace-id", default_value = "0", value_parser = super::num_u32)]
+    pub nsid: u32,
+    /// CDW2.
+    #[arg(long = "cdw2", default_value = "0", value_parser = super::num_u32)]
+    pub cdw2: u32,
+    /// CDW3.
+    #[arg(long = "cdw3", default_value = "0", value_parser = super::num_u32)]
+    pub cdw3: u32,
+    /// CDW10.
+    #[arg(short = '4', long = "cdw10", default_value = "0", value_parser = super::num_u32)]
+    pub cdw10: u32,
+    /// CDW11.
+    #[arg(short = '5', long = "cdw11", default_value = "0", value_parser = super::num_u32)]
+    pub cdw11: u32,
+    /// CDW12.
+    #[arg(short = '6', long = "cdw12", default_value = "0", value_parser = super::num_u32)]
+    pub cdw12: u32,
+    /// CDW13.
+    #[arg(short = '7', long = "cdw13", default_value = "0", value_parser = super::num_u32)]
+    pub cdw13: u32,
+    /// CDW14.
+    #[arg(short = '8', long = "cdw14", default_value = "0", value_parser = super::num_u32)]
+    pub cdw14: u32,
+    /// CDW15.
+    #[arg(short = '9', long = "cdw15", default_value = "0", value_parser = super::num_u32)]
+    pub cdw15: u32,
+    /// Data buffer length in bytes.
+    #[arg(short = 'l', long = "data-len", default_value = "0", value_parser = super::num_u32)]
+    pub data_len: u32,
+    /// The command reads from the controller (data goes to --output-file or the screen).
+    #[arg(short = 'r', long = "read", conflicts_with = "write")]
+    pub read: bool,
+    /// The command writes to the controller (data comes from --input-file).
+    #[arg(short = 'w', long = "write")]
+    pub write: bool,
+    /// File with the data to send (with --write).
+    #[arg(short = 'i', long = "input-file")]
+    pub input: Option<PathBuf>,
+    /// File for the data received (with --read); default: a hex dump on standard output.
+    #[arg(short = 'o', long = "output-file")]
+    pub output: Option<PathBuf>,
+    /// Write the data received to standard output as raw bytes.
+    #[arg(short = 'b', long = "raw-binary")]
+    pub raw: bool,
+}
+
+impl PassthruArgs {
+    /// The data to send: the input file, padded with zeroes to --data-len.
+    fn data_out(&self) -> Result<Vec<u8>> {
+        let Some(path) = &self.input else {
+            bail!("--write needs --input-file FILE with the data to send");
+        };
+        let mut d = read_file(path)?;
+        let len = if self.data_len == 0 {
+            d.len()
+        } else {
+            self.data_len as usize
+        };
+        if d.len() > len {
+            bail!(
+                "{}: {} bytes, more than --data-len {len}",
+                path.display(),
+                d.len()
+            );
+        }
+        d.resize(len, 0);
+        Ok(d)
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.data_len > 0 && !self.read && !self.write {
+            bail!(
+                "--data-len {} needs --read or --write to say which way the data goes",
+                self.data_len
+            );
+        }
+        if self.input.is_some() && !self.write {
+            bail!("--input-file needs --write");
+        }
+        Ok(())
+    }
+
+    /// Delivers the data the command read.
+    fn deliver(&self, io: &mut Io, data: &[u8]) -> Result<()> {
+        if let Some(path) = &self.output {
+            return std::fs::write(path, data)
+                .with_context(|| format!("writing {}", path.display()));
+        }
+        if self.raw {
+            return io.out.write_all(data).map_err(Into::into);
+        }
+        io.out.write_all(hex_dump(data).as_bytes())?;
+        Ok(())
+    }
+}
+
+/// `vfnvme reset`: a controller reset through the driver (see `Controller::reset`).
+pub fn reset<P: Platform>(ctrl: &Controller<P>, io: &mut Io) -> Result<()> {
+    ctrl.reset().map_err(|e| failed(e, "controller reset"))?;
+    put(
+        io,
+        &format!(
+            "{}: controller reset done (CC.EN 1 -> 0 -> 1, CSTS.RDY back to 1)",
+            io.name
+        ),
+    )
+}
+
+/// `vfnvme admin-passthru`.
+pub fn admin_passthru<P: Platform>(
+    ctrl: &Controller<P>,
+    a: &PassthruArgs,
+    io: &mut Io,
+) -> Result<()> {
+    a.check()?;
+    let cmd = AdminCommand {
+        opcode: a.opcode,
+        nsid: a.nsid,
+        cdw2: a.cdw2,
+        cdw3: a.cdw3,
+        cdw10: a.cdw10,
+        cdw11: a.cdw11,
+        cdw12: a.cdw12,
+        cdw13: a.cdw13,
+        cdw14: a.cdw14,
+        cdw15: a.cdw15,
+    };
+    let what = format!("admin opcode {:#04x}", a.opcode);
+    let done = if a.write {
+        ctrl.admin_write(cmd, &a.data_out()?)
+            .map_err(|e| failed(e, &what))?
+    } else if a.read && a.data_len > 0 {
+        let (c, b) = ctrl
+            .admin_read(cmd, a.data_len as usize)
+            .map_err(|e| failed(e, &what))?;
+        if !a.raw {
+            put(io, &format!("NVMe command result:{:08x}", c.dw0))?;
+        }
+        return a.deliver(io, b.as_slice());
+    } else {
+        ctrl.admin(cmd).map_err(|e| failed(e, &what))?
+    };
+    put(io, &format!("NVMe command result:{:08x}", done.dw0))
+}
+
+/// `vfnvme io-passthru`: one NVM command on a fresh queue pair of depth 2.
+pub fn io_passthru<P: Platform>(ctrl: &Controller<P>, a: &PassthruArgs, io: &mut Io) -> Result<()> {
+    a.check()?;
+    let Some(ns) = ctrl.namespace(a.nsid) else {
+        let active: Vec<u32> = ctrl.namespaces().iter().map(|n| n.nsid()).collect();
+        bail!(
+            "namespace {} is not active on {}: give --namespace-id, one of {active:?}",
+            a.nsid,
+            io.name
+        );
+    };
+    let mut cmd = Command::new(a.opcode);
+    cmd.cdw2 = a.cdw2;
+    cmd.cdw3 = a.cdw3;
+    cmd.cdw10 = a.cdw10;
+    cmd.cdw11 = a.cdw11;
+    cmd.cdw12 = a.cdw12;
+    cmd.cdw13 = a.cdw13;
+    cmd.cdw14 = a.cdw14;
+    cmd.cdw15 = a.cdw15;
+    let buf = if a.write {
+        let d = a.data_out()?;
+        let mut b = ctrl.dma().alloc(d.len().max(1))?;
+        b.as_mut_slice()[..d.len()].copy_from_slice(&d);
+        Some(b)
+    } else if a.data_len > 0 {
+        Some(ctrl.dma().alloc(a.data_len as usize)?)
+    } else {
+        None
+    };
+    let mut q = ctrl.alloc_qpair(QpairOptions {
+        depth: 2,
+        ..QpairOptions::default()
+    })?;
+    let what = format!("I/O opcode {:#04x}", a.opcode);
+    let (status, back) = q
+        .passthru_sync(&ns, cmd, buf)
+        .map_err(|e| failed(e, &what))?;
+    if !status.is_success() {
+        return Err(failed(vfnvme::Error::IoFailed { status }, &what));
+    }
+    match back {
+        Some(b) if a.read => a.deliver(io, b.as_slice()),
+        _ => put(io, "NVMe command result:00000000"),
+    }
+}

@@ -1,0 +1,299 @@
+//! The admin subcommands end to end on one model controller per test (state carries from one
+//! command to the next, as on a device).
+
+use super::{exec, model_config, AdminCmd, Io, ModelCtrl};
+use clap::Parser;
+use vfnvme::model::ModelPlatform;
+use vfnvme::{Controller, ControllerOptions};
+
+#[derive(Parser)]
+struct Line {
+    #[command(subcommand)]
+    cmd: AdminCmd,
+}
+
+fn model() -> ModelCtrl {
+    let platform = ModelPlatform::new(model_config()).unwrap();
+    Controller::new(platform, ControllerOptions::default()).unwrap()
+}
+
+/// Runs `vfnvme <line> --model` on `ctrl` with `answer` on a terminal (None: no terminal).
+fn run_with(ctrl: &ModelCtrl, line: &str, answer: Option<&str>) -> Result<String, String> {
+    let args = ["vfnvme"]
+        .into_iter()
+        .chain(line.split_whitespace())
+        .chain(["--model"]);
+    let cmd = Line::try_parse_from(args).map_err(|e| e.to_string())?.cmd;
+    let mut out = Vec::new();
+    let mut input = answer.unwrap_or_default().as_bytes();
+    let mut io = Io {
+        out: &mut out,
+        answers: answer.map(|_| &mut input as &mut dyn std::io::BufRead),
+        name: "model".into(),
+    };
+    let r = exec(ctrl, &cmd, &mut io);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    r.map(|()| text).map_err(|e| format!("{e:#}"))
+}
+
+fn run(ctrl: &ModelCtrl, line: &str) -> String {
+    run_with(ctrl, line, None).unwrap_or_else(|e| panic!("{line}: {e}"))
+}
+
+fn fails(ctrl: &ModelCtrl, line: &str, needle: &str) {
+    match run_with(ctrl, line, None) {
+        Ok(out) => panic!("{line} succeeded: {out}"),
+        Err(e) => assert!(e.contains(needle), "{line}: expected {needle:?} in {e}"),
+    }
+}
+
+fn json(ctrl: &ModelCtrl, line: &str) -> serde_json::Value {
+    serde_json::from_str(&run(ctrl, line)).unwrap_or_else(|e| panic!("{line}: {e}"))
+}
+
+#[test]
+fn identify_and_logs_match_the_controller() {
+    let c = model();
+    let id = json(&c, "id-ctrl --json");
+    let info = &c.identify().identify;
+    assert_eq!(id["vid"], info.vid);
+    assert_eq!(id["sn"], info.sn.trim());
+    assert_eq!(id["nn"], 8);
+    assert_eq!(id["oacs"].as_u64().unwrap() & 0b1110, 0b1110);
+    assert!(run(&c, "id-ctrl").starts_with("NVME Identify Controller:\nvid       : 0x1b36"));
+    let ns = json(&c, "id-ns -n 2 -o json");
+    assert_eq!(ns["nsze"], (64u64 << 20) / 4096);
+    assert_eq!(ns["lbafs"][1]["ds"], 12);
+    assert!(run(&c, "id-ns -n 2").contains("lbads:12 rp:0x0 (in use)"));
+    fails(&c, "id-ns -n 9", "out of range");
+    fails(&c, "id-ns -n 5", "does not exist");
+    let smart = json(&c, "smart-log --json");
+    assert_eq!(smart["temperature"], 313);
+    assert_eq!(smart["avail_spare"], 100);
+    assert!(
+        run(&c, "smart-log").contains("temperature                             : 40 °C (313 K)")
+    );
+    assert_eq!(
+        json(&c, "error-log --json")["errors"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    fails(&c, "error-log -e 2", "1..=1");
+    assert_eq!(json(&c, "fw-log --json")["fw_log"]["frs1"], "1.0");
+    let dump = run(&c, "get-log --log-id 0x02 --log-len 16");
+    assert!(dump.contains("0000: 00 39 01 64 0a"), "{dump}");
+    fails(&c, "get-log --log-id 2 --log-len 6", "multiple of 4");
+    fails(
+        &c,
+        "get-log --log-id 0x55 --log-len 512",
+        "Invalid Log Page",
+    );
+}
+
+#[test]
+fn features_by_name_and_number() {
+    let c = model();
+    let out = run(&c, "set-feature -f arbitration -v 0x0304");
+    assert!(
+        out.starts_with("set-feature:0x01 (Arbitration), value:0x00000304"),
+        "{out}"
+    );
+    let got = json(&c, "get-feature -f 1 --json");
+    assert_eq!(got["value"], 0x304);
+    assert!(
+        run(&c, "get-feature -f number-of-queues").contains("(Number of Queues), Current value:")
+    );
+    fails(&c, "get-feature -f 0", "out of range");
+    fails(&c, "get-feature -f 256", "out of range");
+    fails(&c, "get-feature -f warp-drive", "unknown feature");
+    fails(&c, "set-feature -f timestamp -v 0", "pass it with --data");
+    fails(
+        &c,
+        "set-feature -f 1 -v 1 --data /nonexistent/x",
+        "takes no data",
+    );
+}
+
+#[test]
+fn namespace_management_round_trip() {
+    let c = model();
+    assert_eq!(
+        run(&c, "create-ns --nsze 2048 --flbas 1"),
+        "create-ns: Success, created nsid:3\n"
+    );
+    assert_eq!(
+        run(&c, "list-ns --all"),
+        "[   0]:0x1\n[   1]:0x2\n[   2]:0x3\n"
+    );
+    assert_eq!(run(&c, "list-ns"), "[   0]:0x1\n[   1]:0x2\n");
+    run(&c, "attach-ns -n 3");
+    assert_eq!(json(&c, "list-ns --json")["nsid_list"][2]["nsid"], 3);
+    assert_eq!(c.namespace(3).unwrap().lba_size(), 4096);
+    fails(&c, "attach-ns -n 3", "Namespace Already Attached");
+    fails(&c, "attach-ns -n 3 -c 99", "sct 0x1, sc 0x1c");
+    run(&c, "detach-ns -n 3");
+    assert!(c.namespace(3).is_none());
+    fails(&c, "delete-ns -n 3", "pass --yes");
+    assert!(run_with(&c, "delete-ns -n 3", Some("no\n"))
+        .unwrap_err()
+        .contains("not confirmed"));
+    run_with(&c, "delete-ns -n 3", Some("yes\n")).unwrap();
+    assert_eq!(run(&c, "list-ns --all"), "[   0]:0x1\n[   1]:0x2\n");
+    fails(&c, "delete-ns -n 3 --yes", "does not exist");
+    fails(&c, "create-ns --nsze 10 --flbas 5", "LBA formats 0..=1");
+    fails(&c, "create-ns --nsze 0", "at least one block");
+    fails(&c, "list-ctrl", "Identify controller list");
+}
+
+#[test]
+fn format_and_sanitize_ask_check_and_erase() {
+    let c = model();
+    fails(&c, "format -n 1 --lbaf 1", "pass --yes");
+    fails(
+        &c,
+        "format -n 1 --lbaf 7 --yes",
+        "LBA format 7 does not exist",
+    );
+    fails(&c, "format -n 4 --yes", "does not exist");
+    fails(&c, "format -n 1 --ses 3 --yes", "3");
+    assert_eq!(
+        run(&c, "format -n 1 --lbaf 1 --yes"),
+        "Success formatting namespace:1\n\
+         namespace 1: was no metadata, now 16384 blocks of 4096 B, no metadata\n"
+    );
+    assert_eq!(c.namespace(1).unwrap().lba_size(), 4096);
+    // Without --lbaf: the format in use (same block size, no metadata).
+    let out = run(&c, "format --nsid 1 --yes");
+    assert!(out.contains("now 16384 blocks of 4096 B"), "{out}");
+    fails(&c, "sanitize -a crypto-erase", "pass --yes");
+    fails(&c, "sanitize -a melt --yes", "--sanact");
+    run(&c, "sanitize -a block-erase --yes");
+    let log = run(&c, "get-log --log-id 0x81 --log-len 16");
+    assert!(log.contains("0000: ff ff 01 01"), "{log}");
+}
+
+#[test]
+fn firmware_download_commit_and_reset() {
+    let c = model();
+    let dir = std::env::temp_dir().join(format!("vfnvme-admin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fw = dir.join("fw.bin");
+    let mut image = b"2.0-TEST".to_vec();
+    image.resize(12288, 0x5a);
+    std::fs::write(&fw, &image).unwrap();
+    let odd = dir.join("odd.bin");
+    std::fs::write(&odd, b"abc").unwrap();
+    fails(
+        &c,
+        &format!("fw-download --fw {}", odd.display()),
+        "multiple of 4",
+    );
+    fails(
+        &c,
+        "fw-download --fw /nonexistent/fw.bin",
+        "reading /nonexistent/fw.bin",
+    );
+    run(
+        &c,
+        &format!("fw-download --fw {} --xfer 8192", fw.display()),
+    );
+    fails(&c, "fw-commit --slot 1 --action 1", "pass --yes");
+    fails(
+        &c,
+        "fw-commit --slot 1 --action 1 --yes",
+        "sct 0x1, sc 0x06",
+    );
+    fails(&c, "fw-commit --slot 5 --action 1 --yes", "does not exist");
+    run(&c, "fw-commit --slot 2 --action 1 --yes");
+    assert_eq!(json(&c, "id-ctrl --json")["fr"], "1.0");
+    assert!(run(&c, "reset").contains("controller reset done"));
+    assert_eq!(json(&c, "id-ctrl --json")["fr"], "2.0-TEST");
+    assert_eq!(json(&c, "fw-log --json")["fw_log"]["frs2"], "2.0-TEST");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn passthru_with_files_and_unsupported_opcodes() {
+    let c = model();
+    let dir = std::env::temp_dir().join(format!("vfnvme-pt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (input, output) = (dir.join("in"), dir.join("out"));
+    std::fs::write(&input, vec![0x77u8; 1024]).unwrap();
+    run(
+        &c,
+        &format!(
+            "io-passthru -O 1 -n 1 --cdw12 1 -l 1024 -w -i {}",
+            input.display()
+        ),
+    );
+    let o = output.display();
+    run(
+        &c,
+        &format!("io-passthru -O 2 -n 1 --cdw12 1 -l 1024 -r --output-file {o}"),
+    );
+    assert_eq!(std::fs::read(&output).unwrap(), vec![0x77u8; 1024]);
+    fails(
+        &c,
+        "io-passthru -O 2 -n 1 --cdw12 3 -l 1024 -r",
+        "moves 2048 bytes",
+    );
+    fails(&c, "io-passthru -O 0x99 -n 1", "can't tell how many bytes");
+    fails(&c, "io-passthru -O 2 -n 7", "not active");
+    fails(&c, "io-passthru -O 1 -n 1 -w", "--input-file");
+    run(
+        &c,
+        &format!("admin-passthru -O 6 --cdw10 1 -l 4096 -r --output-file {o}"),
+    );
+    assert_eq!(&std::fs::read(&output).unwrap()[4..13], b"MODEL0001");
+    fails(
+        &c,
+        "admin-passthru -O 0x14",
+        "this controller doesn't support admin opcode 0x14",
+    );
+    fails(&c, "admin-passthru -O 6 -l 4096", "--read or --write");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A namespace formatted with metadata (16 B separate, PI type 1): `format` picks the format of
+/// the same block size without metadata, and refuses one with metadata.
+#[test]
+fn format_takes_a_metadata_namespace_to_its_block_size_without_metadata() {
+    use vfnvme::model::ModelMetadata;
+    let mut cfg = model_config();
+    cfg.namespace_metadata = vec![(
+        2,
+        ModelMetadata {
+            ms: 16,
+            extended: false,
+            pi: 1,
+        },
+    )];
+    let c = Controller::new(
+        ModelPlatform::new(cfg).unwrap(),
+        ControllerOptions::default(),
+    )
+    .unwrap();
+    assert!(c.namespace(2).unwrap().io_refused());
+    fails(&c, "format --nsid 2", "pass --yes");
+    assert!(
+        c.namespace(2).unwrap().io_refused(),
+        "nothing done without --yes"
+    );
+    fails(&c, "format --nsid 2 --lbaf 3 --yes", "16 B of metadata");
+    let out = run(&c, "format --nsid 2 --yes");
+    assert!(
+        out.contains(
+            "was 16 B metadata per block (separate buffer), protection information type 1, \
+             now 16384 blocks of 4096 B, no metadata"
+        ),
+        "{out}"
+    );
+    let ns = c.namespace(2).unwrap();
+    assert!(!ns.io_refused());
+    let mut qp = c.alloc_qpair(vfnvme::QpairOptions::default()).unwrap();
+    let buf = c.dma().alloc(4096).unwrap();
+    qp.write_sync(&ns, 0, 1, buf)
+        .expect("I/O works after the format");
+}
