@@ -24,5 +24,5 @@ pub mod vfio_platform;
 pub use controller::{Controller, ControllerInfo, ControllerOptions};
 pub use error::{Error, SubmitError, SubmitErrorKind};
 pub use namespace::Namespace;
-pub use queue::{IoCompletion, QpairOptions, QueuePair};
+pub use queue::{DoorbellStats, IoCompletion, QpairOptions, QueuePair};
 pub use vfnvme_dma as dma;

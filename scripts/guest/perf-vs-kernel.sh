@@ -30,10 +30,10 @@ out=$(mktemp -d /tmp/perf-vs-kernel.XXXXXX)
 echo "vfnvme: $vfio_bdf (vfio-pci)   kernel: $kernel_bdf ($kdev, io_uring)   ${time_s} s per run, 4 KiB randread"
 for qd in $qds; do
     echo "-- QD $qd: vfnvme"
-    "$vfnvme" perf --device "$vfio_bdf" --qd "$qd" --time "$time_s" --json "$out/vfnvme-$qd.json" | sed -n 2,3p
+    "$vfnvme" perf --device "$vfio_bdf" --qd "$qd" --time "$time_s" --json "$out/vfnvme-$qd.json" | grep -E "^(IOPS|latency)"
     echo "-- QD $qd: vfnvme, shadow doorbells on"
     "$vfnvme" perf --device "$vfio_bdf" --qd "$qd" --time "$time_s" --shadow-doorbells \
-        --json "$out/vfnvme-shadow-$qd.json" | sed -n 2,3p
+        --json "$out/vfnvme-shadow-$qd.json" | grep -E "^(IOPS|latency)"
     echo "-- QD $qd: fio io_uring on $kdev"
     fio --name=kernel --filename="$kdev" --ioengine=io_uring --direct=1 --rw=randread --bs=4k \
         --iodepth="$qd" --runtime="$time_s" --time_based --numjobs=1 \

@@ -301,3 +301,196 @@ fn admin_commands_run_on_the_model_and_check_their_input() {
     fails_with(&["format", "--model", "-n", "1"], 1, "pass --yes");
     fails_with(&["id-ctrl", "0000:ff:1f.7"], 1, "0000:ff:1f.7");
 }
+
+/// Runs `vfnvme perf --model … --json -` and returns the JSON (stdout) and the text (stderr).
+fn perf_json(extra: &[&str]) -> (serde_json::Value, String) {
+    let mut args = vec!["perf", "--model", "--json", "-"];
+    args.extend_from_slice(extra);
+    let o = vfnvme(&args);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{args:?}: {out}\n{}", stderr(&o));
+    let v = serde_json::from_str(&out).expect("stdout is JSON");
+    (v, stderr(&o))
+}
+
+#[test]
+fn perf_rows_per_namespace_and_thread_add_up_to_the_total() {
+    const IOS: u64 = 3000;
+    let (v, text) = perf_json(&[
+        "--nsid",
+        "1",
+        "--nsid",
+        "2",
+        "--threads",
+        "2",
+        "--qd",
+        "4",
+        "--time",
+        "60",
+        "--ios",
+        "3000",
+        "-LL",
+        "--transport-stats",
+    ]);
+    let rows = v["rows"].as_array().expect("rows");
+    let mut ids: Vec<(u64, u64)> = rows
+        .iter()
+        .map(|r| (r["nsid"].as_u64().unwrap(), r["thread"].as_u64().unwrap()))
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [(1, 0), (1, 1), (2, 0), (2, 1)], "{v}");
+    assert_eq!(v["queue_pairs"], 4);
+    // --ios: exactly that many per queue pair; the Total row is the rows' sum.
+    for r in rows {
+        assert_eq!(r["ios"], IOS, "{r}");
+        // -LL: the histogram's counts add up to the row's I/Os (every I/O is timed).
+        let h = r["histogram"].as_array().expect("histogram");
+        assert_eq!(
+            h.iter().map(|b| b["count"].as_u64().unwrap()).sum::<u64>(),
+            IOS
+        );
+        let last = h.last().unwrap()["cumulative_pct"].as_f64().unwrap();
+        assert!((last - 100.0).abs() < 1e-6, "{last}");
+        assert_eq!(r["percentiles"].as_array().map(Vec::len), Some(15));
+        // Transport statistics: completions equal the I/Os.
+        assert_eq!(r["transport"]["completions"], IOS, "{r}");
+        assert_eq!(r["transport"]["submitted_requests"], IOS, "{r}");
+    }
+    let sum: u64 = rows.iter().map(|r| r["ios"].as_u64().unwrap()).sum();
+    assert_eq!(v["total"]["ios"], sum);
+    assert_eq!(v["ios"], 4 * IOS);
+    let iops: f64 = rows.iter().map(|r| r["iops"].as_f64().unwrap()).sum();
+    let total = v["total"]["iops"].as_f64().unwrap();
+    assert!((iops - total).abs() <= 1e-6 * total, "{iops} vs {total}");
+    let h = v["histogram"].as_array().expect("histogram of all");
+    assert_eq!(
+        h.iter().map(|b| b["count"].as_u64().unwrap()).sum::<u64>(),
+        4 * IOS
+    );
+    let p: Vec<f64> = v["percentiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["percentile"].as_f64().unwrap())
+        .collect();
+    assert_eq!(
+        p,
+        [
+            1.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 98.0, 99.0, 99.5, 99.9, 99.99, 99.999,
+            99.9999, 99.99999
+        ]
+    );
+    assert_eq!(v["transport_stats"].as_array().map(Vec::len), Some(4));
+    // The text: a row per namespace and thread, the Total, -L and -LL sections, transport.
+    for needle in [
+        "model NSID 2 thread 1",
+        "\nTotal ",
+        "99.99999%",
+        "Range in us",
+        "submitted_requests: 3000",
+        "clock ",
+    ] {
+        assert!(text.contains(needle), "no {needle:?} in: {text}");
+    }
+    assert!(v["clock"].as_str().unwrap().contains("clocksource"), "{v}");
+}
+
+#[test]
+fn perf_pins_threads_to_the_cores_given() {
+    let (v, text) = perf_json(&["--cpus", "0", "--qd", "2", "--time", "60", "--ios", "500"]);
+    assert_eq!(v["rows"][0]["cpu"], 0, "{v}");
+    assert!(text.contains("thread 0 core 0"), "{text}");
+    fails_with(
+        &["perf", "--model", "--cpus", "0,1000"],
+        1,
+        "core 1000 does not exist or is not available",
+    );
+    fails_with(&["perf", "--model", "--cpus", "1-0"], 2, "not a core list");
+}
+
+#[test]
+fn perf_queue_size_small_queues_hold_ios_back() {
+    let (v, _) = perf_json(&[
+        "--queue-size",
+        "4",
+        "--qd",
+        "8",
+        "--time",
+        "60",
+        "--ios",
+        "2000",
+        "--transport-stats",
+    ]);
+    assert_eq!(v["queue_size"], 4);
+    assert_eq!(v["ios"], 2000);
+    let t = &v["transport_stats"][0];
+    assert!(t["queued_requests"].as_u64().unwrap() > 0, "{t}");
+    assert_eq!(t["completions"], 2000);
+    fails_with(
+        &["perf", "--model", "--queue-size", "100000"],
+        1,
+        "use --queue-size 2 to 1024",
+    );
+    fails_with(
+        &["perf", "--model", "--queue-size", "1"],
+        1,
+        "--queue-size 1:",
+    );
+}
+
+#[test]
+fn perf_zipf_and_io_count_options_are_checked() {
+    let (v, _) = perf_json(&[
+        "--zipf", "1.2", "--qd", "4", "--time", "60", "--ios", "1000",
+    ]);
+    assert_eq!(v["zipf"], 1.2);
+    assert_eq!(v["ios"], 1000);
+    fails_with(&["perf", "--model", "--zipf", "1"], 1, "--zipf 1:");
+    fails_with(
+        &["perf", "--model", "--zipf", "0.9", "--pattern", "read"],
+        1,
+        "random patterns",
+    );
+    fails_with(&["perf", "--model", "--ios", "0"], 1, "--ios 0");
+}
+
+#[test]
+fn perf_prints_no_progress_lines_when_piped() {
+    let o = vfnvme(&["perf", "--model", "--qd", "4", "--time", "2"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(out.starts_with("Device Information"), "{out}");
+    assert!(!out.contains(" s] IOPS"), "{out}");
+}
+
+#[test]
+fn perf_prints_a_line_per_second_on_a_terminal() {
+    // util-linux's `script` gives perf a pseudo-terminal as standard output.
+    let run = Command::new("script")
+        .args([
+            "-qec",
+            &format!(
+                "{} perf --model --qd 4 --time 3",
+                env!("CARGO_BIN_EXE_vfnvme")
+            ),
+            "/dev/null",
+        ])
+        .output();
+    let Ok(o) = run else {
+        println!("SKIPPED: no `script` (util-linux) to run perf on a terminal");
+        return;
+    };
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    let lines: Vec<&str> = out.lines().filter(|l| l.contains(" s] IOPS")).collect();
+    assert!((2..=4).contains(&lines.len()), "{out}");
+    assert!(
+        lines[0].starts_with("[   1 s]") && lines[0].contains("MiB/s"),
+        "{out}"
+    );
+    // The report follows the progress lines.
+    assert!(
+        out.contains("Device Information") && out.contains("\nTotal "),
+        "{out}"
+    );
+}

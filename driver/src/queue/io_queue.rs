@@ -122,6 +122,11 @@ impl IoQueue {
         self.rings.uses_shadow()
     }
 
+    /// Doorbell updates since the queue was created (with the `doorbell-stats` feature).
+    pub fn doorbell_stats(&self) -> Option<super::ring::DoorbellStats> {
+        self.rings.doorbell_stats()
+    }
+
     /// Why a namespace takes no I/O: not active, or formatted with metadata.
     #[inline(always)]
     fn refused(ns: &Namespace) -> SubmitErrorKind {

@@ -11,4 +11,4 @@ pub(crate) mod tracker;
 mod io_queue_tests;
 
 pub use io_queue::{Direction, IoCompletion, IoQueue};
-pub use qpair::{QpairOptions, QueuePair};
+pub use qpair::{DoorbellStats, QpairOptions, QueuePair};

@@ -1,6 +1,7 @@
 //! The I/O API: a queue pair owned by one thread at a time.
 
 use super::io_queue::{Direction, IoCompletion, IoQueue};
+pub use super::ring::DoorbellStats;
 use crate::controller::{ControllerInfo, Shared};
 use crate::error::{Error, OptionalCommand, SubmitError, SubmitErrorKind};
 use crate::namespace::Namespace;
@@ -157,6 +158,13 @@ impl<P: Platform> QueuePair<P> {
     /// Whether shadow doorbells are in use on this queue pair.
     pub fn uses_shadow_doorbells(&self) -> bool {
         self.io.uses_shadow()
+    }
+
+    /// Doorbell updates (MMIO and shadow, SQ and CQ) since the queue pair was created, counted
+    /// in plain fields when the crate's `doorbell-stats` feature is on (`vfnvme perf` turns it
+    /// on); `None` without it.
+    pub fn doorbell_stats(&self) -> Option<DoorbellStats> {
+        self.io.doorbell_stats()
     }
 
     /// Queues a read of `blocks` blocks at `lba` into `buf`; the buffer comes back in the

@@ -12,12 +12,41 @@ use std::time::Instant;
 /// Which clock to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ClockKind {
-    /// The TSC on x86_64, else `Instant`.
+    /// The TSC on x86_64 where the kernel's clocksource is slow to read (hpet, acpi_pm: not
+    /// served by the vDSO), else `Instant`.
     Auto,
     /// `std::time::Instant`.
     Instant,
     /// The x86 time-stamp counter (x86_64 only).
     Tsc,
+}
+
+/// Where the kernel names its clocksource.
+const CLOCKSOURCE: &str = "/sys/devices/system/clocksource/clocksource0/current_clocksource";
+
+/// Whether `clocksource` is one `clock_gettime` reads in the vDSO without a system call.
+pub fn clocksource_is_fast(clocksource: &str) -> bool {
+    matches!(
+        clocksource.trim(),
+        "tsc" | "kvm-clock" | "hyperv_clocksource_tsc_page" | "arch_sys_counter" | "xen"
+    )
+}
+
+/// The kernel's current clocksource, if it says.
+pub fn current_clocksource() -> Option<String> {
+    std::fs::read_to_string(CLOCKSOURCE)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// Whether `kind` means the TSC, given the kernel's `clocksource`.
+pub fn wants_tsc(kind: ClockKind, clocksource: Option<&str>) -> bool {
+    cfg!(target_arch = "x86_64")
+        && match kind {
+            ClockKind::Instant => false,
+            ClockKind::Tsc => true,
+            ClockKind::Auto => clocksource.is_some_and(|c| !clocksource_is_fast(c)),
+        }
 }
 
 /// A pair of simultaneous readings.
@@ -78,10 +107,7 @@ fn pair() -> Pair {
 impl Clock {
     /// Starts a clock of `kind` (a TSC clock first spends 20 ms measuring the TSC's rate).
     pub fn start(kind: ClockKind) -> Clock {
-        let tsc = match kind {
-            ClockKind::Instant => false,
-            ClockKind::Tsc | ClockKind::Auto => cfg!(target_arch = "x86_64"),
-        };
+        let tsc = wants_tsc(kind, current_clocksource().as_deref());
         let start = pair();
         if !tsc {
             return Clock {
@@ -150,7 +176,7 @@ mod tests {
 
     #[test]
     fn both_clocks_count_up_and_agree_on_the_rate() {
-        for kind in [ClockKind::Instant, ClockKind::Auto] {
+        for kind in [ClockKind::Instant, ClockKind::Auto, ClockKind::Tsc] {
             let c = Clock::start(kind);
             let a = c.now();
             let t = Instant::now();
@@ -167,5 +193,17 @@ mod tests {
             assert_eq!(c.units(0), 0);
         }
         assert!(!Clock::start(ClockKind::Instant).is_tsc());
+    }
+
+    #[test]
+    fn auto_takes_the_tsc_only_where_the_system_clock_is_slow() {
+        let x86 = cfg!(target_arch = "x86_64");
+        assert_eq!(wants_tsc(ClockKind::Auto, Some("hpet")), x86);
+        assert_eq!(wants_tsc(ClockKind::Auto, Some("acpi_pm\n")), x86);
+        assert!(!wants_tsc(ClockKind::Auto, Some("tsc")));
+        assert!(!wants_tsc(ClockKind::Auto, Some("kvm-clock")));
+        assert!(!wants_tsc(ClockKind::Auto, None));
+        assert!(!wants_tsc(ClockKind::Instant, Some("hpet")));
+        assert_eq!(wants_tsc(ClockKind::Tsc, Some("tsc")), x86);
     }
 }

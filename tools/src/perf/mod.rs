@@ -2,10 +2,16 @@
 //! model (`--model`) to try it on any host.
 
 pub mod clock;
+pub mod cpus;
 pub mod events;
 pub mod options;
+pub mod percentiles;
+pub mod progress;
 pub mod report;
+pub mod rows;
+pub mod transport_stats;
 pub mod worker;
+pub mod zipf;
 
 use crate::open;
 use crate::output::say;
@@ -15,6 +21,8 @@ use clock::{Clock, ClockKind};
 use hdrhistogram::Histogram;
 use options::{Pattern, PerfInputError};
 use report::Summary;
+use rows::{Detail, RowId};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, LazyLock};
@@ -34,12 +42,13 @@ pub struct PerfArgs {
     /// Same as --device, given without the flag.
     #[arg(value_name = "BDF")]
     pub positional: Vec<String>,
-    /// Measure the in-memory controller model (null namespace, 4 KiB LBAs) instead of a device.
+    /// Measure the in-memory controller model (two null namespaces, 4 KiB LBAs) instead of a device.
     #[arg(long, conflicts_with_all = ["devices", "positional"])]
     pub model: bool,
-    /// Namespace ID (default: the first active namespace).
+    /// Namespace ID (default: the first active namespace); repeatable: each namespace gets
+    /// its own threads and queue pairs.
     #[arg(long)]
-    pub nsid: Option<u32>,
+    pub nsid: Vec<u32>,
     /// I/Os kept outstanding per queue pair.
     #[arg(long, default_value_t = 32)]
     pub qd: u32,
@@ -58,9 +67,40 @@ pub struct PerfArgs {
     /// Warm-up seconds before measuring.
     #[arg(long, default_value_t = 0)]
     pub ramp: u64,
-    /// Threads per device, each with its own queue pair.
-    #[arg(long, default_value_t = 1)]
-    pub threads: u32,
+    /// Threads per namespace, each with its own queue pair (default 1, or one per core of
+    /// --cpus).
+    #[arg(long)]
+    pub threads: Option<u32>,
+    /// Cores to run the threads on, e.g. 0,1 or 0-3 (as spdk_nvme_perf's -c): thread i of
+    /// each namespace is pinned to the i-th core of the list.
+    #[arg(long, value_name = "LIST", value_parser = parse_cpus_arg)]
+    pub cpus: Option<cpus::CpuList>,
+    /// Latency percentiles (1% … 99.99999%) per row; give twice (-LL) for the whole histogram.
+    #[arg(short = 'L', long = "latency-percentiles", action = clap::ArgAction::Count)]
+    pub latency: u8,
+    /// The whole latency histogram (bucket range, cumulative %, count), as -LL.
+    #[arg(long)]
+    pub histogram: bool,
+    /// Transport statistics per queue pair: polls, idle polls, completions, submitted and
+    /// queued requests, MMIO and shadow doorbell updates of SQ and CQ.
+    #[arg(long = "transport-stats")]
+    pub transport_stats: bool,
+    /// Stop each queue pair after N I/Os (the ramp's included), or at --time, whichever is first.
+    #[arg(long, value_name = "N")]
+    pub ios: Option<u64>,
+    /// Zipf-distributed random offsets with skew THETA (e.g. 1.2; > 0, not 1), as fio's
+    /// random_distribution=zipf.
+    #[arg(long, value_name = "THETA")]
+    pub zipf: Option<f64>,
+    /// Count failed I/Os and keep going (exit status 0); without it the first failure ends
+    /// the run with an error.
+    #[arg(long = "continue-on-error")]
+    pub continue_on_error: bool,
+    /// Entries of each queue pair's rings (up to CAP.MQES+1); default: twice the I/Os in
+    /// flight + 1 where it fits. Smaller than --qd + 1 holds I/Os back until a slot frees
+    /// (counted as queued requests).
+    #[arg(long = "queue-size", value_name = "N")]
+    pub queue_size: Option<u32>,
     /// Also write the results as JSON to this file ("-" = standard output).
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
@@ -77,12 +117,19 @@ pub struct PerfArgs {
     pub lat_sample: u32,
     /// Clock of the I/O loop: instant = the system clock (vDSO); tsc = the x86 time-stamp
     /// counter, its rate measured against the system clock over the run (cheaper where the
-    /// system clock is slow, e.g. the HPET of an emulated guest); auto = tsc on x86_64.
-    #[arg(long, value_enum, default_value_t = ClockKind::Instant)]
+    /// system clock is slow, e.g. the HPET of an emulated guest); auto = tsc on x86_64 when
+    /// the kernel's clocksource is not one the vDSO reads (e.g. hpet, acpi_pm).
+    #[arg(long, value_enum, default_value_t = ClockKind::Auto)]
     pub clock: ClockKind,
     /// Seed of the random offsets.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+}
+
+fn parse_cpus_arg(text: &str) -> Result<cpus::CpuList, String> {
+    cpus::parse(text)
+        .map(cpus::CpuList)
+        .map_err(|e| e.to_string())
 }
 
 fn parse_size_arg(text: &str) -> Result<u64, String> {
@@ -125,6 +172,21 @@ struct Job<P: Platform> {
     ns: Arc<Namespace>,
     buffers: Vec<DmaBuffer>,
     plan: WorkerPlan,
+    id: RowId,
+    progress: Arc<progress::Counter>,
+}
+
+impl PerfArgs {
+    /// Threads per namespace.
+    fn threads(&self) -> u32 {
+        self.threads
+            .unwrap_or_else(|| self.cpus.as_ref().map_or(1, |c| c.0.len().max(1) as u32))
+    }
+
+    /// Queue pairs per controller.
+    fn queue_pairs(&self) -> u32 {
+        self.threads().saturating_mul(self.nsid.len().max(1) as u32)
+    }
 }
 
 /// Checks what needs no device.
@@ -149,8 +211,19 @@ fn check_args(args: &PerfArgs) -> Result<u8, PerfInputError> {
     if args.lat_sample == 0 {
         return Err(PerfInputError::ZeroLatSample);
     }
-    if args.threads == 0 {
+    if args.threads() == 0 {
         return Err(PerfInputError::ZeroThreads);
+    }
+    if args.ios == Some(0) {
+        return Err(PerfInputError::ZeroIos);
+    }
+    if let Some(theta) = args.zipf {
+        zipf::check_theta(theta)?;
+        if !args.pattern.is_random() {
+            return Err(PerfInputError::ZipfNotRandom {
+                pattern: args.pattern.name(),
+            });
+        }
     }
     if args.io_size > options::MAX_IO_SIZE {
         return Err(PerfInputError::IoSizeTooLarge { size: args.io_size });
@@ -159,8 +232,66 @@ fn check_args(args: &PerfArgs) -> Result<u8, PerfInputError> {
     options::check_rwmix(args.pattern, args.rwmix_read)
 }
 
-/// Picks the namespace and checks the I/O size and queue depth against the controller;
-/// allocates the queue pairs and buffers of `threads` jobs.
+/// The namespaces to measure on `ctrl`: those of `--nsid`, or the first active one.
+fn pick_namespaces<P: Platform>(
+    ctrl: &Controller<P>,
+    name: &str,
+    nsids: &[u32],
+) -> Result<Vec<Arc<Namespace>>, PerfInputError> {
+    // Refused before any command is sent (a metadata format would otherwise move the wrong
+    // number of bytes, or metadata to address 0, on every I/O).
+    let usable = |ns: Arc<Namespace>| {
+        if ns.io_refused() {
+            return Err(PerfInputError::NamespaceRefused {
+                device: name.to_string(),
+                reason: vfnvme::SubmitErrorKind::MetadataUnsupported {
+                    nsid: ns.nsid(),
+                    metadata: ns.identity().metadata_format(),
+                },
+            });
+        }
+        Ok(ns)
+    };
+    if nsids.is_empty() {
+        // The first namespace that takes I/O; if none does, the first one (refused).
+        let all = ctrl.namespaces();
+        let ns = all
+            .iter()
+            .find(|n| !n.io_refused())
+            .or(all.first())
+            .cloned()
+            .ok_or_else(|| PerfInputError::NoNamespace {
+                device: name.to_string(),
+            })?;
+        return usable(ns).map(|ns| vec![ns]);
+    }
+    nsids
+        .iter()
+        .map(|&nsid| {
+            ctrl.namespace(nsid)
+                .ok_or_else(|| {
+                    let active: Vec<String> = ctrl
+                        .namespaces()
+                        .iter()
+                        .map(|n| n.nsid().to_string())
+                        .collect();
+                    PerfInputError::NoSuchNamespace {
+                        nsid,
+                        device: name.to_string(),
+                        active: if active.is_empty() {
+                            "none".into()
+                        } else {
+                            active.join(",")
+                        },
+                    }
+                })
+                .and_then(usable)
+        })
+        .collect()
+}
+
+/// Picks the namespaces and checks the I/O size and queue depth against the controller;
+/// allocates the queue pairs and buffers of `threads` jobs per namespace.
 fn prepare_jobs<P: Platform>(
     ctrl: &Controller<P>,
     name: &str,
@@ -168,55 +299,19 @@ fn prepare_jobs<P: Platform>(
     read_pct: u8,
     first_seed: u64,
 ) -> Result<Vec<Job<P>>> {
-    let ns = match args.nsid {
-        Some(nsid) => ctrl.namespace(nsid).ok_or_else(|| {
-            let active: Vec<String> = ctrl
-                .namespaces()
-                .iter()
-                .map(|n| n.nsid().to_string())
-                .collect();
-            PerfInputError::NoSuchNamespace {
-                nsid,
-                device: name.to_string(),
-                active: if active.is_empty() {
-                    "none".into()
-                } else {
-                    active.join(",")
-                },
-            }
-        })?,
-        // The first namespace that takes I/O; if none does, the first one (refused below).
-        None => {
-            let all = ctrl.namespaces();
-            all.iter()
-                .find(|n| !n.io_refused())
-                .or(all.first())
-                .cloned()
-                .ok_or_else(|| PerfInputError::NoNamespace {
-                    device: name.to_string(),
-                })?
-        }
-    };
-    // Refused before any command is sent (a metadata format would otherwise move the wrong
-    // number of bytes, or metadata to address 0, on every I/O).
-    if ns.io_refused() {
-        return Err(PerfInputError::NamespaceRefused {
-            device: name.to_string(),
-            reason: vfnvme::SubmitErrorKind::MetadataUnsupported {
-                nsid: ns.nsid(),
-                metadata: ns.identity().metadata_format(),
-            },
-        }
-        .into());
-    }
-    options::check_io_size(args.io_size, ns.nsid(), ns.lba_size(), ns.size_bytes())?;
+    let namespaces = pick_namespaces(ctrl, name, &args.nsid)?;
     let info = ctrl.identify();
     let per_cmd = info.max_transfer_bytes.max(4096) as u64;
     let commands_per_io = args.io_size.div_ceil(per_cmd);
-    let depth = options::queue_depth_for(args.qd, commands_per_io, info.max_queue_depth)?;
-    if args.threads > u32::from(info.io_queue_pairs) {
+    let depth = match args.queue_size {
+        Some(size) => options::check_queue_size(size, commands_per_io, info.max_queue_depth)?,
+        None => options::queue_depth_for(args.qd, commands_per_io, info.max_queue_depth)?,
+    };
+    let threads = args.threads();
+    if args.queue_pairs() > u32::from(info.io_queue_pairs) {
         return Err(PerfInputError::TooManyThreads {
-            threads: args.threads,
+            threads,
+            namespaces: namespaces.len() as u32,
             device: name.to_string(),
             granted: info.io_queue_pairs,
         }
@@ -224,84 +319,121 @@ fn prepare_jobs<P: Platform>(
     }
     let io_size = usize::try_from(args.io_size)?;
     let mut jobs = Vec::new();
-    for t in 0..args.threads {
-        let qp = ctrl
-            .alloc_qpair(QpairOptions {
-                depth,
-                ..QpairOptions::default()
-            })
-            .with_context(|| {
-                format!(
-                    "creating I/O queue pair {} of depth {depth} on {name}",
-                    t + 1
-                )
-            })?;
-        let buffers = (0..args.qd)
-            .map(|_| ctrl.dma().alloc(io_size))
-            .collect::<Result<Vec<_>, _>>()
-            .with_context(|| {
-                format!(
-                    "allocating {} DMA buffers of {io_size} bytes on {name} (reserve hugepages with `vfnvme setup --hugepages N`)",
-                    args.qd
-                )
-            })?;
-        jobs.push(Job {
-            qp,
-            ns: ns.clone(),
-            buffers,
-            plan: WorkerPlan {
-                qd: args.qd,
-                io_size: args.io_size,
-                pattern: args.pattern,
-                read_pct,
-                ramp: Duration::from_secs(args.ramp),
-                time: Duration::from_secs(args.time),
-                seed: first_seed.wrapping_add(u64::from(t)),
-                lat_sample: args.lat_sample,
-                stop: Some(&**STOP),
-            },
-        });
+    for ns in &namespaces {
+        options::check_io_size(args.io_size, ns.nsid(), ns.lba_size(), ns.size_bytes())?;
+        for t in 0..threads {
+            let n = jobs.len() as u64;
+            let qp = ctrl
+                .alloc_qpair(QpairOptions {
+                    depth,
+                    ..QpairOptions::default()
+                })
+                .with_context(|| {
+                    format!(
+                        "creating I/O queue pair {} of depth {depth} on {name}",
+                        n + 1
+                    )
+                })?;
+            let buffers = (0..args.qd)
+                .map(|_| ctrl.dma().alloc(io_size))
+                .collect::<Result<Vec<_>, _>>()
+                .with_context(|| {
+                    format!(
+                        "allocating {} DMA buffers of {io_size} bytes on {name} (reserve hugepages with `vfnvme setup --hugepages N`)",
+                        args.qd
+                    )
+                })?;
+            let cpu = args
+                .cpus
+                .as_ref()
+                .and_then(|c| c.0.get(t as usize % c.0.len().max(1)).copied());
+            jobs.push(Job {
+                qp,
+                ns: ns.clone(),
+                buffers,
+                plan: WorkerPlan {
+                    qd: args.qd,
+                    io_size: args.io_size,
+                    pattern: args.pattern,
+                    read_pct,
+                    ramp: Duration::from_secs(args.ramp),
+                    time: Duration::from_secs(args.time),
+                    seed: first_seed.wrapping_add(n),
+                    lat_sample: args.lat_sample,
+                    stop: Some(&**STOP),
+                    ios_limit: args.ios.unwrap_or(0),
+                    zipf: args.zipf,
+                    continue_on_error: args.continue_on_error,
+                },
+                id: RowId {
+                    target: name.to_string(),
+                    nsid: ns.nsid(),
+                    thread: t,
+                    cpu,
+                },
+                progress: Arc::default(),
+            });
+        }
     }
     Ok(jobs)
 }
 
 /// Runs every job on its own thread (the first on the calling thread), while another thread
-/// reaps the controllers' asynchronous events and reports namespace changes.
+/// reaps the controllers' asynchronous events and reports namespace changes, and (on a
+/// terminal) one prints IOPS and MiB/s each second.
 fn run_jobs<P: Platform>(
     jobs: Vec<Job<P>>,
     clock: &Clock,
     watched: Vec<events::Watched<'_, P>>,
-) -> Result<Vec<WorkerResult>> {
+    show_progress: bool,
+) -> Result<Vec<(RowId, WorkerResult)>> {
     let done = std::sync::atomic::AtomicBool::new(false);
+    let counters: Vec<_> = jobs.iter().map(|j| j.progress.clone()).collect();
+    let io_size = jobs.first().map_or(0, |j| j.plan.io_size);
     std::thread::scope(|s| {
         let done = &done;
         let watcher = s.spawn(move || events::watch(&watched, done));
+        let printer = show_progress.then(|| s.spawn(|| progress::run(&counters, io_size, done)));
         let results = run_workers(jobs, clock);
         done.store(true, std::sync::atomic::Ordering::Release);
         watcher.thread().unpark();
         let _ = watcher.join();
+        if let Some(p) = printer {
+            p.thread().unpark();
+            let _ = p.join();
+        }
         results
     })
 }
 
+/// Runs one job on the calling thread, pinned to its core if it has one.
+fn run_job<P: Platform>(mut j: Job<P>, clock: &Clock) -> Result<(RowId, WorkerResult)> {
+    if let Some(cpu) = j.id.cpu {
+        cpus::pin(cpu)?;
+    }
+    let r = worker::run(
+        &mut j.qp,
+        &j.ns,
+        j.buffers,
+        &j.plan,
+        clock,
+        Some(&j.progress),
+    )?;
+    Ok((j.id, r))
+}
+
 /// Runs every job on its own thread (the first on the calling thread).
-fn run_workers<P: Platform>(jobs: Vec<Job<P>>, clock: &Clock) -> Result<Vec<WorkerResult>> {
+fn run_workers<P: Platform>(
+    jobs: Vec<Job<P>>,
+    clock: &Clock,
+) -> Result<Vec<(RowId, WorkerResult)>> {
     let mut jobs = jobs.into_iter();
     let Some(first) = jobs.next() else {
         return Ok(Vec::new());
     };
     std::thread::scope(|s| {
-        let handles: Vec<_> = jobs
-            .map(|mut j| s.spawn(move || worker::run(&mut j.qp, &j.ns, j.buffers, &j.plan, clock)))
-            .collect();
-        let mut first = first;
-        let mut results = vec![worker::run(
-            &mut first.qp,
-            &first.ns,
-            first.buffers,
-            &first.plan,
-            clock,
-        )?];
+        let handles: Vec<_> = jobs.map(|j| s.spawn(move || run_job(j, clock))).collect();
+        let mut results = vec![run_job(first, clock)?];
         for h in handles {
             let r = h
                 .join()
@@ -315,33 +447,40 @@ fn run_workers<P: Platform>(jobs: Vec<Job<P>>, clock: &Clock) -> Result<Vec<Work
 fn controller_options(args: &PerfArgs) -> ControllerOptions {
     ControllerOptions {
         shadow_doorbells: args.shadow_doorbells,
-        io_queues: u16::try_from(args.threads).unwrap_or(u16::MAX).max(1),
+        io_queues: u16::try_from(args.queue_pairs()).unwrap_or(u16::MAX).max(1),
         ..ControllerOptions::default()
     }
 }
 
-/// The model `--model` measures: one null namespace of 4 KiB LBAs (reads move no data).
+/// The model `--model` measures: two null namespaces of 4 KiB LBAs (reads move no data).
 pub fn model_config() -> ModelConfig {
     ModelConfig {
-        namespaces: vec![ModelNamespaceConfig {
-            nsid: 1,
-            blocks: 1 << 28,
-            lba_size: 4096,
-            backing: Backing::Null,
-        }],
+        namespaces: (1..=2)
+            .map(|nsid| ModelNamespaceConfig {
+                nsid,
+                blocks: 1 << 28,
+                lba_size: 4096,
+                backing: Backing::Null,
+            })
+            .collect(),
         serial: "VFNVME-MODEL".into(),
         ..ModelConfig::default()
     }
 }
 
 /// Runs `vfnvme perf`: prints the report, writes the JSON if asked. Fails on bad input, on
-/// device errors, and if any I/O failed.
+/// device errors, and if any I/O failed (unless `--continue-on-error`).
 pub fn run(args: &PerfArgs) -> Result<()> {
     let read_pct = check_args(args)?;
+    if let Some(c) = &args.cpus {
+        cpus::check(&c.0)?;
+    }
     let mut json_file = match &args.json {
         Some(p) => open_json(p)?,
         None => None,
     };
+    let json_to_stdout = args.json.as_ref().is_some_and(|p| p.as_os_str() == "-");
+    let show_progress = !json_to_stdout && std::io::stdout().is_terminal();
     stop_on_ctrl_c();
     let mut summary = Summary {
         targets: Vec::new(),
@@ -361,8 +500,21 @@ pub fn run(args: &PerfArgs) -> Result<()> {
         batches: 0,
         latency: Histogram::new(3)?,
         ns_per_unit: 1.0,
-        clock: "",
+        clock: String::new(),
         interrupted: false,
+        rows: Vec::new(),
+        detail: Detail {
+            latency: if args.histogram {
+                2
+            } else {
+                args.latency.min(2)
+            },
+            transport: args.transport_stats,
+        },
+        ios_limit: args.ios.unwrap_or(0),
+        zipf: args.zipf,
+        continue_on_error: args.continue_on_error,
+        queue_size: 0,
     };
     let clock = Clock::start(args.clock);
     let results = if args.model {
@@ -370,7 +522,12 @@ pub fn run(args: &PerfArgs) -> Result<()> {
         let ctrl = open::open_platform(platform, "model", controller_options(args))?;
         let jobs = prepare_jobs(&ctrl, "model", args, read_pct, args.seed)?;
         describe(&mut summary, "model".into(), &jobs);
-        run_jobs(jobs, &clock, vec![events::Watched::new(&ctrl, "model")])?
+        run_jobs(
+            jobs,
+            &clock,
+            vec![events::Watched::new(&ctrl, "model")],
+            show_progress,
+        )?
     } else {
         let bdfs: Vec<&String> = args.devices.iter().chain(&args.positional).collect();
         let mut ctrls = Vec::new();
@@ -388,24 +545,27 @@ pub fn run(args: &PerfArgs) -> Result<()> {
             .iter()
             .map(|(ctrl, bdf)| events::Watched::new(ctrl, bdf))
             .collect();
-        let results = run_jobs(jobs, &clock, watched)?;
+        let results = run_jobs(jobs, &clock, watched, show_progress)?;
         drop(ctrls);
         results
     };
     summary.ns_per_unit = clock.ns_per_unit();
-    // The measured window is `time` in clock units by the start-up rate estimate; in real
-    // seconds by the rate measured over the whole run.
-    summary.time_s =
-        clock.units(args.time.saturating_mul(1_000_000_000)) as f64 * summary.ns_per_unit / 1e9;
-    summary.clock = if clock.is_tsc() { "tsc" } else { "instant" };
-    if results.iter().any(|r| r.stopped) {
-        // Stopped by Ctrl-C: the window each worker measured, the longest of them.
-        let units = results.iter().map(|r| r.measured_units).max().unwrap_or(0);
-        summary.time_s = units as f64 * summary.ns_per_unit / 1e9;
-        summary.interrupted = true;
-    }
+    // The measured window: the longest any worker measured (the planned time, or less when
+    // Ctrl-C, the I/O limit or a failure ended it), in real seconds by the clock's rate over
+    // the whole run.
+    let units = results
+        .iter()
+        .map(|(_, r)| r.measured_units)
+        .max()
+        .unwrap_or(0);
+    summary.time_s = units as f64 * summary.ns_per_unit / 1e9;
+    summary.clock = format!(
+        "{} (clocksource {})",
+        if clock.is_tsc() { "tsc" } else { "instant" },
+        clock::current_clocksource().unwrap_or_else(|| "unknown".into())
+    );
+    summary.interrupted = results.iter().any(|(_, r)| r.stopped);
     let summary = summary.merge(results)?;
-    let json_to_stdout = args.json.as_ref().is_some_and(|p| p.as_os_str() == "-");
     if json_to_stdout {
         // Standard output carries only the JSON.
         eprintln!("{}", summary.text());
@@ -422,9 +582,9 @@ pub fn run(args: &PerfArgs) -> Result<()> {
             say!("{text}");
         }
     }
-    if summary.errors > 0 {
+    if summary.errors > 0 && !args.continue_on_error {
         anyhow::bail!(
-            "{} I/Os failed (first: {}): check the namespace's state and the controller's error log",
+            "{} I/Os failed (first: {}): check the namespace's state and the controller's error log (--continue-on-error counts failures and goes on)",
             summary.errors,
             summary.first_error.as_deref().unwrap_or("unknown")
         );
@@ -438,5 +598,45 @@ fn describe<P: Platform>(summary: &mut Summary, target: String, jobs: &[Job<P>])
     if let Some(j) = jobs.first() {
         summary.nsid = j.ns.nsid();
         summary.shadow_doorbells = j.qp.uses_shadow_doorbells();
+        summary.queue_size = j.qp.depth();
+    }
+}
+
+#[cfg(test)]
+mod namespace_tests {
+    use super::*;
+    use vfnvme::model::ModelMetadata;
+
+    /// Namespace 1 formatted with 8 B of extended metadata, namespace 2 without.
+    fn ctrl() -> Controller<ModelPlatform> {
+        let mut cfg = model_config();
+        cfg.namespace_metadata = vec![(
+            1,
+            ModelMetadata {
+                ms: 8,
+                extended: true,
+                pi: 0,
+            },
+        )];
+        Controller::new(
+            ModelPlatform::new(cfg).unwrap(),
+            ControllerOptions::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn metadata_namespaces_are_refused_and_skipped_by_default() {
+        let c = ctrl();
+        let picked = pick_namespaces(&c, "model", &[]).unwrap();
+        assert_eq!(picked.iter().map(|n| n.nsid()).collect::<Vec<_>>(), [2]);
+        for nsids in [&[1u32][..], &[2, 1]] {
+            let e = pick_namespaces(&c, "model", nsids).unwrap_err().to_string();
+            assert!(
+                e.contains("namespace 1 is formatted with 8 B metadata per block")
+                    && e.contains("vfnvme format BDF --nsid 1 --yes"),
+                "{e}"
+            );
+        }
     }
 }

@@ -168,10 +168,12 @@ pub enum PerfInputError {
     #[error("--threads 0: use at least one thread")]
     ZeroThreads,
     /// More threads than queue pairs.
-    #[error("--threads {threads} needs {threads} I/O queue pairs but {device} granted {granted}: use --threads {granted} or less")]
+    #[error("--threads {threads} on {namespaces} namespace(s) needs {} I/O queue pairs but {device} granted {granted}: use --threads {} or less", threads * namespaces, u32::from(*granted) / (*namespaces).max(1))]
     TooManyThreads {
-        /// Threads asked for.
+        /// Threads per namespace asked for.
         threads: u32,
+        /// Namespaces measured on the device.
+        namespaces: u32,
         /// The device.
         device: String,
         /// Queue pairs granted.
@@ -188,6 +190,33 @@ pub enum PerfInputError {
     RwmixWithoutRandrw {
         /// The pattern given.
         pattern: &'static str,
+    },
+    /// `--ios 0`.
+    #[error("--ios 0: give the number of I/Os each queue pair does (1 or more), or leave --ios out to run for --time")]
+    ZeroIos,
+    /// A zipf skew that is not usable.
+    #[error("--zipf {theta}: give a skew above 0 and not 1 (at most 100), e.g. --zipf 1.2 or --zipf 0.8")]
+    BadZipf {
+        /// The value given.
+        theta: String,
+    },
+    /// `--zipf` with a sequential pattern.
+    #[error(
+        "--zipf applies to random patterns (randread, randwrite, randrw); the pattern is {pattern}"
+    )]
+    ZipfNotRandom {
+        /// The pattern given.
+        pattern: &'static str,
+    },
+    /// `--queue-size` outside what one I/O needs ..= CAP.MQES+1.
+    #[error("--queue-size {size}: this controller's queues hold at most {max} entries (CAP.MQES+1) and one I/O of this size needs {min} (its commands + 1): use --queue-size {min} to {max}")]
+    BadQueueSize {
+        /// The size asked for.
+        size: u32,
+        /// The smallest that works: commands per I/O + 1 (at least 2).
+        min: u32,
+        /// CAP.MQES + 1.
+        max: u32,
     },
     /// Neither or both of `--device` and `--model`.
     #[error("say what to measure: --device BDF (a controller on vfio-pci; repeatable) or --model (the in-memory model)")]
@@ -275,6 +304,25 @@ pub fn queue_depth_for(
     } else {
         commands as u32 + 1
     })
+}
+
+/// Checks `--queue-size` against CAP.MQES+1 (`max_entries`) and against the
+/// `commands_per_io` one I/O takes (a ring of N entries holds N-1 commands); returns the ring
+/// depth.
+pub fn check_queue_size(
+    size: u32,
+    commands_per_io: u64,
+    max_entries: u32,
+) -> Result<u32, PerfInputError> {
+    let min = u32::try_from(commands_per_io.max(1) + 1).unwrap_or(u32::MAX);
+    if size < min || size > max_entries {
+        return Err(PerfInputError::BadQueueSize {
+            size,
+            min,
+            max: max_entries,
+        });
+    }
+    Ok(size)
 }
 
 /// Checks the buffer memory one queue pair needs.
@@ -388,6 +436,17 @@ mod tests {
         assert!(PerfInputError::ZeroLatSample
             .to_string()
             .contains("--lat-sample 0"));
+    }
+
+    #[test]
+    fn queue_size_checks() {
+        assert_eq!(check_queue_size(2, 1, 1024), Ok(2));
+        assert_eq!(check_queue_size(1024, 1, 1024), Ok(1024));
+        let e = check_queue_size(1025, 1, 1024).unwrap_err();
+        assert!(e.to_string().contains("use --queue-size 2 to 1024"), "{e}");
+        // A 1 MiB I/O split into 8 commands needs 9 entries.
+        assert!(check_queue_size(8, 8, 1024).is_err());
+        assert_eq!(check_queue_size(9, 8, 1024), Ok(9));
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! Adding up the workers' results, and printing them as text and JSON.
 
+use super::percentiles;
+use super::rows::{self, Detail, Line, Row, RowId};
 use super::worker::WorkerResult;
 use anyhow::Result;
 use hdrhistogram::Histogram;
@@ -42,16 +44,32 @@ pub struct Summary {
     pub latency: Histogram<u64>,
     /// Nanoseconds per clock unit.
     pub ns_per_unit: f64,
-    /// The clock used ("tsc" or "instant").
-    pub clock: &'static str,
+    /// The clock used ("tsc" or "instant") and why, e.g. "tsc (clocksource hpet)".
+    pub clock: String,
     /// Whether Ctrl-C ended the run early (the figures cover the time measured until then).
     pub interrupted: bool,
+    /// One row per queue pair (namespace × thread).
+    pub rows: Vec<Row>,
+    /// Percentiles, histogram, transport statistics: what to show.
+    pub detail: Detail,
+    /// I/O limit per queue pair (0 = none).
+    pub ios_limit: u64,
+    /// Zipf skew of the offsets, if any.
+    pub zipf: Option<f64>,
+    /// Whether failed I/Os were counted and the run went on.
+    pub continue_on_error: bool,
+    /// Entries of each queue pair's rings.
+    pub queue_size: u32,
 }
 
 impl Summary {
-    /// Adds up `results`.
-    pub fn merge(mut self, results: Vec<WorkerResult>) -> Result<Self> {
-        for r in results {
+    /// Adds up `results`, keeping each as a row.
+    pub fn merge(mut self, results: Vec<(RowId, WorkerResult)>) -> Result<Self> {
+        for (id, r) in results {
+            self.rows.push(Row {
+                id,
+                result: r.clone(),
+            });
             self.reads += r.reads;
             self.writes += r.writes;
             self.errors += r.errors;
@@ -116,8 +134,82 @@ impl Summary {
         }
     }
 
+    /// The table (a row per namespace and thread, and the Total), then each row's details.
+    pub fn table(&self) -> String {
+        let mut s = rows::header();
+        for r in &self.rows {
+            s += &Line::of(&r.result, self.time_s, self.io_size, self.ns_per_unit)
+                .text(&r.id.label());
+        }
+        s += &self.total_line().text("Total");
+        for r in &self.rows {
+            s += &r.detail_text(self.ns_per_unit, self.detail);
+        }
+        if self.detail.latency >= 1 && self.rows.len() > 1 {
+            s += "
+Summary latency data for Total:
+";
+            s += &percentiles::percentiles_text(&percentiles::percentiles(
+                &self.latency,
+                self.ns_per_unit,
+            ));
+        }
+        if self.detail.transport {
+            s += "
+PCIE transport statistics (per queue pair, whole run):
+";
+            for r in &self.rows {
+                s += &r.result.transport.text(&r.id.label());
+            }
+        }
+        s
+    }
+
+    /// The Total line: the rows added up.
+    pub fn total_line(&self) -> Line {
+        let all = WorkerResult {
+            reads: self.reads,
+            writes: self.writes,
+            errors: self.errors,
+            first_error: None,
+            latency: self.latency.clone(),
+            batches: self.batches,
+            measured_units: 0,
+            stopped: false,
+            ended_early: false,
+            transport: Default::default(),
+        };
+        Line::of(&all, self.time_s, self.io_size, self.ns_per_unit)
+    }
+
     /// The human-readable report.
     pub fn text(&self) -> String {
+        let options = {
+            let mut o = Vec::new();
+            if self.ios_limit > 0 {
+                o.push(format!("--ios {} per queue pair", self.ios_limit));
+            }
+            if let Some(z) = self.zipf {
+                o.push(format!("zipf {z}"));
+            }
+            if self.continue_on_error {
+                o.push("continue on error".to_string());
+            }
+            if o.is_empty() {
+                String::new()
+            } else {
+                format!(", {}", o.join(", "))
+            }
+        };
+        format!(
+            "{table}
+{summary}",
+            table = self.table(),
+            summary = self.text_summary(&options)
+        )
+    }
+
+    fn text_summary(&self, options: &str) -> String {
         let us = |ns: u64| ns as f64 / 1000.0;
         let mix = match self.read_pct {
             100 => String::new(),
@@ -125,12 +217,13 @@ impl Summary {
             p => format!(" ({p}% reads)"),
         };
         format!(
-            "{targets} ns {nsid}: {pattern}{mix} {size} B, QD {qd} x {workers} queue pair(s), {time:.1} s (ramp {ramp:.1} s), shadow doorbells {shadow}\n\
+            "{targets} ns {nsid}: {pattern}{mix} {size} B, QD {qd} x {workers} queue pair(s) of {queue_size} entries, {time:.1} s (ramp {ramp:.1} s), shadow doorbells {shadow}{options}\n\
              IOPS {iops:.0} ({kiops:.1} K)   {mibs:.1} MiB/s   {ios} I/Os ({reads} reads, {writes} writes), {per_batch:.2} I/Os per doorbell batch\n\
              latency (us, {timed} timed, clock {clock}): mean {mean:.2}   p50 {p50:.2}   p99 {p99:.2}   p99.9 {p999:.2}   max {max:.2}   min {min:.2}\n\
              errors: {errors}{first}{interrupted}",
             targets = self.targets.join(","),
-            nsid = self.nsid,
+            nsid = self.nsids(),
+            queue_size = self.queue_size,
             pattern = self.pattern,
             size = self.io_size,
             qd = self.qd,
@@ -167,8 +260,64 @@ impl Summary {
         )
     }
 
+    /// The namespaces measured, comma-separated.
+    fn nsids(&self) -> String {
+        let mut ids: Vec<u32> = self.rows.iter().map(|r| r.id.nsid).collect();
+        ids.dedup();
+        if ids.is_empty() {
+            self.nsid.to_string()
+        } else {
+            ids.iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        }
+    }
+
     /// The JSON report.
     pub fn json(&self) -> Value {
+        let mut v = self.json_summary();
+        let d = self.detail;
+        v["rows"] = Value::Array(
+            self.rows
+                .iter()
+                .map(|r| r.json(self.time_s, self.io_size, self.ns_per_unit, d))
+                .collect(),
+        );
+        v["total"] = self.total_line().json();
+        if d.latency >= 1 {
+            v["percentiles"] = percentiles::percentiles_json(&percentiles::percentiles(
+                &self.latency,
+                self.ns_per_unit,
+            ));
+        }
+        if d.latency >= 2 {
+            v["histogram"] =
+                percentiles::buckets_json(&percentiles::buckets(&self.latency, self.ns_per_unit));
+        }
+        if d.transport {
+            v["transport_stats"] = Value::Array(
+                self.rows
+                    .iter()
+                    .map(|r| {
+                        let mut t = r.result.transport.json();
+                        t["target"] = json!(r.id.target);
+                        t["nsid"] = json!(r.id.nsid);
+                        t["thread"] = json!(r.id.thread);
+                        t
+                    })
+                    .collect(),
+            );
+        }
+        v["ios_limit"] = json!(self.ios_limit);
+        v["zipf"] = json!(self.zipf);
+        v["continue_on_error"] = json!(self.continue_on_error);
+        v["queue_size"] = json!(self.queue_size);
+        v["nsids"] = json!(self.rows.iter().map(|r| r.id.nsid).collect::<Vec<_>>());
+        v
+    }
+
+    fn json_summary(&self) -> Value {
         json!({
             "targets": self.targets,
             "nsid": self.nsid,
@@ -226,8 +375,14 @@ mod tests {
             batches: 0,
             latency: Histogram::new(3).unwrap(),
             ns_per_unit: 1.0,
-            clock: "instant",
+            clock: "instant".into(),
             interrupted: false,
+            rows: Vec::new(),
+            detail: Detail::default(),
+            ios_limit: 0,
+            zipf: None,
+            continue_on_error: false,
+            queue_size: 9,
         }
     }
 
@@ -246,8 +401,18 @@ mod tests {
             batches: 2,
             measured_units: 2_000_000_000,
             stopped: false,
+            ended_early: false,
+            transport: Default::default(),
         };
-        let s = summary().merge(vec![w.clone(), w]).unwrap();
+        let id = |thread| RowId {
+            target: "model".into(),
+            nsid: 1,
+            thread,
+            cpu: None,
+        };
+        let s = summary()
+            .merge(vec![(id(0), w.clone()), (id(1), w)])
+            .unwrap();
         assert_eq!(s.ios(), 8);
         assert_eq!(s.iops(), 4.0);
         let j = s.json();
@@ -255,6 +420,17 @@ mod tests {
         assert_eq!(j["ios_per_batch"], 2.0);
         assert!(j["latency_ns"]["p99"].as_u64().unwrap() >= 99_000);
         assert!(s.text().contains("IOPS 4 "), "{}", s.text());
+        // The Total row is the rows added up.
+        let rows = j["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 2);
+        let sum: u64 = rows.iter().map(|r| r["ios"].as_u64().unwrap()).sum();
+        assert_eq!(j["total"]["ios"], sum);
+        assert_eq!(j["total"]["iops"].as_f64(), Some(4.0));
+        let t = s.text();
+        assert!(
+            t.contains("model NSID 1 thread 1") && t.contains("\nTotal "),
+            "{t}"
+        );
     }
 
     #[test]

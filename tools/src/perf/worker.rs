@@ -9,6 +9,9 @@
 
 use super::clock::Clock;
 use super::options::Pattern;
+use super::progress::Counter;
+use super::transport_stats::{doorbell_delta, TransportStats};
+use super::zipf::Zipf;
 use anyhow::{bail, Result};
 use hdrhistogram::Histogram;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,6 +19,7 @@ use std::time::Duration;
 use vfnvme::dma::DmaBuffer;
 use vfnvme::platform::Platform;
 use vfnvme::spec::Status;
+use vfnvme::SubmitErrorKind;
 use vfnvme::{Namespace, QueuePair};
 
 /// Empty polls between two clock reads.
@@ -51,6 +55,12 @@ pub struct WorkerPlan {
     /// Set (e.g. by a SIGINT handler) to end the run early: the worker stops submitting at
     /// its next clock read, waits for its I/Os and returns what it measured so far.
     pub stop: Option<&'static AtomicBool>,
+    /// Stop after this many I/Os (0 = no limit): submitted in all, ramp included.
+    pub ios_limit: u64,
+    /// Zipf skew of random offsets (None = uniform).
+    pub zipf: Option<f64>,
+    /// Count failed I/Os and go on; without it, the first failure ends the worker's run.
+    pub continue_on_error: bool,
 }
 
 /// What one worker measured (only I/Os completed inside the measured window count).
@@ -72,6 +82,10 @@ pub struct WorkerResult {
     pub measured_units: u64,
     /// Whether [`WorkerPlan::stop`] ended the run early.
     pub stopped: bool,
+    /// Whether the I/O limit or a failure (without continue-on-error) ended it early.
+    pub ended_early: bool,
+    /// Polls, completions, submissions and doorbells of the queue pair.
+    pub transport: TransportStats,
 }
 
 /// A small, fast, seeded random number generator (xorshift64*).
@@ -109,6 +123,7 @@ pub struct Offsets {
     blocks_per_io: u64,
     slots: u64,
     next_slot: u64,
+    zipf: Option<Zipf>,
 }
 
 impl Offsets {
@@ -130,13 +145,16 @@ impl Offsets {
             blocks_per_io,
             slots,
             next_slot,
+            zipf: plan.zipf.map(|theta| Zipf::new(slots, theta)),
         }
     }
 
     /// The next I/O: (starting LBA, is a read).
     #[inline]
     pub fn next_io(&mut self) -> (u64, bool) {
-        let slot = if self.random {
+        let slot = if let Some(z) = &self.zipf {
+            z.slot((self.rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64))
+        } else if self.random {
             self.rng.below(self.slots)
         } else {
             let s = self.next_slot;
@@ -156,13 +174,16 @@ impl Offsets {
 const WRITE_TAG: u64 = 1 << 63;
 
 /// Runs the loop on `qp` against `ns` with `buffers` (one per outstanding I/O, each
-/// `plan.io_size` bytes long). Returns when the measured time is over and every I/O is back.
+/// `plan.io_size` bytes long). Returns when the measured time is over (or the I/O limit is
+/// reached, or an I/O failed without `continue_on_error`) and every I/O is back. Publishes the
+/// completed I/Os to `progress` at each clock read.
 pub fn run<P: Platform>(
     qp: &mut QueuePair<P>,
     ns: &Namespace,
     buffers: Vec<DmaBuffer>,
     plan: &WorkerPlan,
     clock: &Clock,
+    progress: Option<&Counter>,
 ) -> Result<WorkerResult> {
     let qd = buffers.len();
     if qd != plan.qd as usize || qd == 0 {
@@ -176,6 +197,7 @@ pub fn run<P: Platform>(
     let blocks = u32::try_from(blocks_per_io)?;
     let mut offsets = Offsets::new(plan, ns.blocks(), blocks_per_io);
     let mut latency = Histogram::<u64>::new_with_bounds(1, MAX_TRACKED_UNITS, 3)?;
+    let doorbells_before = qp.doorbell_stats();
     let mut res = WorkerResult {
         reads: 0,
         writes: 0,
@@ -185,6 +207,11 @@ pub fn run<P: Platform>(
         batches: 0,
         measured_units: 0,
         stopped: false,
+        ended_early: false,
+        transport: TransportStats {
+            qid: qp.qid(),
+            ..TransportStats::default()
+        },
     };
     // Per slot: submission time in ns since `start`, or UNTIMED.
     const UNTIMED: u64 = u64::MAX;
@@ -193,47 +220,89 @@ pub fn run<P: Platform>(
     let mut batch_no: u64 = 0;
     // Completions of one poll; capacity qd, so pushing never allocates.
     let mut reaped: Vec<(u64, Status, Option<DmaBuffer>)> = Vec::with_capacity(qd);
+    // I/Os held back while the submission queue is full (capacity qd: never allocates).
+    let mut held: std::collections::VecDeque<(u64, DmaBuffer)> =
+        std::collections::VecDeque::with_capacity(qd);
+    let limit = if plan.ios_limit == 0 {
+        u64::MAX
+    } else {
+        plan.ios_limit
+    };
+    let mut stats = res.transport;
 
     let start = clock.now();
     let ramp_end = start + clock.units(u64::try_from(plan.ramp.as_nanos())?);
     let mut end = ramp_end + clock.units(u64::try_from(plan.time.as_nanos())?);
-    // Checked at every clock read (not per I/O): a stop request moves the end to now.
-    let mut check_stop = |now: u64, end: &mut u64| {
-        if !res.stopped && plan.stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
-            res.stopped = true;
-            *end = now.min(*end);
-        }
-    };
+    // Whether submitting is over (limit reached, stop requested, or a failure).
+    let mut draining = false;
     let stall_units = clock.units(u64::try_from(STALL_TIMEOUT.as_nanos())?);
     let mut now = start;
 
-    let submit = |qp: &mut QueuePair<P>, offsets: &mut Offsets, slot: u64, buf: DmaBuffer| {
+    // Submits one I/O from `slot`; a full queue hands the buffer back to be held.
+    let submit = |qp: &mut QueuePair<P>,
+                  offsets: &mut Offsets,
+                  stats: &mut TransportStats,
+                  slot: u64,
+                  buf: DmaBuffer|
+     -> Result<Option<(u64, DmaBuffer)>> {
         let (lba, read) = offsets.next_io();
-        if read {
+        let r = if read {
             qp.read(ns, lba, blocks, buf, slot)
         } else {
             qp.write(ns, lba, blocks, buf, slot | WRITE_TAG)
+        };
+        match r {
+            Ok(()) => {
+                stats.submitted += 1;
+                Ok(None)
+            }
+            Err(e) if matches!(e.kind, SubmitErrorKind::QueueFull { .. }) => {
+                stats.queued += 1;
+                match e.buffer {
+                    Some(buf) => Ok(Some((slot, buf))),
+                    None => bail!("the driver kept no buffer of a refused I/O"),
+                }
+            }
+            Err(e) => Err(vfnvme::Error::from(e).into()),
         }
     };
 
     for (slot, buf) in buffers.into_iter().enumerate() {
+        if stats.submitted + held.len() as u64 >= limit {
+            // Fewer I/Os than the queue depth: the rest of the buffers stay unused.
+            break;
+        }
         if let Some(t) = submitted_at.get_mut(slot) {
             *t = start;
         }
-        submit(qp, &mut offsets, slot as u64, buf)?;
+        if held.is_empty() {
+            if let Some(h) = submit(qp, &mut offsets, &mut stats, slot as u64, buf)? {
+                held.push_back(h);
+            }
+        } else {
+            held.push_back((slot as u64, buf));
+        }
     }
     qp.commit();
 
     let mut last_progress = start;
     let mut idle: u32 = 0;
     loop {
+        stats.polls += 1;
         let n = qp.poll(qd, |c| reaped.push((c.tag, c.status, c.buffer)));
         if n == 0 {
+            stats.idle_polls += 1;
             idle += 1;
             if idle >= IDLE_POLLS_PER_CLOCK_READ {
                 idle = 0;
                 now = clock.now();
-                check_stop(now, &mut end);
+                if let Some(p) = progress {
+                    p.publish(res.reads + res.writes);
+                }
+                if !res.stopped && plan.stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+                    res.stopped = true;
+                    end = now.min(end);
+                }
                 if now.saturating_sub(last_progress) > stall_units {
                     bail!(
                         "no I/O completed for {} s with {} outstanding on queue {}: the controller stopped responding; reset it (`vfnvme setup --reset` then `vfnvme setup`)",
@@ -242,12 +311,13 @@ pub fn run<P: Platform>(
                         qp.qid()
                     );
                 }
-                if now >= end && qp.outstanding() == 0 {
+                if (now >= end || draining) && qp.outstanding() == 0 {
                     break;
                 }
             }
             continue;
         }
+        stats.completions += n as u64;
         idle = 0;
         batch_no += 1;
         // Read the clock if this batch starts timed I/Os, or completes one.
@@ -259,7 +329,13 @@ pub fn run<P: Platform>(
         {
             now = clock.now();
             last_progress = now;
-            check_stop(now, &mut end);
+            if let Some(p) = progress {
+                p.publish(res.reads + res.writes);
+            }
+            if !res.stopped && plan.stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+                res.stopped = true;
+                end = now.min(end);
+            }
         }
         let measuring = now >= ramp_end && now < end;
         if measuring {
@@ -281,22 +357,56 @@ pub fn run<P: Platform>(
             if !status.is_success() {
                 res.errors += 1;
                 res.first_error.get_or_insert(status);
+                if !plan.continue_on_error {
+                    draining = true;
+                }
             }
             let Some(buf) = buf else { continue };
-            if now < end {
+            if now < end && !draining && stats.submitted + (held.len() as u64) < limit {
                 if let Some(t) = submitted_at.get_mut(slot as usize) {
                     *t = if sample { now } else { UNTIMED };
                 }
-                submit(qp, &mut offsets, slot, buf)?;
+                if held.is_empty() {
+                    if let Some(h) = submit(qp, &mut offsets, &mut stats, slot, buf)? {
+                        held.push_back(h);
+                    }
+                } else {
+                    held.push_back((slot, buf));
+                }
+            }
+        }
+        // Held I/Os go first once the queue has room again.
+        while let Some((slot, buf)) = held.pop_front() {
+            if draining || now >= end {
+                break;
+            }
+            if let Some(h) = submit(qp, &mut offsets, &mut stats, slot, buf)? {
+                // Still waiting: counted once, when it was first held back.
+                stats.queued -= 1;
+                held.push_front(h);
+                break;
             }
         }
         qp.commit();
-        if now >= end && qp.outstanding() == 0 {
+        if stats.submitted >= limit {
+            draining = true;
+        }
+        if (now >= end || draining) && qp.outstanding() == 0 {
             break;
         }
     }
+    if draining && !res.stopped && now < end {
+        // Ended by the I/O limit or a failure: the measured window ends with the last completion.
+        res.ended_early = true;
+        end = clock.now().max(ramp_end);
+    }
     res.latency = latency;
     res.measured_units = end.saturating_sub(ramp_end);
+    stats.doorbells = doorbell_delta(doorbells_before, qp.doorbell_stats());
+    res.transport = stats;
+    if let Some(p) = progress {
+        p.publish(res.reads + res.writes);
+    }
     Ok(res)
 }
 
@@ -315,6 +425,9 @@ mod tests {
             seed: 7,
             lat_sample: 1,
             stop: None,
+            ios_limit: 0,
+            zipf: None,
+            continue_on_error: false,
         }
     }
 
@@ -381,7 +494,7 @@ mod tests {
             ..plan(Pattern::Randread, 100)
         };
         let clock = Clock::start(super::super::clock::ClockKind::Instant);
-        let r = run(&mut qp, &ns, buffers, &plan, &clock).unwrap();
+        let r = run(&mut qp, &ns, buffers, &plan, &clock, None).unwrap();
         assert!(r.stopped);
         assert_eq!(qp.outstanding(), 0);
         assert!(
@@ -390,5 +503,134 @@ mod tests {
             r.measured_units
         );
         assert_eq!(r.errors, 0);
+    }
+
+    fn model_qpair(
+        depth: u32,
+    ) -> (
+        vfnvme::Controller<vfnvme::model::ModelPlatform>,
+        std::sync::Arc<vfnvme::model::ModelPlatform>,
+        QueuePair<vfnvme::model::ModelPlatform>,
+    ) {
+        use vfnvme::model::ModelPlatform;
+        use vfnvme::{Controller, ControllerOptions, QpairOptions};
+        let platform = ModelPlatform::new(super::super::model_config()).unwrap();
+        let ctrl = Controller::new(platform.clone(), ControllerOptions::default()).unwrap();
+        let qp = ctrl
+            .alloc_qpair(QpairOptions {
+                depth,
+                ..QpairOptions::default()
+            })
+            .unwrap();
+        (ctrl, platform, qp)
+    }
+
+    fn buffers<P: Platform>(ctrl: &vfnvme::Controller<P>, n: usize) -> Vec<DmaBuffer> {
+        (0..n).map(|_| ctrl.dma().alloc(4096).unwrap()).collect()
+    }
+
+    #[test]
+    fn an_io_limit_does_exactly_that_many_ios() {
+        let clock = Clock::start(super::super::clock::ClockKind::Instant);
+        // Below, equal to and above the queue depth; and with a queue too small for the
+        // depth, so that I/Os wait in perf's hold.
+        for (limit, depth) in [(3, 17), (8, 17), (1001, 17), (1001, 4)] {
+            let (ctrl, _platform, mut qp) = model_qpair(depth);
+            let ns = ctrl.namespaces().into_iter().next().unwrap();
+            let plan = WorkerPlan {
+                qd: 8,
+                time: Duration::from_secs(3600),
+                ios_limit: limit,
+                ..plan(Pattern::Randread, 100)
+            };
+            let r = run(&mut qp, &ns, buffers(&ctrl, 8), &plan, &clock, None).unwrap();
+            assert_eq!(r.reads, limit, "limit {limit} depth {depth}");
+            assert!(r.ended_early && !r.stopped);
+            assert_eq!(r.latency.len(), limit);
+            let t = r.transport;
+            assert_eq!((t.submitted, t.completions), (limit, limit), "{t:?}");
+            assert_eq!(t.queued > 0, depth == 4, "{t:?}");
+            assert!(t.polls > t.idle_polls);
+            let d = t
+                .doorbells
+                .expect("tools builds the driver with doorbell-stats");
+            // One SQ update per batch at most, at least one in all; with shadow doorbells
+            // (the model offers them) each update goes to the shadow, and MMIO only when the
+            // EventIdx asks.
+            let (sq, cq) = if qp.uses_shadow_doorbells() {
+                assert!(
+                    d.sq_mmio <= d.sq_shadow && d.cq_mmio <= d.cq_shadow,
+                    "{d:?}"
+                );
+                (d.sq_shadow, d.cq_shadow)
+            } else {
+                assert_eq!((d.sq_shadow, d.cq_shadow), (0, 0));
+                (d.sq_mmio, d.cq_mmio)
+            };
+            assert!(
+                (1..=limit).contains(&sq) && (1..=limit).contains(&cq),
+                "{d:?}"
+            );
+            assert!(r.measured_units < clock.units(3_600_000_000_000));
+        }
+    }
+
+    #[test]
+    fn failures_end_the_run_unless_continue_on_error() {
+        let clock = Clock::start(super::super::clock::ClockKind::Instant);
+        for continue_on_error in [false, true] {
+            let (ctrl, platform, mut qp) = model_qpair(17);
+            let ns = ctrl.namespace(2).unwrap();
+            // Every I/O to a detached namespace fails (Invalid Namespace or Format).
+            platform.detach_namespace(2).unwrap();
+            let plan = WorkerPlan {
+                qd: 4,
+                time: Duration::from_secs(3600),
+                ios_limit: 500,
+                continue_on_error,
+                ..plan(Pattern::Randread, 100)
+            };
+            let r = run(&mut qp, &ns, buffers(&ctrl, 4), &plan, &clock, None).unwrap();
+            assert!(r.first_error.is_some());
+            if continue_on_error {
+                assert_eq!(r.errors, 500, "{r:?}");
+            } else {
+                // The first failure stops new submissions: only the first queue depth's worth.
+                assert!((1..=4).contains(&r.errors), "{}", r.errors);
+                assert_eq!(r.transport.submitted, 4);
+            }
+            assert_eq!(qp.outstanding(), 0);
+        }
+    }
+
+    #[test]
+    fn zipf_offsets_concentrate_on_few_lbas() {
+        let p = WorkerPlan {
+            zipf: Some(1.2),
+            ..plan(Pattern::Randread, 100)
+        };
+        let blocks = 100_000;
+        let mut o = Offsets::new(&p, blocks, 1);
+        let mut counts = vec![0u32; blocks as usize];
+        let draws = 200_000;
+        for _ in 0..draws {
+            let (lba, _) = o.next_io();
+            counts[lba as usize] += 1;
+        }
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        let hot: u32 = counts[..(blocks as usize / 10)].iter().sum();
+        assert!(
+            f64::from(hot) > 0.5 * draws as f64,
+            "the hottest 10% of LBAs got {hot} of {draws}"
+        );
+        // Uniform offsets: the hottest tenth gets about its share.
+        let mut o = Offsets::new(&plan(Pattern::Randread, 100), blocks, 1);
+        let mut counts = vec![0u32; blocks as usize];
+        for _ in 0..draws {
+            counts[o.next_io().0 as usize] += 1;
+        }
+        counts.sort_unstable_by(|a, b| b.cmp(a));
+        let hot: u32 = counts[..(blocks as usize / 10)].iter().sum();
+        assert!(f64::from(hot) < 0.3 * draws as f64, "{hot}");
     }
 }
