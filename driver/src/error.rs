@@ -187,6 +187,23 @@ pub enum SubmitErrorKind {
         /// Its state.
         state: NamespaceState,
     },
+    /// The namespace's LBA format has metadata or protection information, which vfnvme does not
+    /// transfer: the command would move the wrong number of bytes, or metadata to address 0.
+    #[error("namespace {nsid} is formatted with {metadata}: vfnvme does not transfer metadata or protection information, so I/O to it is refused (nothing was sent to the device); reformat the namespace to an LBA format without metadata (`vfnvme format BDF --nsid {nsid} --yes`, BDF being the controller's PCI address; this erases its data), or use another namespace")]
+    MetadataUnsupported {
+        /// The namespace.
+        nsid: u32,
+        /// The format's metadata.
+        metadata: crate::namespace::MetadataFormat,
+    },
+    /// The controller does not support this optional command (or must not be sent it).
+    #[error("the controller does not support {}: {}", .command.name(), .command.reason(*.quirk))]
+    CommandUnsupported {
+        /// The command.
+        command: OptionalCommand,
+        /// Refused for a known defect of the controller model (`crate::quirks`), not for ONCS.
+        quirk: bool,
+    },
     /// Too many (or zero) Dataset Management ranges.
     #[error("{count} deallocate ranges given: pass between 1 and 256")]
     BadRangeCount {
@@ -196,6 +213,33 @@ pub enum SubmitErrorKind {
     /// A PRP could not be built.
     #[error(transparent)]
     Prp(#[from] crate::queue::prp::PrpError),
+}
+
+/// An optional NVM command a controller may lack (Identify Controller ONCS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptionalCommand {
+    /// Write Zeroes (ONCS bit 3).
+    WriteZeroes,
+    /// Dataset Management, used for deallocate (ONCS bit 2).
+    DatasetManagement,
+}
+
+impl OptionalCommand {
+    /// The command's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            OptionalCommand::WriteZeroes => "Write Zeroes",
+            OptionalCommand::DatasetManagement => "Dataset Management (deallocate)",
+        }
+    }
+    /// Why it is refused and what to do instead.
+    pub fn reason(self, quirk: bool) -> &'static str {
+        match (self, quirk) {
+            (OptionalCommand::WriteZeroes, true) => "a known defect of this controller model (quirk disable-write-zeroes); write a zero-filled buffer instead",
+            (OptionalCommand::WriteZeroes, false) => "Identify Controller ONCS bit 3 is clear; write a zero-filled buffer instead",
+            (OptionalCommand::DatasetManagement, _) => "Identify Controller ONCS bit 2 is clear; the blocks cannot be deallocated, overwrite them if needed",
+        }
+    }
 }
 
 /// A submission error that hands the I/O's buffer back.

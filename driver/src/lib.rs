@@ -6,6 +6,7 @@
 //! - [`queue`]: rings, trackers, PRPs, doorbells and the [`QueuePair`] I/O API;
 //! - [`controller`]: bring-up, admin commands, queue pair creation, shutdown;
 //! - [`namespace`]: namespaces and their state;
+//! - [`quirks`]: the table of known controller defects, keyed by PCI ID;
 //! - [`model`]: an in-memory NVMe controller for tests and benchmarks.
 
 #![warn(missing_docs)]
@@ -16,6 +17,7 @@ pub mod model;
 pub mod namespace;
 pub mod platform;
 pub mod queue;
+pub mod quirks;
 pub mod spec;
 pub mod vfio_platform;
 

@@ -113,4 +113,10 @@ pub trait Platform: Send + Sync + 'static {
 
     /// A short name for messages, e.g. the PCI address.
     fn name(&self) -> String;
+
+    /// The controller's PCI vendor and device ID, when the platform knows them: they select
+    /// the controller's entry in [`crate::quirks::QUIRK_TABLE`].
+    fn pci_id(&self) -> Option<(u16, u16)> {
+        None
+    }
 }

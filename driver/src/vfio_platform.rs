@@ -112,6 +112,12 @@ impl Platform for VfioPlatform {
     fn name(&self) -> String {
         self.name.clone()
     }
+
+    fn pci_id(&self) -> Option<(u16, u16)> {
+        let vendor = self.device.config_read16(0).ok()?;
+        let device = self.device.config_read16(2).ok()?;
+        Some((vendor, device))
+    }
 }
 
 #[cfg(test)]

@@ -166,3 +166,55 @@ fn firmware_download_commit_and_activate() {
         ctrl.identify().identify.fr
     );
 }
+
+/// Format NVM to the formats with metadata a namespace offers (2: 512 B, 3: 4 KiB, with MSET and
+/// PI), and back: the driver reports them and refuses I/O until a format without metadata.
+#[test]
+fn format_to_and_from_metadata_formats() {
+    use vfnvme::model::ModelMetadata;
+    let platform = ModelPlatform::new(ModelConfig {
+        namespaces: vec![ModelNamespaceConfig {
+            nsid: 1,
+            blocks: 1 << 12,
+            lba_size: 512,
+            backing: Backing::Ram,
+        }],
+        namespace_metadata: vec![(
+            1,
+            ModelMetadata {
+                ms: 8,
+                extended: true,
+                pi: 0,
+            },
+        )],
+        ..ModelConfig::default()
+    })
+    .unwrap();
+    let ctrl = Controller::new(platform, ControllerOptions::default()).unwrap();
+    assert!(ctrl.namespace(1).unwrap().io_refused());
+    let fmt = |lbaf: u8, mset: bool, pi: u32| {
+        let mut c = AdminCommand::format_nvm(1, lbaf, 0);
+        c.cdw10 |= u32::from(mset) << 4 | pi << 5;
+        ctrl.admin(c)
+    };
+    // 4 KiB + 8 B separate, PI type 1: reported as such, I/O refused.
+    fmt(3, false, 1).unwrap();
+    ctrl.rescan().unwrap();
+    let ns = ctrl.namespace(1).unwrap();
+    let md = ns.identity().metadata_format();
+    assert_eq!(
+        (ns.lba_size(), md.size, md.extended, md.protection_type),
+        (4096, 8, false, 1)
+    );
+    assert_eq!(ns.blocks(), (1 << 12) / 8, "the size in data bytes is kept");
+    assert!(ns.io_refused());
+    // PI 4 and PI on a format without metadata don't exist.
+    assert!(matches!(fmt(2, true, 4), Err(Error::AdminFailed { .. })));
+    assert!(matches!(fmt(0, false, 1), Err(Error::AdminFailed { .. })));
+    // Back to 512 B without metadata: usable.
+    fmt(0, false, 0).unwrap();
+    ctrl.rescan().unwrap();
+    let ns = ctrl.namespace(1).unwrap();
+    assert!(!ns.io_refused() && ns.lba_size() == 512);
+    assert_eq!(first_byte(&ctrl), 0);
+}

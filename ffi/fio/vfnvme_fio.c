@@ -356,6 +356,20 @@ static int vf_attach_files(struct thread_data *td)
 			ret = 1;
 			break;
 		}
+		if (!info.io_supported) {
+			/* Refused here, before fio starts: the driver would refuse every I/O anyway. */
+			log_err("vfnvme: %s: namespace %u is formatted with %u B of metadata per block "
+				"(%s%s): vfnvme does not transfer metadata or protection information, "
+				"so I/O to it is refused; reformat it to an LBA format without metadata "
+				"(vfnvme format %s --nsid %u --yes; erases its data) or use another "
+				"namespace\n",
+				f->file_name, t.nsid, info.metadata_size,
+				info.metadata_extended ? "extended LBA" : "separate buffer",
+				info.protection_type ? ", protection information" : "",
+				t.model ? "--model" : t.traddr, t.nsid);
+			ret = 1;
+			break;
+		}
 		struct vf_file *vf = vf_nfiles < 4096 ? calloc(1, sizeof(*vf)) : NULL;
 		if (!vf) {
 			log_err("vfnvme: too many files\n");

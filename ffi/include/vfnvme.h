@@ -127,6 +127,18 @@ struct vfnvme_ns_info {
   uint32_t lba_size;
   // Size in logical blocks.
   uint64_t blocks;
+  // Metadata bytes per block of the namespace's LBA format (0: none).
+  uint16_t metadata_size;
+  // End-to-end protection information type in use (0: none, 1..3: type 1..3).
+  uint8_t protection_type;
+  // The metadata travels at the end of each block in the data buffer (extended LBA) rather
+  // than in a separate buffer.
+  bool metadata_extended;
+  // Whether vfnvme does I/O on this namespace. False when its format has metadata or
+  // protection information (not supported yet): every submission then fails with
+  // VFNVME_ERR_UNSUPPORTED before anything reaches the device; reformat the namespace to an
+  // LBA format without metadata to use it.
+  bool io_supported;
 };
 
 // One namespace change, as `vfnvme_ctrl_next_event` reports it.

@@ -114,7 +114,9 @@ fn lists_namespaces_and_info() {
             NsInfo {
                 nsid: 1,
                 lba_size: 512,
-                blocks: 2048
+                blocks: 2048,
+                io_supported: true,
+                ..NsInfo::default()
             }
         );
         assert_eq!(ns[1].nsid, 2);

@@ -170,6 +170,10 @@ fn info(ns: &nvme::namespace::Namespace) -> NsInfo {
         nsid: ns.nsid(),
         lba_size: ns.lba_size(),
         blocks: ns.blocks(),
+        metadata_size: ns.identity().metadata_size,
+        protection_type: ns.identity().protection_type,
+        metadata_extended: ns.identity().metadata_extended,
+        io_supported: !ns.io_refused(),
     }
 }
 

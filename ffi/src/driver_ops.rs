@@ -35,6 +35,8 @@ fn status_of_submit(k: &SubmitErrorKind) -> Status {
         SubmitErrorKind::QueueFull { .. } => Status::VfnvmeErrQueueFull,
         SubmitErrorKind::LbaOutOfRange { .. } => Status::VfnvmeErrOutOfRange,
         SubmitErrorKind::NamespaceNotActive { .. } => Status::VfnvmeErrNotFound,
+        SubmitErrorKind::MetadataUnsupported { .. }
+        | SubmitErrorKind::CommandUnsupported { .. } => Status::VfnvmeErrUnsupported,
         SubmitErrorKind::BufferTooSmall { .. } | SubmitErrorKind::Prp(_) => {
             Status::VfnvmeErrBadBuffer
         }

@@ -60,6 +60,18 @@ pub struct NsInfo {
     pub lba_size: u32,
     /// Size in logical blocks.
     pub blocks: u64,
+    /// Metadata bytes per block of the namespace's LBA format (0: none).
+    pub metadata_size: u16,
+    /// End-to-end protection information type in use (0: none, 1..3: type 1..3).
+    pub protection_type: u8,
+    /// The metadata travels at the end of each block in the data buffer (extended LBA) rather
+    /// than in a separate buffer.
+    pub metadata_extended: bool,
+    /// Whether vfnvme does I/O on this namespace. False when its format has metadata or
+    /// protection information (not supported yet): every submission then fails with
+    /// VFNVME_ERR_UNSUPPORTED before anything reaches the device; reformat the namespace to an
+    /// LBA format without metadata to use it.
+    pub io_supported: bool,
 }
 
 /// What happened to a namespace.

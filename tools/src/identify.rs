@@ -61,6 +61,10 @@ pub fn describe<P: Platform>(ctrl: &Controller<P>, nsid: Option<u32>) -> Result<
                 "lba_size": ns.lba_size(),
                 "size_bytes": ns.size_bytes(),
                 "metadata_size": ident.metadata_size,
+                "metadata_extended": ident.metadata_extended,
+                "protection_type": ident.protection_type,
+                "metadata": ident.metadata_format().to_string(),
+                "io_supported": !ns.io_refused(),
                 "eui64": hex_id(&ident.eui64),
                 "nguid": hex_id(&ident.nguid),
                 "uuid": hex_id(&ident.uuid),
@@ -138,16 +142,22 @@ pub fn text(v: &Value) -> String {
         };
         let bytes = ns["size_bytes"].as_u64().unwrap_or(0);
         out.push_str(&format!(
-            "  ns {}: {} blocks x {} B = {:.2} GiB ({} bytes), metadata {}  eui64 {}  nguid {}\n",
+            "  ns {}: {} blocks x {} B = {:.2} GiB ({} bytes), {}  eui64 {}  nguid {}\n",
             f("nsid"),
             f("blocks"),
             f("lba_size"),
             bytes as f64 / (1u64 << 30) as f64,
             bytes,
-            f("metadata_size"),
+            f("metadata"),
             f("eui64"),
             f("nguid"),
         ));
+        if ns["io_supported"] == Value::Bool(false) {
+            out.push_str(&format!(
+                "    I/O refused: vfnvme does not transfer metadata; reformat to an LBA format without metadata (`{}`, erases the data)\n",
+                crate::admin::reformat_command(&s("device"), f("nsid"))
+            ));
+        }
     }
     out
 }

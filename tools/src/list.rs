@@ -57,6 +57,8 @@ fn kernel_view(paths: &SysPaths, addr: &PciAddress, v: &mut Value) {
             "size_bytes": sectors.map(|s| s * 512),
             "lba_size": lba,
             "metadata_size": null,
+            "metadata": null,
+            "io_refused": null,
             "driven_by": format!("kernel nvme: /dev/{}", d.name),
         }));
     }
@@ -91,15 +93,26 @@ pub fn collect() -> Result<Vec<Value>> {
                     v["serial"] = json!(info.serial());
                     v["model"] = json!(info.model());
                     v["subnqn"] = json!(info.identify.subnqn);
+                    let device = addr.to_string();
                     let ns: Vec<Value> = ctrl
                         .namespaces()
                         .iter()
                         .map(|n| {
+                            let md = n.identity().metadata_format();
+                            // A format with metadata: listed, but vfnvme refuses I/O to it.
+                            let refused = n.io_refused().then(|| {
+                                format!(
+                                    "formatted with {md}, which vfnvme does not transfer; reformat with `{}` (erases its data)",
+                                    crate::admin::reformat_command(&device, n.nsid())
+                                )
+                            });
                             json!({
                                 "nsid": n.nsid(),
                                 "size_bytes": n.size_bytes(),
                                 "lba_size": n.lba_size(),
                                 "metadata_size": n.identity().metadata_size,
+                                "metadata": md.short(),
+                                "io_refused": refused,
                                 "driven_by": "vfnvme (vfio-pci)",
                             })
                         })
@@ -184,8 +197,17 @@ pub fn table(list: &[Value]) -> String {
                     (Some(l), None) => format!("{l} B"),
                     _ => "-".to_string(),
                 };
+                // I/O refused for the format's metadata: say so, and how to reformat.
+                let refused = match (&ns["io_refused"], &ns["nsid"]) {
+                    (Value::String(_), nsid) => format!(
+                        "; no I/O: metadata {}; reformat with {}",
+                        s(&ns["metadata"]),
+                        crate::admin::reformat_command(&s(&d["address"]), s(nsid))
+                    ),
+                    _ => String::new(),
+                };
                 out.push_str(&format!(
-                    "    ns {:<4} {:>11}  LBA {:<22} {}\n",
+                    "    ns {:<4} {:>11}  LBA {:<22} {}{refused}\n",
                     s(&ns["nsid"]),
                     size,
                     format,
@@ -256,6 +278,29 @@ mod tests {
         assert!(lines[9].starts_with("subsystem (subsystem unknown"), "{t}");
         assert!(lines[11].contains("could not open: busy"), "{t}");
         assert!(table(&[]).contains("no NVMe controllers"));
+        let ns_md = |nsid: u32, md: &str, refused: bool| {
+            json!({"nsid": nsid, "size_bytes": 16u64 << 20,
+            "lba_size": 512, "metadata_size": 8, "metadata": md,
+            "io_refused": if refused { json!("formatted with 8 B metadata per block") } else { Value::Null },
+            "driven_by": "vfnvme (vfio-pci)"})
+        };
+        let md = vec![
+            json!({"address": "0000:00:10.0", "vendor": "1b36", "device": "0010",
+            "driver": "vfio-pci", "subnqn": "nqn.x", "serial": "S1", "model": "M",
+            "namespaces": [ns(1, 16 << 20, 512, "vfnvme (vfio-pci)"), ns_md(2, "8 ext", true)],
+            "error": null}),
+        ];
+        let t = table(&md);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(!lines[2].contains("no I/O"), "{t}");
+        assert!(
+            lines[3].contains("ns 2")
+                && lines[3].contains("LBA 512 B + 8 B metadata")
+                && lines[3].ends_with(
+                    "vfnvme (vfio-pci); no I/O: metadata 8 ext; reformat with vfnvme format 0000:00:10.0 --nsid 2 --yes"
+                ),
+            "{t}"
+        );
     }
 
     #[test]

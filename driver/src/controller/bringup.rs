@@ -7,6 +7,7 @@ use crate::error::Error;
 use crate::platform::{Platform, RegisterIo};
 use crate::queue::prp;
 use crate::queue::ring::ShadowBuffers;
+use crate::quirks::{self, Quirks, CHK_RDY_DELAY_NS};
 use crate::spec::features::NumberOfQueues;
 use crate::spec::identify::IdentifyController;
 use crate::spec::registers::{aqa, Cap, Cc, Csts, Version, ACQ, AQA, ASQ, CAP, CC, CSTS, VS};
@@ -53,12 +54,25 @@ fn csts_error(csts: Csts, waited_ms: u64, ready: bool) -> Error {
     }
 }
 
+/// After a CC.EN write: the delay some controllers need before CSTS.RDY may be read
+/// ([`Quirks::DELAY_BEFORE_CHK_RDY`]).
+fn quirk_delay<P: Platform>(platform: &P, quirks: Quirks) {
+    if !quirks.contains(Quirks::DELAY_BEFORE_CHK_RDY) {
+        return;
+    }
+    let start = platform.now_ns();
+    while platform.now_ns().saturating_sub(start) < CHK_RDY_DELAY_NS {
+        platform.relax();
+    }
+}
+
 /// Step 1: CC.EN = 0 and wait for CSTS.RDY = 0.
-pub(super) fn disable<P: Platform>(platform: &P, cap: Cap) -> Result<(), Error> {
+pub(super) fn disable<P: Platform>(platform: &P, cap: Cap, quirks: Quirks) -> Result<(), Error> {
     let regs = platform.regs();
     let cc = Cc(regs.read32(CC));
     if cc.en() {
         regs.write32(CC, cc.with_en(false).0);
+        quirk_delay(platform, quirks);
     }
     wait_csts(platform, cap, |c| !c.rdy() && !c.is_all_ones(), false)
         .map_err(|(c, ms)| csts_error(c, ms, false))
@@ -74,7 +88,7 @@ pub(super) fn program_admin_queue<P: Platform>(platform: &P, admin: &AdminQueue)
 }
 
 /// Step 3: enable with 64-byte SQEs, 16-byte CQEs, 4 KiB pages, NVM command set; wait RDY.
-pub(super) fn enable<P: Platform>(platform: &P, cap: Cap) -> Result<(), Error> {
+pub(super) fn enable<P: Platform>(platform: &P, cap: Cap, quirks: Quirks) -> Result<(), Error> {
     let cc = Cc(0)
         .with_css(0)
         .with_mps(0)
@@ -82,6 +96,7 @@ pub(super) fn enable<P: Platform>(platform: &P, cap: Cap) -> Result<(), Error> {
         .with_iocqes(4)
         .with_en(true);
     platform.regs().write32(CC, cc.0);
+    quirk_delay(platform, quirks);
     wait_csts(platform, cap, |c| c.rdy() && !c.is_all_ones(), true)
         .map_err(|(c, ms)| csts_error(c, ms, true))
 }
@@ -148,7 +163,21 @@ pub(crate) fn bring_up<P: Platform>(
             what: "4 KiB memory pages (CAP.MPSMIN > 0)",
         });
     }
-    disable(&*platform, cap)?;
+    let quirks = platform
+        .pci_id()
+        .map_or(Quirks::NONE, |(v, d)| quirks::lookup(v, d));
+    if let Some(e) = platform.pci_id().and_then(|(v, d)| quirks::entry(v, d)) {
+        log::info!(
+            "{}: {:04x}:{:04x} ({}) has known quirks: {} (source: {})",
+            platform.name(),
+            e.vendor,
+            e.device,
+            e.product,
+            e.quirks,
+            e.source
+        );
+    }
+    disable(&*platform, cap, quirks)?;
     let admin_depth = (options.admin_depth as u32)
         .min(cap.max_queue_entries())
         .max(2) as u16;
@@ -161,8 +190,9 @@ pub(crate) fn bring_up<P: Platform>(
         cap,
         admin,
         options.admin_timeout_ms.saturating_mul(1_000_000),
+        quirks,
     );
-    enable(&*platform, cap)?;
+    enable(&*platform, cap, quirks)?;
     let identify = identify_controller(&shared)?;
     let pairs = number_of_queues(&shared, options.io_queues)?;
     shared
@@ -186,6 +216,7 @@ pub(crate) fn bring_up<P: Platform>(
         io_queue_pairs: pairs,
         max_queue_depth: cap.max_queue_entries(),
         shadow_doorbells: shared.shadow.is_some(),
+        quirks,
     };
     Ok((shared, info))
 }

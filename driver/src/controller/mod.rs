@@ -66,6 +66,8 @@ pub struct ControllerInfo {
     pub max_queue_depth: u32,
     /// Whether shadow doorbells are enabled.
     pub shadow_doorbells: bool,
+    /// Known defects of this controller model ([`crate::quirks`]), from its PCI ID.
+    pub quirks: crate::quirks::Quirks,
 }
 
 impl ControllerInfo {
@@ -133,7 +135,7 @@ impl<P: Platform> Controller<P> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .slots();
-        let pages = ScanPages::new(shared.platform.dma(), slots)?;
+        let pages = ScanPages::new(shared.platform.dma(), slots, info.quirks)?;
         // AERL + 1 AERs, but never more than a quarter of the admin slots (at least one), so
         // that small admin queues keep their pipelining capacity.
         let aer_target = (usize::from(info.identify.aerl) + 1).min((slots / 4).max(1));

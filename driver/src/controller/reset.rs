@@ -34,7 +34,7 @@ impl<P: Platform> Controller<P> {
         let platform = &*shared.platform;
         {
             let mut admin = shared.admin.lock().unwrap_or_else(|e| e.into_inner());
-            bringup::disable(platform, shared.cap)?;
+            bringup::disable(platform, shared.cap, self.info.quirks)?;
             // The controller is disabled: it no longer reads or writes the old rings, nor the
             // memory parked with timed-out commands, which goes with the old queue.
             let fresh = AdminQueue::new(
@@ -45,7 +45,7 @@ impl<P: Platform> Controller<P> {
             )?;
             bringup::program_admin_queue(platform, &fresh);
             *admin = fresh;
-            bringup::enable(platform, shared.cap)?;
+            bringup::enable(platform, shared.cap, self.info.quirks)?;
         }
         let granted = bringup::number_of_queues(shared, queues.in_use.len() as u16)?;
         queues.in_use.truncate(usize::from(granted));

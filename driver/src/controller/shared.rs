@@ -40,11 +40,19 @@ pub(crate) struct Shared<P: Platform> {
     pub shadow: Option<Arc<ShadowBuffers>>,
     /// [`LIVE`], [`DISABLED`] or [`STUCK`].
     pub device: AtomicU8,
+    /// The controller's quirks (delays around CC.EN), for disabling it from here.
+    pub quirks: crate::quirks::Quirks,
 }
 
 impl<P: Platform> Shared<P> {
     /// Shared state over the admin queue `admin`, programmed and (about to be) enabled.
-    pub fn new(platform: Arc<P>, cap: Cap, admin: AdminQueue, admin_timeout_ns: u64) -> Self {
+    pub fn new(
+        platform: Arc<P>,
+        cap: Cap,
+        admin: AdminQueue,
+        admin_timeout_ns: u64,
+        quirks: crate::quirks::Quirks,
+    ) -> Self {
         Shared {
             platform,
             cap,
@@ -56,6 +64,7 @@ impl<P: Platform> Shared<P> {
             }),
             shadow: None,
             device: AtomicU8::new(LIVE),
+            quirks,
         }
     }
 
@@ -79,7 +88,7 @@ impl<P: Platform> Shared<P> {
         if self.device.load(Ordering::Acquire) != LIVE {
             return self.device.load(Ordering::Acquire) == DISABLED;
         }
-        match super::bringup::disable(&*self.platform, self.cap) {
+        match super::bringup::disable(&*self.platform, self.cap, self.quirks) {
             Ok(()) => {
                 self.device.store(DISABLED, Ordering::Release);
                 admin.release_parked();

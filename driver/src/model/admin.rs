@@ -27,6 +27,7 @@ pub(crate) mod op {
     pub const NS_MANAGEMENT: u8 = 0x0D;
     pub const NS_ATTACHMENT: u8 = 0x15;
     pub const DOORBELL_BUFFER_CONFIG: u8 = 0x7C;
+    pub const FORMAT_NVM: u8 = 0x80;
     /// Vendor-specific (controller to host), see [`super::VENDOR_FILL_OPCODE`].
     pub const VENDOR_FILL: u8 = 0xC2;
     /// Vendor-specific, see [`super::VENDOR_HOLD_OPCODE`].
@@ -68,12 +69,14 @@ pub(crate) fn execute(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Option<Outco
         }
         op::NS_ATTACHMENT => ns_attachment(core, c, sqe),
         op::NS_MANAGEMENT => ns_management(core, c, sqe),
-        op::DOORBELL_BUFFER_CONFIG if core.cfg.shadow_doorbells => {
+        op::DOORBELL_BUFFER_CONFIG
+            if core.cfg.shadow_doorbells && core.cfg.version >= 0x0001_0300 =>
+        {
             doorbell_buffer_config(core, sqe)
         }
         0x10 => maint::firmware_commit(c, sqe),
         0x11 => maint::firmware_download(core, c, sqe),
-        0x80 => maint::format_nvm(core, c, sqe),
+        op::FORMAT_NVM => maint::format_nvm(core, c, sqe),
         0x84 => maint::sanitize(core, c, sqe),
         op::VENDOR_FILL => vendor_fill(core, c, sqe),
         op::VENDOR_HOLD => return None,

@@ -4,14 +4,15 @@
 //! Firmware: slot 1 holds the configured revision and is read-only; slot 2 is writable. An
 //! image's revision is its first 8 bytes (ASCII, not all blank); any other image is invalid.
 //! Format and Sanitize erase by replacing the namespace with an empty one of the same size in
-//! bytes (Format NVM with the new LBA format: 0 = 512 B, 1 = 4 KiB; no protection information).
+//! bytes (Format NVM with the new LBA format: 0 = 512 B, 1 = 4 KiB, 2 = 512 B and 3 = 4 KiB with
+//! the namespace's metadata, if it offers any; Sanitize keeps the format).
 
-use super::config::{Backing, ModelNamespaceConfig};
+use super::admin_namespaces::reformat;
+use super::config::ModelMetadata;
 use super::core::{Core, CtrlState};
 use super::namespaces::ModelNamespace;
 use super::prp;
 use super::sqe::{Outcome, Sqe, Status};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Firmware Commit "Invalid Firmware Slot" (command specific 06h).
@@ -138,54 +139,64 @@ pub(super) fn sanitize_log(c: &CtrlState) -> Vec<u8> {
     b
 }
 
-/// Replaces namespace `ns` with an empty one of the same size in bytes and LBA size `lba_size`.
-fn erase(core: &Core, c: &mut CtrlState, ns: &ModelNamespace, lba_size: u32) {
-    let bytes = ns.blocks() << ns.lba_shift;
-    let cfg = ModelNamespaceConfig {
-        nsid: ns.nsid,
-        blocks: bytes / u64::from(lba_size),
-        lba_size,
-        backing: if ns.store.is_some() {
-            Backing::Ram
-        } else {
-            Backing::Null
-        },
-    };
-    let fresh = ModelNamespace::new(&cfg, core.cfg.seed);
-    let attached = ns.is_attached();
-    fresh.attached.store(attached, Ordering::Release);
-    core.ns_write(|t| t.insert(ns.nsid, Arc::new(fresh)));
-    if attached {
-        core.ns_changed(c, ns.nsid);
+/// The LBA format `lbaf` with metadata settings `mset` / `pi` on namespace `ns`: its block size
+/// and metadata, or `None` if the namespace doesn't offer it. Formats 0 (512 B) and 1 (4 KiB)
+/// have no metadata; 2 (512 B) and 3 (4 KiB) carry the namespace's offered metadata size
+/// (if any), extended (MSET) or separate, with protection information type `pi` (1..=3 needs at
+/// least 8 metadata bytes).
+fn target_format(
+    ns: &ModelNamespace,
+    lbaf: u32,
+    mset: bool,
+    pi: u8,
+) -> Option<(u32, Option<ModelMetadata>)> {
+    let lba_size = if lbaf & 1 == 0 { 512 } else { 4096 };
+    match lbaf {
+        0 | 1 if pi == 0 => Some((lba_size, None)),
+        2 | 3 if ns.offered_ms != 0 && pi <= 3 && (pi == 0 || ns.offered_ms >= 8) => Some((
+            lba_size,
+            Some(ModelMetadata {
+                ms: ns.offered_ms,
+                extended: mset,
+                pi,
+            }),
+        )),
+        _ => None,
     }
 }
 
+/// Format NVM (80h) of one namespace, or of every attached one (NSID FFFFFFFFh): the LBA
+/// format of [`target_format`], Secure Erase Settings 0..=2 (every format erases). Each target
+/// is checked before any is erased.
 pub(super) fn format_nvm(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
     let cdw10 = sqe.cdw(10);
     let lbaf = (cdw10 & 0xf) | ((cdw10 >> 12) & 3) << 4;
-    let (pi, ses) = ((cdw10 >> 5) & 7, (cdw10 >> 9) & 7);
+    let mset = cdw10 & (1 << 4) != 0;
+    let (pi, ses) = (((cdw10 >> 5) & 7) as u8, (cdw10 >> 9) & 7);
     if ses > 2 {
         return Status::INVALID_FIELD.into();
     }
-    let lba_size = match (lbaf, pi) {
-        (0, 0) => 512,
-        (1, 0) => 4096,
-        _ => return Status::INVALID_FORMAT.into(),
-    };
     let nsid = sqe.nsid();
-    let targets: Vec<_> = {
+    let targets: Vec<Arc<ModelNamespace>> = if nsid == u32::MAX {
         let t = core.ns_read();
-        if nsid == u32::MAX {
-            t.values().cloned().collect()
-        } else {
-            t.get(&nsid).cloned().into_iter().collect()
+        t.values().filter(|ns| ns.is_attached()).cloned().collect()
+    } else {
+        match core.active_ns(nsid) {
+            Some(ns) => vec![ns],
+            None => return Status::INVALID_NAMESPACE.into(),
         }
     };
-    if targets.is_empty() && nsid != u32::MAX {
-        return Status::INVALID_NAMESPACE.into();
+    let mut plans = Vec::with_capacity(targets.len());
+    for ns in &targets {
+        match target_format(ns, lbaf, mset, pi) {
+            Some(plan) => plans.push((ns.nsid, plan)),
+            None => return Status::INVALID_FORMAT.into(),
+        }
     }
-    for ns in targets {
-        erase(core, c, &ns, lba_size);
+    for (nsid, (lba_size, metadata)) in plans {
+        if reformat(core, c, nsid, lba_size, metadata).is_err() {
+            return Status::INVALID_FORMAT.into();
+        }
     }
     Outcome::ok(0)
 }
@@ -198,7 +209,8 @@ pub(super) fn sanitize(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
     }
     let all: Vec<_> = core.ns_read().values().cloned().collect();
     for ns in all {
-        erase(core, c, &ns, 1 << ns.lba_shift);
+        // Same format, data erased: the size in bytes and block size are those it had.
+        let _ = reformat(core, c, ns.nsid, 1 << ns.lba_shift, ns.metadata);
     }
     c.maintenance.sanitized += 1;
     Outcome::ok(0)

@@ -1,6 +1,8 @@
 //! Namespace Attachment and Namespace Management admin commands.
 
-use super::config::{validate_namespace, Backing, ModelNamespaceConfig, MAX_NAMESPACES};
+use super::config::{
+    validate_namespace, Backing, ModelError, ModelMetadata, ModelNamespaceConfig, MAX_NAMESPACES,
+};
 use super::core::{Core, CtrlState};
 use super::namespaces::ModelNamespace;
 use super::prp;
@@ -109,4 +111,42 @@ pub(super) fn ns_management(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcom
         }
         _ => Status::INVALID_FIELD.into(),
     }
+}
+
+/// Replaces namespace `nsid` by a freshly formatted one: `lba_size` bytes per block with
+/// `metadata` or without, data erased, size in data bytes kept (in whole blocks), attached or
+/// not as before; raises a namespace change event if it is attached.
+pub(super) fn reformat(
+    core: &Core,
+    c: &mut CtrlState,
+    nsid: u32,
+    lba_size: u32,
+    metadata: Option<ModelMetadata>,
+) -> Result<(), ModelError> {
+    let old = core
+        .ns_read()
+        .get(&nsid)
+        .cloned()
+        .ok_or(ModelError::NoSuchNamespace { nsid })?;
+    let cfg = ModelNamespaceConfig {
+        nsid,
+        blocks: (old.blocks() << old.lba_shift) / u64::from(lba_size),
+        lba_size,
+        backing: if old.store.is_some() {
+            Backing::Ram
+        } else {
+            Backing::Null
+        },
+    };
+    validate_namespace(&cfg, core.nn)?;
+    let new = ModelNamespace::new(&cfg, core.cfg.seed)
+        .offering(old.offered_ms)
+        .with_metadata(metadata);
+    let attached = old.is_attached();
+    new.attached.store(attached, Ordering::Release);
+    core.ns_write(|table| table.insert(nsid, Arc::new(new)));
+    if attached {
+        core.ns_changed(c, nsid);
+    }
+    Ok(())
 }

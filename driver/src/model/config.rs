@@ -39,6 +39,19 @@ pub struct Stall {
     pub completes: bool,
 }
 
+/// The metadata of a namespace's LBA format (the model's formats 2 and 3: 512 and 4096 bytes of
+/// data plus `ms` bytes of metadata per block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelMetadata {
+    /// Metadata bytes per block (LBAF.MS), 1..=128.
+    pub ms: u16,
+    /// Metadata at the end of each block in the data buffer (FLBAS bit 4, extended LBA);
+    /// otherwise in a separate buffer at the command's Metadata Pointer (MPTR).
+    pub extended: bool,
+    /// Protection information type (DPS bits 2:0): 0 = none, 1..=3 = type 1..3.
+    pub pi: u8,
+}
+
 /// Everything the model can be configured with.
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
@@ -82,6 +95,39 @@ pub struct ModelConfig {
     /// instead of NVM (0). Identify CNS 05h with that CSI answers for them (a zeroed page); the
     /// NVM Identify Namespace and I/O work as for any namespace.
     pub namespace_csi: Vec<(u32, u8)>,
+    /// (nsid, metadata) pairs: namespaces formatted with an LBA format that has metadata (and
+    /// maybe protection information). Reads and writes then move `ms` bytes per block more, in
+    /// the data buffer (extended) or at MPTR (separate), as a real controller does.
+    pub namespace_metadata: Vec<(u32, ModelMetadata)>,
+    /// PCI vendor ID (config space offset 0); with [`ModelConfig::pci_device_id`] it selects the
+    /// driver's quirks (`crate::quirks`). Default: QEMU's 1b36.
+    pub pci_vendor_id: u16,
+    /// PCI device ID (config space offset 2). Default: QEMU's 0010.
+    pub pci_device_id: u16,
+    /// Reads of CSTS within this much virtual time after a CC.EN change return CFS = 1 (a
+    /// controller that must not be polled too early; see `Quirks::DELAY_BEFORE_CHK_RDY`).
+    pub early_csts_read_fatal_ns: u64,
+    /// CAP.DSTRD: doorbells (and shadow doorbell entries) are `4 << dstrd` bytes apart (0..=8).
+    pub doorbell_stride: u8,
+    /// CAP.CQR: queues must be physically contiguous (vfnvme's always are).
+    pub contiguous_queues_required: bool,
+    /// CAP.MPSMIN: the smallest memory page size is `4096 << mpsmin`.
+    pub mpsmin: u8,
+    /// CAP.MPSMAX: the largest memory page size is `4096 << mpsmax` (≥ mpsmin, ≤ 15).
+    pub mpsmax: u8,
+    /// CAP.TO in 500 ms units (1..=255): how long the host waits for CSTS.RDY.
+    pub timeout_units: u8,
+    /// The NVMe version (VS register and Identify VER), e.g. `0x0001_0300` for 1.3. Older
+    /// versions lack commands: below 1.1 no Active Namespace ID list (CNS 02h); below 1.2 no
+    /// Namespace Attribute Notices; below 1.3 no descriptor list (CNS 03h) and no Doorbell
+    /// Buffer Config.
+    pub version: u32,
+    /// Optional NVM Command Support (ONCS): bit 2 Dataset Management, bit 3 Write Zeroes.
+    pub oncs: u16,
+    /// Identify VWC bit 0: a volatile write cache is present.
+    pub volatile_write_cache: bool,
+    /// Virtual time from CC.EN=0 until CSTS.RDY reads 0.
+    pub disable_delay_ns: u64,
     /// Serial number (at most 20 ASCII characters).
     pub serial: String,
     /// Model number (at most 40 ASCII characters).
@@ -124,6 +170,19 @@ impl Default for ModelConfig {
             cntlid: 1,
             legacy_identify: false,
             namespace_csi: Vec::new(),
+            namespace_metadata: Vec::new(),
+            pci_vendor_id: 0x1b36,
+            pci_device_id: 0x0010,
+            early_csts_read_fatal_ns: 0,
+            doorbell_stride: 0,
+            contiguous_queues_required: true,
+            mpsmin: 0,
+            mpsmax: 4,
+            timeout_units: 20,
+            version: 0x0002_0000,
+            oncs: 1 << 2 | 1 << 3,
+            volatile_write_cache: false,
+            disable_delay_ns: 0,
             serial: "MODEL0001".into(),
             model: "vfnvme model".into(),
             firmware: "1.0".into(),
@@ -201,6 +260,14 @@ pub enum ModelError {
 }
 
 impl ModelConfig {
+    /// The configured metadata format of namespace `nsid`, if any.
+    pub(crate) fn metadata_of(&self, nsid: u32) -> Option<ModelMetadata> {
+        self.namespace_metadata
+            .iter()
+            .find(|(n, _)| *n == nsid)
+            .map(|&(_, md)| md)
+    }
+
     /// The effective NN.
     pub(crate) fn effective_nn(&self) -> u32 {
         if self.nn != 0 {
@@ -243,12 +310,36 @@ impl ModelConfig {
                 hint: "use 0 (unlimited) ..= 20",
             });
         }
+        if self.doorbell_stride > 8 {
+            return Err(ModelError::BadLimit {
+                what: "doorbell_stride",
+                value: self.doorbell_stride.into(),
+                hint: "use 0..=8",
+            });
+        }
+        if self.mpsmin > self.mpsmax || self.mpsmax > 15 {
+            return Err(ModelError::BadLimit {
+                what: "mpsmin/mpsmax",
+                value: self.mpsmin.into(),
+                hint: "use mpsmin <= mpsmax <= 15",
+            });
+        }
+        if self.timeout_units == 0 {
+            return Err(ModelError::BadLimit {
+                what: "timeout_units",
+                value: 0,
+                hint: "use 1..=255 (units of 500 ms)",
+            });
+        }
         let nn = self.effective_nn();
         if nn == u32::MAX {
             return Err(ModelError::BadNsid {
                 nsid: nn,
                 nn: u32::MAX - 1,
             });
+        }
+        for &(_, md) in &self.namespace_metadata {
+            validate_metadata(md)?;
         }
         let mut seen = std::collections::HashSet::new();
         for ns in &self.namespaces {
@@ -259,6 +350,25 @@ impl ModelConfig {
         }
         Ok(())
     }
+}
+
+/// Checks a metadata format.
+pub(crate) fn validate_metadata(md: ModelMetadata) -> Result<(), ModelError> {
+    if !(1..=128).contains(&md.ms) {
+        return Err(ModelError::BadLimit {
+            what: "namespace_metadata ms",
+            value: md.ms.into(),
+            hint: "use 1..=128 metadata bytes per block",
+        });
+    }
+    if md.pi > 3 || (md.pi != 0 && md.ms < 8) {
+        return Err(ModelError::BadLimit {
+            what: "namespace_metadata pi",
+            value: md.pi.into(),
+            hint: "use 0..=3, and at least 8 metadata bytes with protection information",
+        });
+    }
+    Ok(())
 }
 
 /// Checks one namespace's configuration against NN.

@@ -35,6 +35,10 @@ pub(crate) struct CtrlState {
     /// CSTS.CFS from a bad enable.
     pub cfs: bool,
     pub ready_at: Option<u64>,
+    /// Virtual time of the last CC.EN change (for `early_csts_read_fatal_ns`).
+    pub en_changed_at: Option<u64>,
+    /// CSTS.RDY keeps reading 1 until then after CC.EN=0 (`disable_delay_ns`).
+    pub rdy_clear_at: Option<u64>,
     pub shutdown_at: Option<u64>,
     pub admin_sq: Option<Sq>,
     /// Memory page size from CC.MPS.
@@ -114,7 +118,10 @@ impl Core {
         let table = cfg
             .namespaces
             .iter()
-            .map(|n| (n.nsid, Arc::new(ModelNamespace::new(n, cfg.seed))))
+            .map(|n| {
+                let ns = ModelNamespace::new(n, cfg.seed).with_metadata(cfg.metadata_of(n.nsid));
+                (n.nsid, Arc::new(ns))
+            })
             .collect();
         Core {
             nn,

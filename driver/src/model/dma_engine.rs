@@ -17,7 +17,7 @@ fn target(
     len: usize,
     what: &str,
 ) -> Result<usize, DmaFault> {
-    let addr = lookup(maps, iova, len as u64).ok_or(DmaFault)?;
+    let addr = lookup(maps, iova, len as u64).ok_or_else(|| iommu.fault(iova))?;
     if iommu.allowed(iova, len as u64, what) {
         Ok(addr)
     } else {

@@ -45,11 +45,15 @@ pub(crate) fn controller(core: &Core, firmware: Option<[u8; 8]>) -> Vec<u8> {
     b[76] = 0; // CMIC: one port, one controller
     b[77] = cfg.mdts;
     put16(&mut b, 78, cfg.cntlid);
-    put32(&mut b, 80, 0x0002_0000); // VER 2.0
-    put32(&mut b, 92, 1 << 8); // OAES: Namespace Attribute Notices
+    let ver = cfg.version;
+    put32(&mut b, 80, if ver >= 0x0001_0200 { ver } else { 0 }); // VER (from 1.2)
+    let notices = ver >= 0x0001_0200;
+    put32(&mut b, 92, u32::from(notices) << 8); // OAES: Namespace Attribute Notices
     b[111] = 1; // CNTRLTYPE: I/O controller
-                // Format NVM, Firmware Download/Commit, Namespace Management.
-    let oacs: u16 = 1 << 1 | 1 << 2 | 1 << 3 | if cfg.shadow_doorbells { 1 << 8 } else { 0 };
+                // Format NVM, Firmware Download/Commit, Namespace Management; Doorbell Buffer Config
+                // from NVMe 1.3.
+    let dbbc = cfg.shadow_doorbells && ver >= 0x0001_0300;
+    let oacs: u16 = 1 << 1 | 1 << 2 | 1 << 3 | if dbbc { 1 << 8 } else { 0 };
     put16(&mut b, 256, oacs);
     b[258] = 3; // ACL (0-based)
     b[259] = cfg.aerl; // AERL (0-based)
@@ -63,8 +67,8 @@ pub(crate) fn controller(core: &Core, firmware: Option<[u8; 8]>) -> Vec<u8> {
     b[512] = 0x66; // SQES
     b[513] = 0x44; // CQES
     put32(&mut b, 516, core.nn); // NN
-    put16(&mut b, 520, 1 << 2 | 1 << 3); // ONCS: DSM, Write Zeroes
-    b[525] = 0; // VWC: no volatile write cache
+    put16(&mut b, 520, cfg.oncs); // ONCS
+    b[525] = u8::from(cfg.volatile_write_cache); // VWC
     put_str(
         &mut b,
         768,
@@ -86,8 +90,20 @@ pub(crate) fn namespace(ns: &ModelNamespace) -> Vec<u8> {
     put64(&mut b, 0, blocks); // NSZE
     put64(&mut b, 8, blocks); // NCAP
     put64(&mut b, 16, blocks); // NUSE
+    let format = u8::from(ns.lba_shift == 12);
     b[25] = 1; // NLBAF: two formats (0-based)
-    b[26] = u8::from(ns.lba_shift == 12); // FLBAS: format in use
+    b[26] = format; // FLBAS: format in use
+    if ns.offered_ms != 0 {
+        b[25] = 3; // NLBAF: four formats, 2 and 3 with metadata
+        b[27] = 0b11; // MC: extended and separate metadata supported
+        b[28] = 0b1_0111; // DPC: types 1-3, PI in the first 8 bytes supported
+        put32(&mut b, 136, 9 << 16 | u32::from(ns.offered_ms)); // LBAF2: 512 + ms
+        put32(&mut b, 140, 12 << 16 | u32::from(ns.offered_ms)); // LBAF3: 4096 + ms
+    }
+    if let Some(md) = ns.metadata {
+        b[26] = (2 + format) | u8::from(md.extended) << 4; // FLBAS: index, extended LBA
+        b[29] = md.pi; // DPS: the type in use, PI in the last 8 bytes
+    }
     b[33] = 1 << 3 | 1; // DLFEAT: Write Zeroes may deallocate; deallocated reads zero
     b[104..120].copy_from_slice(&ns.nguid());
     b[120..128].copy_from_slice(&ns.eui64());
@@ -134,8 +150,14 @@ pub(crate) fn descriptors(ns: &ModelNamespace, csi: u8) -> Vec<u8> {
 /// Executes Identify.
 pub(crate) fn execute(core: &Core, sqe: &Sqe, page: u64, firmware: Option<[u8; 8]>) -> Outcome {
     let cns = sqe.cdw(10) & 0xFF;
+    core.counters.identify(cns as u8);
     let nsid = sqe.nsid();
     if core.cfg.legacy_identify && matches!(cns, 0x02 | 0x03) {
+        return Status::INVALID_FIELD.into();
+    }
+    // What older versions lack: CNS 02h came with 1.1, CNS 03h with 1.3.
+    let ver = core.cfg.version;
+    if (cns == 0x02 && ver < 0x0001_0100) || (cns == 0x03 && ver < 0x0001_0300) {
         return Status::INVALID_FIELD.into();
     }
     let data = match cns {

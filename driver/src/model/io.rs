@@ -25,10 +25,15 @@ pub(crate) fn execute(core: &Core, sqe: &Sqe, page: u64) -> Outcome {
     if opcode == op::FLUSH && sqe.nsid() == u32::MAX {
         return Outcome::ok(0);
     }
-    if !matches!(
-        opcode,
-        op::FLUSH | op::WRITE | op::READ | op::WRITE_ZEROES | op::DSM
-    ) {
+    let oncs = core.cfg.oncs;
+    let optional_missing = (opcode == op::WRITE_ZEROES && oncs & 1 << 3 == 0)
+        || (opcode == op::DSM && oncs & 1 << 2 == 0);
+    if optional_missing
+        || !matches!(
+            opcode,
+            op::FLUSH | op::WRITE | op::READ | op::WRITE_ZEROES | op::DSM
+        )
+    {
         return Status::INVALID_OPCODE.into();
     }
     let result = core.with_active_ns(sqe.nsid(), |ns| match opcode {
@@ -52,6 +57,9 @@ fn range(ns: &ModelNamespace, slba: u64, nlb: u64) -> Result<(u64, u64), Status>
     }
 }
 
+/// Where separately stored metadata lives in a namespace's sparse store (far past any data).
+const METADATA_BASE: u64 = 1 << 62;
+
 fn read_write(
     core: &Core,
     ns: &ModelNamespace,
@@ -60,10 +68,18 @@ fn read_write(
     write: bool,
 ) -> Result<(), Status> {
     let nlb = u64::from(sqe.cdw(12) & 0xFFFF) + 1;
-    if max_transfer(core).is_some_and(|m| nlb << ns.lba_shift > m) {
+    let (mut start, mut len) = range(ns, sqe.slba(), nlb)?;
+    // Extended LBAs: each block carries its metadata inline, so the data buffer holds
+    // `nlb * (block + ms)` bytes (and MDTS counts them).
+    let extended = ns.metadata.filter(|m| m.extended).map(|m| u64::from(m.ms));
+    if let Some(ms) = extended {
+        let elem = (1u64 << ns.lba_shift) + ms;
+        start = sqe.slba() * elem;
+        len = nlb * elem;
+    }
+    if max_transfer(core).is_some_and(|m| len > m) {
         return Err(Status::INVALID_FIELD);
     }
-    let (start, len) = range(ns, sqe.slba(), nlb)?;
     // Null backing: no data moves at all (reads leave the host buffer as it was).
     let Some(store) = ns.store.as_ref() else {
         return Ok(());
@@ -78,7 +94,20 @@ fn read_write(
             dma_engine::with_mut(iommu, iova, n, |host| store.read(start + off, host))
                 .map_err(fault)
         }
-    })
+    })?;
+    // Separate metadata: one contiguous buffer of `nlb * ms` bytes at MPTR.
+    if let Some(md) = ns.metadata.filter(|m| !m.extended) {
+        let ms = u64::from(md.ms);
+        let at = METADATA_BASE + sqe.slba() * ms;
+        let n = (nlb * ms) as usize;
+        let mptr = sqe.mptr();
+        if write {
+            dma_engine::with_ref(iommu, mptr, n, |host| store.write(at, host)).map_err(fault)?;
+        } else {
+            dma_engine::with_mut(iommu, mptr, n, |host| store.read(at, host)).map_err(fault)?;
+        }
+    }
+    Ok(())
 }
 
 fn write_zeroes(ns: &ModelNamespace, sqe: &Sqe) -> Result<(), Status> {

@@ -4,6 +4,7 @@
 use super::sharded::ShardedRw;
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, RwLockReadGuard};
 use vfnvme_dma::{DmaError, DmaPool, Iommu, IovaAllocator, IovaRange, WeakDmaPool};
 
@@ -33,6 +34,8 @@ pub struct ModelIommu {
     maps: ShardedRw<BTreeMap<u64, Mapping>>,
     pool: OnceLock<WeakDmaPool>,
     violations: Mutex<Vec<String>>,
+    faults: AtomicU64,
+    last_fault: AtomicU64,
 }
 
 impl Default for ModelIommu {
@@ -52,6 +55,8 @@ impl ModelIommu {
             maps: ShardedRw::new(BTreeMap::new()),
             pool: OnceLock::new(),
             violations: Mutex::new(Vec::new()),
+            faults: AtomicU64::new(0),
+            last_fault: AtomicU64::new(0),
         }
     }
 
@@ -92,6 +97,24 @@ impl ModelIommu {
     /// The number of live mappings.
     pub fn mapping_count(&self) -> usize {
         self.read().len()
+    }
+
+    /// Device accesses that hit no mapping so far (what a real IOMMU logs as DMA faults, e.g.
+    /// Linux's `DMAR: [DMA Read] ... fault addr`).
+    pub fn fault_count(&self) -> u64 {
+        self.faults.load(Ordering::Relaxed)
+    }
+
+    /// The IOVA of the latest fault (0 if none, or if the fault was at address 0).
+    pub fn last_fault_iova(&self) -> u64 {
+        self.last_fault.load(Ordering::Relaxed)
+    }
+
+    /// Records a device access to `iova` that hit no mapping.
+    pub(crate) fn fault(&self, iova: u64) -> super::dma_engine::DmaFault {
+        self.faults.fetch_add(1, Ordering::Relaxed);
+        self.last_fault.store(iova, Ordering::Relaxed);
+        super::dma_engine::DmaFault
     }
 
     /// The mapping table, locked for reading: while the guard lives no mapping can be removed.

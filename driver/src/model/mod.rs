@@ -60,7 +60,9 @@ mod tests;
 pub use admin::{
     VENDOR_FILL_OPCODE, VENDOR_HOLD_OPCODE, VENDOR_PATTERN_LOG, VENDOR_PATTERN_LOG_BYTES,
 };
-pub use config::{Backing, ModelConfig, ModelError, ModelNamespaceConfig, Stall, MAX_NAMESPACES};
+pub use config::{
+    Backing, ModelConfig, ModelError, ModelMetadata, ModelNamespaceConfig, Stall, MAX_NAMESPACES,
+};
 pub use iommu::{ModelIommu, MODEL_IOVA_END, MODEL_IOVA_START};
 pub use platform::ModelPlatform;
 pub use registers::ModelRegs;

@@ -1,6 +1,6 @@
 //! The model's namespaces: size, format, identity and data.
 
-use super::config::{Backing, ModelNamespaceConfig};
+use super::config::{Backing, ModelMetadata, ModelNamespaceConfig};
 use super::storage::SparseStore;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -10,6 +10,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 pub(crate) struct ModelNamespace {
     pub nsid: u32,
     pub lba_shift: u8,
+    /// The metadata of the LBA format in use (`None`: a format without metadata).
+    pub metadata: Option<ModelMetadata>,
+    /// Metadata bytes of the LBA formats 2 and 3 this namespace offers (0: only formats 0, 1).
+    pub offered_ms: u16,
     pub blocks: AtomicU64,
     pub attached: AtomicBool,
     /// Bumped by `change_identity`: feeds the EUI64/NGUID/UUID.
@@ -32,6 +36,8 @@ impl ModelNamespace {
         ModelNamespace {
             nsid: cfg.nsid,
             lba_shift: cfg.lba_size.trailing_zeros() as u8,
+            metadata: None,
+            offered_ms: 0,
             blocks: AtomicU64::new(cfg.blocks),
             attached: AtomicBool::new(true),
             generation: AtomicU32::new(0),
@@ -41,6 +47,23 @@ impl ModelNamespace {
             },
             seed,
         }
+    }
+
+    /// The namespace formatted with `metadata` (builder).
+    pub fn with_metadata(mut self, metadata: Option<ModelMetadata>) -> Self {
+        if let Some(md) = metadata {
+            self.offered_ms = md.ms;
+        }
+        self.metadata = metadata;
+        self
+    }
+
+    /// The namespace offering formats with `ms` bytes of metadata (0: none) (builder).
+    pub fn offering(mut self, ms: u16) -> Self {
+        if ms != 0 {
+            self.offered_ms = ms;
+        }
+        self
     }
 
     pub fn blocks(&self) -> u64 {

@@ -1,7 +1,10 @@
 //! `ModelPlatform`: the driver's [`Platform`] over the in-memory controller, plus the test
 //! controls (statistics, runtime namespace changes).
 
-use super::config::{validate_namespace, ModelConfig, ModelError, ModelNamespaceConfig};
+use super::config::{
+    validate_metadata, validate_namespace, ModelConfig, ModelError, ModelMetadata,
+    ModelNamespaceConfig,
+};
 use super::core::Core;
 use super::iommu::ModelIommu;
 use super::namespaces::ModelNamespace;
@@ -77,7 +80,9 @@ impl ModelPlatform {
                     count: table.len() + 1,
                 });
             }
-            table.insert(ns.nsid, Arc::new(ModelNamespace::new(&ns, core.cfg.seed)));
+            let md = core.cfg.metadata_of(ns.nsid);
+            let new = ModelNamespace::new(&ns, core.cfg.seed).with_metadata(md);
+            table.insert(ns.nsid, Arc::new(new));
             Ok(())
         })?;
         core.ns_changed(&mut c, ns.nsid);
@@ -122,6 +127,23 @@ impl ModelPlatform {
             ns.generation.fetch_add(1, Ordering::AcqRel);
             Ok(())
         })
+    }
+
+    /// Formats namespace `nsid` (as Format NVM would): `lba_size` bytes per block, with
+    /// `metadata` or without; the data is erased, the size in bytes kept. Raises a Namespace
+    /// Attribute Changed event.
+    pub fn format_namespace(
+        &self,
+        nsid: u32,
+        lba_size: u32,
+        metadata: Option<ModelMetadata>,
+    ) -> Result<(), ModelError> {
+        if let Some(md) = metadata {
+            validate_metadata(md)?;
+        }
+        let core = self.core();
+        let mut c = core.lock_ctrl();
+        super::admin_namespaces::reformat(core, &mut c, nsid, lba_size, metadata)
     }
 
     /// Makes the next read of the Changed Namespace List log report overflow (0xFFFFFFFF).
@@ -183,5 +205,10 @@ impl Platform for ModelPlatform {
 
     fn name(&self) -> String {
         format!("model:{}", self.core().cfg.serial)
+    }
+
+    fn pci_id(&self) -> Option<(u16, u16)> {
+        let cfg = &self.core().cfg;
+        Some((cfg.pci_vendor_id, cfg.pci_device_id))
     }
 }

@@ -17,11 +17,6 @@ const ASQ: usize = 0x28;
 const ACQ: usize = 0x30;
 const DOORBELLS: usize = 0x1000;
 
-/// CAP.TO in 500 ms units: 20 = 10 s.
-const TIMEOUT_UNITS: u64 = 20;
-/// CAP.MPSMAX: 2^(12+4) = 64 KiB pages at most.
-const MPSMAX: u32 = 4;
-
 /// The model's register file, as the driver sees it through [`RegisterIo`].
 #[derive(Debug, Clone)]
 pub struct ModelRegs {
@@ -30,18 +25,30 @@ pub struct ModelRegs {
 
 impl ModelRegs {
     fn cap(&self) -> u64 {
-        let mqes = u64::from(self.core.cfg.max_queue_entries - 1);
-        mqes | 1 << 16 // CQR
-            | TIMEOUT_UNITS << 24
+        let cfg = &self.core.cfg;
+        let mqes = u64::from(cfg.max_queue_entries - 1);
+        mqes | u64::from(cfg.contiguous_queues_required) << 16 // CQR
+            | u64::from(cfg.timeout_units) << 24
+            | u64::from(cfg.doorbell_stride) << 32
             | 1 << 37 // CSS: NVM command set
-            | u64::from(MPSMAX) << 52
+            | u64::from(cfg.mpsmin) << 48
+            | u64::from(cfg.mpsmax) << 52
     }
 
     fn csts(&self) -> u32 {
-        let c = self.core.lock_ctrl();
+        let mut c = self.core.lock_ctrl();
         let now = self.core.now();
+        let window = self.core.cfg.early_csts_read_fatal_ns;
+        if window > 0
+            && c.en_changed_at
+                .is_some_and(|t| now < t.saturating_add(window))
+        {
+            // A controller that breaks when polled too soon after CC.EN changes.
+            c.cfs = true;
+        }
         let fatal = c.cfs || self.core.fatal.load(Ordering::Acquire);
-        let rdy = c.enabled && c.ready_at.is_some_and(|t| now >= t);
+        let rdy = (c.enabled && c.ready_at.is_some_and(|t| now >= t))
+            || c.rdy_clear_at.is_some_and(|t| now < t);
         let shst = match c.shutdown_at {
             Some(t) if now >= t => 2,
             Some(_) => 1,
@@ -54,7 +61,7 @@ impl ModelRegs {
         match offset {
             CAP => self.cap() as u32,
             0x04 => (self.cap() >> 32) as u32,
-            VS => 0x0002_0000,
+            VS => self.core.cfg.version,
             INTMS | INTMC => 0,
             CC => self.core.lock_ctrl().cc,
             CSTS => self.csts(),
@@ -68,8 +75,12 @@ impl ModelRegs {
         }
     }
 
+    fn stride(&self) -> usize {
+        4 << self.core.cfg.doorbell_stride
+    }
+
     fn bar_end(&self) -> usize {
-        DOORBELLS + self.core.cqs.len() * 8
+        DOORBELLS + self.core.cqs.len() * 2 * self.stride()
     }
 
     fn write_dword(&self, offset: usize, value: u32) {
@@ -80,8 +91,12 @@ impl ModelRegs {
             0x2C => set_high(&mut self.core.lock_ctrl().asq, value),
             ACQ => set_low(&mut self.core.lock_ctrl().acq, value),
             0x34 => set_high(&mut self.core.lock_ctrl().acq, value),
-            o if o >= DOORBELLS && o < self.bar_end() => {
-                self.core.doorbell((o - DOORBELLS) / 4, value)
+            // Only the first dword of each stride-sized slot is a doorbell.
+            o if o >= DOORBELLS
+                && o < self.bar_end()
+                && (o - DOORBELLS).is_multiple_of(self.stride()) =>
+            {
+                self.core.doorbell((o - DOORBELLS) / self.stride(), value)
             }
             _ => {}
         }
@@ -96,9 +111,15 @@ impl ModelRegs {
         }
         c.cc = value;
         let now = core.now();
+        if (old ^ value) & 1 != 0 {
+            c.en_changed_at = Some(now);
+        }
         match (old & 1, value & 1) {
             (0, 1) => self.enable(&mut c),
             (1, 0) => {
+                let was_ready = c.ready_at.is_some_and(|t| now >= t);
+                c.rdy_clear_at = (was_ready && core.cfg.disable_delay_ns > 0)
+                    .then(|| now + core.cfg.disable_delay_ns);
                 core.reset_queues(&mut c);
                 c.events.reset();
                 c.enabled = false;
@@ -139,7 +160,8 @@ impl ModelRegs {
             && c.acq & 0xFFF == 0
             && (cc >> 4) & 7 == 0 // CSS: NVM
             && (cc >> 11) & 7 == 0 // AMS: round robin
-            && mps <= MPSMAX
+            && mps >= u32::from(core.cfg.mpsmin)
+            && mps <= u32::from(core.cfg.mpsmax)
             && (cc >> 16) & 0xF == 6 // IOSQES: 64 bytes
             && (cc >> 20) & 0xF == 4; // IOCQES: 16 bytes
         if !ok {

@@ -29,6 +29,11 @@ impl Core {
         self.write_eventidx(2 * qid + 1, v);
     }
 
+    /// Shadow doorbell and EventIdx entries are laid out like the doorbells (CAP.DSTRD).
+    fn shadow_stride(&self) -> u64 {
+        4 << self.cfg.doorbell_stride
+    }
+
     pub(super) fn shadow_on(&self) -> Option<(u64, u64)> {
         let s = self.shadow.load(Ordering::Acquire);
         (s != 0).then(|| (s, self.eventidx.load(Ordering::Acquire)))
@@ -37,7 +42,8 @@ impl Core {
     /// Writes EventIdx value `index` (2 * qid for an SQ, 2 * qid + 1 for a CQ) if enabled.
     pub fn write_eventidx(&self, index: usize, value: u32) {
         if let Some((_, ei)) = self.shadow_on() {
-            let _ = dma_engine::write_u32(&self.iommu, ei.wrapping_add(4 * index as u64), value);
+            let at = ei.wrapping_add(self.shadow_stride() * index as u64);
+            let _ = dma_engine::write_u32(&self.iommu, at, value);
         }
     }
 
@@ -56,7 +62,8 @@ impl Core {
     pub(super) fn read_shadow(&self, index: usize) -> Option<u32> {
         let (s, _) = self.shadow_on()?;
         self.counters.queue(index / 2, Event::ShadowRead);
-        dma_engine::read_u32(&self.iommu, s.wrapping_add(4 * index as u64)).ok()
+        let at = s.wrapping_add(self.shadow_stride() * index as u64);
+        dma_engine::read_u32(&self.iommu, at).ok()
     }
 
     /// Picks up a new shadow tail of an awake SQ; returns whether there was one.

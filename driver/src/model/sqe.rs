@@ -39,6 +39,10 @@ impl Sqe {
     pub fn nsid(&self) -> u32 {
         self.u32_at(4)
     }
+    /// Bytes 16..24: the Metadata Pointer (MPTR).
+    pub fn mptr(&self) -> u64 {
+        self.u64_at(16)
+    }
     /// Bytes 24..32.
     pub fn prp1(&self) -> u64 {
         self.u64_at(24)

@@ -21,6 +21,8 @@ pub struct ModelStats {
     pub admin_completed: BTreeMap<u8, u64>,
     /// I/O commands completed (CQE posted), by opcode.
     pub io_completed: BTreeMap<u8, u64>,
+    /// Identify commands received, by CNS (answered or rejected).
+    pub identify_cns: BTreeMap<u8, u64>,
     /// Host (wall-clock) nanoseconds spent inside the model's doorbell, `before_poll` and
     /// `relax` handling; 0 unless [`crate::model::ModelConfig::measure_busy_time`] is set.
     pub busy_ns: u64,
@@ -36,6 +38,10 @@ impl ModelStats {
     /// Admin commands of `opcode` completed.
     pub fn admin(&self, opcode: u8) -> u64 {
         self.admin_completed.get(&opcode).copied().unwrap_or(0)
+    }
+    /// Identify commands with this CNS received.
+    pub fn identify(&self, cns: u8) -> u64 {
+        self.identify_cns.get(&cns).copied().unwrap_or(0)
     }
 }
 
@@ -60,6 +66,7 @@ pub(crate) struct Counters {
     invalid_doorbells: AtomicU64,
     admin: Box<[AtomicU64]>,
     io_other: Box<[AtomicU64]>,
+    identify_cns: Box<[AtomicU64]>,
 }
 
 /// What to count on a queue.
@@ -82,6 +89,7 @@ impl Counters {
             invalid_doorbells: AtomicU64::new(0),
             admin: (0..256).map(|_| AtomicU64::new(0)).collect(),
             io_other: (0..256).map(|_| AtomicU64::new(0)).collect(),
+            identify_cns: (0..256).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
@@ -101,6 +109,13 @@ impl Counters {
     pub fn add_busy(&self, qid: usize, ns: u64) {
         if let Some(q) = self.queues.get(qid).or_else(|| self.queues.first()) {
             q.busy_ns.fetch_add(ns, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts an Identify command with `cns`.
+    pub fn identify(&self, cns: u8) {
+        if let Some(c) = self.identify_cns.get(usize::from(cns)) {
+            bump(c);
         }
     }
 
@@ -156,6 +171,12 @@ impl Counters {
                 .filter_map(|(op, c)| Some((op as u8, load(c))).filter(|e| e.1 > 0))
                 .collect(),
             io_completed: io,
+            identify_cns: self
+                .identify_cns
+                .iter()
+                .enumerate()
+                .filter_map(|(cns, c)| Some((cns as u8, load(c))).filter(|e| e.1 > 0))
+                .collect(),
             now_ns,
         }
     }

@@ -35,6 +35,74 @@ pub struct NamespaceIdentity {
     pub lba_shift: u8,
     /// Metadata bytes per LBA.
     pub metadata_size: u16,
+    /// Whether the metadata is transferred at the end of each LBA in the data buffer (FLBAS
+    /// bit 4, extended LBA); otherwise it has its own buffer (MPTR).
+    pub metadata_extended: bool,
+    /// End-to-end protection information type in use (DPS bits 2:0; 0 = none).
+    pub protection_type: u8,
+}
+
+impl NamespaceIdentity {
+    /// Whether vfnvme can do I/O on this format: only formats without metadata and without
+    /// protection information (metadata transfer is not implemented).
+    #[inline]
+    pub fn io_supported(&self) -> bool {
+        self.metadata_size == 0 && self.protection_type == 0
+    }
+
+    /// The format's metadata (displays as e.g. `no metadata`, `8 B metadata per block
+    /// (extended LBA)`, `16 B metadata per block (separate buffer), protection information
+    /// type 1`).
+    pub fn metadata_format(&self) -> MetadataFormat {
+        MetadataFormat {
+            size: self.metadata_size,
+            extended: self.metadata_extended,
+            protection_type: self.protection_type,
+        }
+    }
+}
+
+/// The metadata of a namespace's LBA format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MetadataFormat {
+    /// Metadata bytes per block.
+    pub size: u16,
+    /// In the data buffer after each block (extended LBA) rather than in a separate buffer.
+    pub extended: bool,
+    /// Protection information type (0 = none).
+    pub protection_type: u8,
+}
+
+impl MetadataFormat {
+    /// A short form for tables: `none`, `8 ext`, `16 sep`, `8 ext pi1`.
+    pub fn short(&self) -> String {
+        if self.size == 0 && self.protection_type == 0 {
+            return "none".into();
+        }
+        let layout = if self.extended { "ext" } else { "sep" };
+        match self.protection_type {
+            0 => format!("{} {layout}", self.size),
+            t => format!("{} {layout} pi{t}", self.size),
+        }
+    }
+}
+
+impl std::fmt::Display for MetadataFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.size == 0 && self.protection_type == 0 {
+            return f.write_str("no metadata");
+        }
+        let layout = if self.extended {
+            "extended LBA"
+        } else {
+            "separate buffer"
+        };
+        write!(f, "{} B metadata per block ({layout})", self.size)?;
+        if self.protection_type != 0 {
+            write!(f, ", protection information type {}", self.protection_type)?;
+        }
+        Ok(())
+    }
 }
 
 /// The lifecycle state of a namespace.
@@ -58,8 +126,15 @@ pub struct Namespace {
     nsid: u32,
     identity: NamespaceIdentity,
     blocks: AtomicU64,
+    /// The [`NamespaceState`], plus [`REFUSED_BIT`] when I/O is refused for the format, so that
+    /// the I/O path checks both with one load and one compare ([`Namespace::io_ready`]).
     state: AtomicU8,
+    /// `!identity.io_supported()`.
+    io_refused: bool,
 }
+
+/// Set in a namespace's state byte when its format takes no I/O.
+const REFUSED_BIT: u8 = 0x80;
 
 impl Namespace {
     /// A namespace with `blocks` logical blocks of `1 << identity.lba_shift` bytes.
@@ -68,7 +143,15 @@ impl Namespace {
             nsid,
             identity,
             blocks: AtomicU64::new(blocks),
-            state: AtomicU8::new(NamespaceState::Active as u8),
+            state: AtomicU8::new(
+                NamespaceState::Active as u8
+                    | if identity.io_supported() {
+                        0
+                    } else {
+                        REFUSED_BIT
+                    },
+            ),
+            io_refused: !identity.io_supported(),
         }
     }
     /// The namespace ID.
@@ -80,6 +163,17 @@ impl Namespace {
     #[inline]
     pub fn identity(&self) -> &NamespaceIdentity {
         &self.identity
+    }
+    /// Whether I/O to this namespace is refused because its format has metadata or protection
+    /// information (see [`NamespaceIdentity::io_supported`]).
+    #[inline]
+    pub fn io_refused(&self) -> bool {
+        self.io_refused
+    }
+    /// Whether I/O may be submitted: active, and a format without metadata (one load).
+    #[inline(always)]
+    pub fn io_ready(&self) -> bool {
+        self.state.load(Ordering::Acquire) == NamespaceState::Active as u8
     }
     /// The LBA data size in bytes.
     #[inline]
@@ -107,7 +201,7 @@ impl Namespace {
     /// The current state.
     #[inline]
     pub fn state(&self) -> NamespaceState {
-        match self.state.load(Ordering::Acquire) {
+        match self.state.load(Ordering::Acquire) & !REFUSED_BIT {
             0 => NamespaceState::Active,
             1 => NamespaceState::Removing,
             _ => NamespaceState::Removed,
@@ -115,6 +209,7 @@ impl Namespace {
     }
     /// Moves the namespace to `state`.
     pub fn set_state(&self, state: NamespaceState) {
-        self.state.store(state as u8, Ordering::Release);
+        let refused = if self.io_refused { REFUSED_BIT } else { 0 };
+        self.state.store(state as u8 | refused, Ordering::Release);
     }
 }

@@ -20,6 +20,7 @@ use super::{Namespace, NamespaceIdentity, NamespaceRegistry};
 use crate::controller::{AdminWork, Shared};
 use crate::error::Error;
 use crate::platform::Platform;
+use crate::quirks::Quirks;
 use crate::spec::identify::{parse_active_ns_list, parse_ns_descriptors, IdentifyNamespace};
 use crate::spec::status::{generic, sct};
 use crate::spec::{Command, Completion};
@@ -82,15 +83,28 @@ pub enum Probe {
 #[derive(Debug, Default)]
 pub(crate) struct ScanPages {
     pages: Vec<DmaBuffer>,
+    /// The controller's quirks: which Identify CNS values the scan may send.
+    quirks: Quirks,
 }
 
 impl ScanPages {
-    /// `slots` pages of 4 KiB.
-    pub fn new(pool: &DmaPool, slots: usize) -> Result<Self, Error> {
+    /// `slots` pages of 4 KiB, for a controller with `quirks`.
+    pub fn new(pool: &DmaPool, slots: usize, quirks: Quirks) -> Result<Self, Error> {
         let pages = (0..slots.max(1))
             .map(|_| pool.alloc(4096))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(ScanPages { pages })
+        Ok(ScanPages { pages, quirks })
+    }
+
+    /// Whether the Active Namespace ID list (CNS 02h) may be read.
+    fn active_list_allowed(&self) -> bool {
+        !self.quirks.contains(Quirks::IDENTIFY_CNS)
+    }
+
+    /// Whether Namespace Identification Descriptor lists (CNS 03h) may be read.
+    fn descriptors_allowed(&self) -> bool {
+        !self.quirks.contains(Quirks::IDENTIFY_CNS)
+            && !self.quirks.contains(Quirks::NO_NS_DESC_LIST)
     }
 }
 
@@ -154,6 +168,8 @@ struct ProbeWork<'a> {
     pages: &'a [DmaBuffer],
     next_index: usize,
     next_step_is_descriptors: bool,
+    /// Send CNS 03h probes (not for controllers with the IDENTIFY_CNS / NO_NS_DESC_LIST quirk).
+    descriptors: bool,
     /// Dependent CNS 05h probes, sent before new nsids.
     follow_ups: VecDeque<(usize, Step)>,
     in_slot: Vec<Option<(usize, Step)>>,
@@ -176,8 +192,11 @@ impl ProbeWork<'_> {
             self.next_step_is_descriptors = false;
             self.next_index += 1;
             Some((i, Step::Descriptors))
-        } else {
+        } else if self.descriptors {
             self.next_step_is_descriptors = true;
+            Some((i, Step::Namespace))
+        } else {
+            self.next_index += 1;
             Some((i, Step::Namespace))
         }
     }
@@ -196,6 +215,8 @@ fn parse_namespace(page: &[u8]) -> Result<Option<(NamespaceIdentity, u64)>, Erro
         csi: 0,
         lba_shift: fmt.lbads,
         metadata_size: fmt.ms,
+        metadata_extended: fmt.ms != 0 && id.metadata_extended(),
+        protection_type: id.dps & 0x7,
     };
     Ok(Some((identity, id.nsze)))
 }
@@ -318,6 +339,7 @@ pub(crate) fn probe<P: Platform>(
         pages: &pages.pages,
         next_index: 0,
         next_step_is_descriptors: false,
+        descriptors: pages.descriptors_allowed(),
         follow_ups: VecDeque::new(),
         in_slot: (0..slots).map(|_| None).collect(),
         partial: (0..nsids.len()).map(|_| Partial::default()).collect(),
@@ -357,7 +379,13 @@ pub(crate) fn full_scan<P: Platform>(
     let first = pages.pages.first().ok_or(Error::Unsupported {
         what: "a scan without DMA pages",
     })?;
-    let nsids = match active_list(shared, first, &mut report)? {
+    let listed = if pages.active_list_allowed() {
+        active_list(shared, first, &mut report)?
+    } else {
+        log::info!("controller quirk: no Active Namespace ID list; probing 1..=NN");
+        None
+    };
+    let nsids = match listed {
         Some(list) => list,
         None => {
             report.used_fallback = true;

@@ -3,10 +3,12 @@
 use super::io_queue::{Direction, IoCompletion, IoQueue};
 pub use super::ring::DoorbellStats;
 use crate::controller::{ControllerInfo, Shared};
-use crate::error::{Error, SubmitError};
+use crate::error::{Error, OptionalCommand, SubmitError, SubmitErrorKind};
 use crate::namespace::Namespace;
 use crate::platform::Platform;
+use crate::quirks::Quirks;
 use crate::spec::command::DsmRange;
+use crate::spec::identify::{ONCS_DSM, ONCS_WRITE_ZEROES};
 use crate::spec::{Command, Status};
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -43,6 +45,10 @@ pub struct QueuePair<P: Platform> {
     shared: Arc<Shared<P>>,
     qid: u16,
     sync_timeout_ns: u64,
+    /// Write Zeroes refused: `Some(quirk)` (`None`: the controller supports it).
+    no_write_zeroes: Option<bool>,
+    /// Dataset Management refused: `Some(quirk)` (`None`: the controller supports it).
+    no_dsm: Option<bool>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -125,6 +131,14 @@ impl<P: Platform> QueuePair<P> {
             shared: shared.clone(),
             qid,
             sync_timeout_ns: options.sync_timeout_ms.saturating_mul(1_000_000),
+            no_write_zeroes: if info.quirks.contains(Quirks::DISABLE_WRITE_ZEROES) {
+                Some(true)
+            } else if info.identify.oncs & ONCS_WRITE_ZEROES == 0 {
+                Some(false)
+            } else {
+                None
+            },
+            no_dsm: (info.identify.oncs & ONCS_DSM == 0).then_some(false),
             _not_sync: PhantomData,
         })
     }
@@ -231,6 +245,9 @@ impl<P: Platform> QueuePair<P> {
         blocks: u32,
         tag: u64,
     ) -> Result<(), SubmitError> {
+        if let Some(quirk) = self.no_write_zeroes {
+            return Err(Self::unsupported(OptionalCommand::WriteZeroes, quirk));
+        }
         self.io.write_zeroes(ns, lba, blocks, tag)
     }
 
@@ -242,7 +259,15 @@ impl<P: Platform> QueuePair<P> {
         ranges: &[DsmRange],
         tag: u64,
     ) -> Result<(), SubmitError> {
+        if let Some(quirk) = self.no_dsm {
+            return Err(Self::unsupported(OptionalCommand::DatasetManagement, quirk));
+        }
         self.io.deallocate(ns, ranges, tag)
+    }
+
+    #[cold]
+    fn unsupported(command: OptionalCommand, quirk: bool) -> SubmitError {
+        SubmitError::new(SubmitErrorKind::CommandUnsupported { command, quirk }, None)
     }
 
     /// Rings the SQ doorbell once for everything queued, then the CQ head doorbell for what

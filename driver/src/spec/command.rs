@@ -26,6 +26,8 @@ pub mod admin_opcode {
     pub const NAMESPACE_ATTACHMENT: u8 = 0x15;
     /// Doorbell Buffer Config.
     pub const DOORBELL_BUFFER_CONFIG: u8 = 0x7c;
+    /// Format NVM.
+    pub const FORMAT_NVM: u8 = 0x80;
 }
 
 /// NVM command set I/O opcodes.

@@ -4,6 +4,7 @@ use super::{check_nsid, confirm, failed, put, require_oacs, Io, Target};
 use anyhow::{bail, Result};
 use clap::Args;
 use vfnvme::platform::Platform;
+use vfnvme::spec::identify::IdentifyNamespace;
 use vfnvme::spec::AdminCommand;
 use vfnvme::{Controller, Error};
 
@@ -13,9 +14,10 @@ pub struct FormatArgs {
     #[command(flatten)]
     pub target: Target,
     /// Namespace to format (0xffffffff = all).
-    #[arg(short = 'n', long = "namespace-id", value_parser = super::num_u32)]
+    #[arg(short = 'n', long = "namespace-id", visible_alias = "nsid", value_parser = super::num_u32)]
     pub nsid: u32,
-    /// LBA format index (see `vfnvme id-ns`); default: the one in use.
+    /// LBA format index (see `vfnvme id-ns`); default: the one with the current block size and
+    /// no metadata. Formats with metadata are refused (vfnvme does no I/O on them).
     #[arg(short = 'l', long = "lbaf")]
     pub lbaf: Option<u8>,
     /// Secure erase: 0 none, 1 user data erase, 2 cryptographic erase.
@@ -53,6 +55,60 @@ pub struct SanitizeArgs {
     pub yes: bool,
 }
 
+/// The command line that reformats namespace `nsid` of controller `device` to its block size
+/// without metadata (what a namespace whose I/O is refused for its metadata needs).
+pub fn reformat_command(device: &str, nsid: impl std::fmt::Display) -> String {
+    format!("vfnvme format {device} --nsid {nsid} --yes")
+}
+
+/// One entry per LBA format: `index: data bytes + metadata bytes`.
+fn formats(id: &IdentifyNamespace) -> String {
+    id.lbaf
+        .iter()
+        .enumerate()
+        .map(|(i, f)| format!("{i}: {} B + {} B metadata", 1u64 << f.lbads.min(63), f.ms))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The LBA format to use: `lbaf` if given, else the one with the current block size and no
+/// metadata (or any without metadata). Refuses a format with metadata or one that doesn't exist.
+fn target_format(nsid: u32, id: &IdentifyNamespace, lbaf: Option<u8>) -> Result<u8> {
+    let current = id.lbaf.get(id.format_index()).map(|f| f.lbads);
+    let target = match lbaf {
+        Some(i) => usize::from(i),
+        None => id
+            .lbaf
+            .iter()
+            .position(|f| f.ms == 0 && Some(f.lbads) == current)
+            .or_else(|| id.lbaf.iter().position(|f| f.ms == 0 && (9..=16).contains(&f.lbads)))
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "namespace {nsid:#x} offers no LBA format without metadata ({}): vfnvme cannot do I/O on it",
+                    formats(id)
+                )
+            })?,
+    };
+    let Some(fmt) = id
+        .lbaf
+        .get(target)
+        .filter(|_| target <= usize::from(id.nlbaf))
+    else {
+        bail!(
+            "LBA format {target} does not exist on namespace {nsid:#x}: it has formats 0..={} (see `vfnvme id-ns`)",
+            id.nlbaf
+        );
+    };
+    if fmt.ms != 0 {
+        bail!(
+            "LBA format {target} has {} B of metadata per block, which vfnvme does not transfer (I/O to it would be refused): choose one without metadata ({})",
+            fmt.ms,
+            formats(id)
+        );
+    }
+    Ok(target as u8)
+}
+
 /// `vfnvme format`.
 pub fn format<P: Platform>(ctrl: &Controller<P>, a: &FormatArgs, io: &mut Io) -> Result<()> {
     require_oacs(ctrl, 1, "Format NVM")?;
@@ -60,16 +116,22 @@ pub fn format<P: Platform>(ctrl: &Controller<P>, a: &FormatArgs, io: &mut Io) ->
     let id = ctrl
         .identify_namespace(a.nsid)
         .map_err(|e| failed(e, "Identify Namespace"))?;
-    let lbaf = a.lbaf.unwrap_or(id.format_index() as u8);
-    if lbaf > id.nlbaf {
-        bail!("LBA format {lbaf} does not exist on namespace {:#x}: it has formats 0..={} (see `vfnvme id-ns`)", a.nsid, id.nlbaf);
-    }
+    let lbaf = target_format(a.nsid, &id, a.lbaf)?;
+    let before = ctrl
+        .namespace(a.nsid)
+        .map(|n| n.identity().metadata_format());
+    let to = id
+        .lbaf
+        .get(usize::from(lbaf))
+        .map_or(0, |f| 1u64 << f.lbads.min(63));
     confirm(
         io,
         a.yes,
         &format!(
-            "Format NVM of namespace {:#x} (LBA format {lbaf}, secure erase {})",
-            a.nsid, a.ses
+            "Format NVM of namespace {:#x} (LBA format {} -> {lbaf}: {to} B blocks, no metadata; secure erase {})",
+            a.nsid,
+            id.format_index(),
+            a.ses
         ),
         "all its data will be lost",
     )?;
@@ -80,7 +142,21 @@ pub fn format<P: Platform>(ctrl: &Controller<P>, a: &FormatArgs, io: &mut Io) ->
     }
     // The driver's view follows the new format.
     let _ = ctrl.rescan();
-    put(io, &format!("Success formatting namespace:{:x}", a.nsid))
+    put(io, &format!("Success formatting namespace:{:x}", a.nsid))?;
+    if let Some(now) = ctrl.namespace(a.nsid) {
+        put(
+            io,
+            &format!(
+                "namespace {}: was {}, now {} blocks of {} B, {}",
+                a.nsid,
+                before.map_or("-".to_string(), |m| m.to_string()),
+                now.blocks(),
+                now.lba_size(),
+                now.identity().metadata_format()
+            ),
+        )?;
+    }
+    Ok(())
 }
 
 /// `vfnvme sanitize`.

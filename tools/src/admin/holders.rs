@@ -76,23 +76,14 @@ mod tests {
     fn finds_the_process_holding_a_file_by_pid_and_name() {
         let path = std::env::temp_dir().join(format!("vfnvme-holder-{}", std::process::id()));
         std::fs::write(&path, b"x").unwrap();
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg(format!("exec 3<{}; echo ok; exec sleep 60", path.display()))
-            .stdout(Stdio::piped())
+        // `spawn` returns once `exec` has succeeded, so the child is `sleep` from here on and
+        // holds the file as its standard input (a shell that `exec`s sleep later raced with
+        // the check below: its comm could still read "sh").
+        let mut child = Command::new("sleep")
+            .arg("60")
+            .stdin(Stdio::from(std::fs::File::open(&path).unwrap()))
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        let out = child.stdout.take().unwrap();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line).unwrap();
-        // The shell prints before it execs sleep: wait (bounded, no timer) for the exec.
-        let comm = format!("/proc/{}/comm", child.id());
-        for _ in 0..1_000_000 {
-            if std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep") {
-                break;
-            }
-            std::thread::yield_now();
-        }
         let found = processes_holding(std::slice::from_ref(&path));
         let _ = child.kill();
         let _ = child.wait();

@@ -16,6 +16,8 @@ mod passthru;
 #[cfg(test)]
 mod tests;
 
+pub use format::reformat_command;
+
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::Value;
@@ -159,6 +161,12 @@ pub fn model_config() -> ModelConfig {
 pub fn run(cmd: &AdminCmd) -> Result<()> {
     let options = ControllerOptions {
         io_queues: 1,
+        // Format NVM and Sanitize can take minutes on large SSDs.
+        admin_timeout_ms: if matches!(cmd, AdminCmd::Format(_) | AdminCmd::Sanitize(_)) {
+            600_000
+        } else {
+            ControllerOptions::default().admin_timeout_ms
+        },
         ..ControllerOptions::default()
     };
     let stdin = std::io::stdin();

@@ -160,9 +160,13 @@ fn format_and_sanitize_ask_check_and_erase() {
     fails(&c, "format -n 1 --ses 3 --yes", "3");
     assert_eq!(
         run(&c, "format -n 1 --lbaf 1 --yes"),
-        "Success formatting namespace:1\n"
+        "Success formatting namespace:1\n\
+         namespace 1: was no metadata, now 16384 blocks of 4096 B, no metadata\n"
     );
     assert_eq!(c.namespace(1).unwrap().lba_size(), 4096);
+    // Without --lbaf: the format in use (same block size, no metadata).
+    let out = run(&c, "format --nsid 1 --yes");
+    assert!(out.contains("now 16384 blocks of 4096 B"), "{out}");
     fails(&c, "sanitize -a crypto-erase", "pass --yes");
     fails(&c, "sanitize -a melt --yes", "--sanact");
     run(&c, "sanitize -a block-erase --yes");
@@ -250,4 +254,46 @@ fn passthru_with_files_and_unsupported_opcodes() {
     );
     fails(&c, "admin-passthru -O 6 -l 4096", "--read or --write");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A namespace formatted with metadata (16 B separate, PI type 1): `format` picks the format of
+/// the same block size without metadata, and refuses one with metadata.
+#[test]
+fn format_takes_a_metadata_namespace_to_its_block_size_without_metadata() {
+    use vfnvme::model::ModelMetadata;
+    let mut cfg = model_config();
+    cfg.namespace_metadata = vec![(
+        2,
+        ModelMetadata {
+            ms: 16,
+            extended: false,
+            pi: 1,
+        },
+    )];
+    let c = Controller::new(
+        ModelPlatform::new(cfg).unwrap(),
+        ControllerOptions::default(),
+    )
+    .unwrap();
+    assert!(c.namespace(2).unwrap().io_refused());
+    fails(&c, "format --nsid 2", "pass --yes");
+    assert!(
+        c.namespace(2).unwrap().io_refused(),
+        "nothing done without --yes"
+    );
+    fails(&c, "format --nsid 2 --lbaf 3 --yes", "16 B of metadata");
+    let out = run(&c, "format --nsid 2 --yes");
+    assert!(
+        out.contains(
+            "was 16 B metadata per block (separate buffer), protection information type 1, \
+             now 16384 blocks of 4096 B, no metadata"
+        ),
+        "{out}"
+    );
+    let ns = c.namespace(2).unwrap();
+    assert!(!ns.io_refused());
+    let mut qp = c.alloc_qpair(vfnvme::QpairOptions::default()).unwrap();
+    let buf = c.dma().alloc(4096).unwrap();
+    qp.write_sync(&ns, 0, 1, buf)
+        .expect("I/O works after the format");
 }

@@ -238,35 +238,54 @@ fn pick_namespaces<P: Platform>(
     name: &str,
     nsids: &[u32],
 ) -> Result<Vec<Arc<Namespace>>, PerfInputError> {
+    // Refused before any command is sent (a metadata format would otherwise move the wrong
+    // number of bytes, or metadata to address 0, on every I/O).
+    let usable = |ns: Arc<Namespace>| {
+        if ns.io_refused() {
+            return Err(PerfInputError::NamespaceRefused {
+                device: name.to_string(),
+                reason: vfnvme::SubmitErrorKind::MetadataUnsupported {
+                    nsid: ns.nsid(),
+                    metadata: ns.identity().metadata_format(),
+                },
+            });
+        }
+        Ok(ns)
+    };
     if nsids.is_empty() {
-        return ctrl
-            .namespaces()
-            .into_iter()
-            .next()
-            .map(|ns| vec![ns])
+        // The first namespace that takes I/O; if none does, the first one (refused).
+        let all = ctrl.namespaces();
+        let ns = all
+            .iter()
+            .find(|n| !n.io_refused())
+            .or(all.first())
+            .cloned()
             .ok_or_else(|| PerfInputError::NoNamespace {
                 device: name.to_string(),
-            });
+            })?;
+        return usable(ns).map(|ns| vec![ns]);
     }
     nsids
         .iter()
         .map(|&nsid| {
-            ctrl.namespace(nsid).ok_or_else(|| {
-                let active: Vec<String> = ctrl
-                    .namespaces()
-                    .iter()
-                    .map(|n| n.nsid().to_string())
-                    .collect();
-                PerfInputError::NoSuchNamespace {
-                    nsid,
-                    device: name.to_string(),
-                    active: if active.is_empty() {
-                        "none".into()
-                    } else {
-                        active.join(",")
-                    },
-                }
-            })
+            ctrl.namespace(nsid)
+                .ok_or_else(|| {
+                    let active: Vec<String> = ctrl
+                        .namespaces()
+                        .iter()
+                        .map(|n| n.nsid().to_string())
+                        .collect();
+                    PerfInputError::NoSuchNamespace {
+                        nsid,
+                        device: name.to_string(),
+                        active: if active.is_empty() {
+                            "none".into()
+                        } else {
+                            active.join(",")
+                        },
+                    }
+                })
+                .and_then(usable)
         })
         .collect()
 }
@@ -580,5 +599,44 @@ fn describe<P: Platform>(summary: &mut Summary, target: String, jobs: &[Job<P>])
         summary.nsid = j.ns.nsid();
         summary.shadow_doorbells = j.qp.uses_shadow_doorbells();
         summary.queue_size = j.qp.depth();
+    }
+}
+
+#[cfg(test)]
+mod namespace_tests {
+    use super::*;
+    use vfnvme::model::ModelMetadata;
+
+    /// Namespace 1 formatted with 8 B of extended metadata, namespace 2 without.
+    fn ctrl() -> Controller<ModelPlatform> {
+        let mut cfg = model_config();
+        cfg.namespace_metadata = vec![(
+            1,
+            ModelMetadata {
+                ms: 8,
+                extended: true,
+                pi: 0,
+            },
+        )];
+        Controller::new(
+            ModelPlatform::new(cfg).unwrap(),
+            ControllerOptions::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn metadata_namespaces_are_refused_and_skipped_by_default() {
+        let c = ctrl();
+        let picked = pick_namespaces(&c, "model", &[]).unwrap();
+        assert_eq!(picked.iter().map(|n| n.nsid()).collect::<Vec<_>>(), [2]);
+        for nsids in [&[1u32][..], &[2, 1]] {
+            let e = pick_namespaces(&c, "model", nsids).unwrap_err().to_string();
+            assert!(
+                e.contains("namespace 1 is formatted with 8 B metadata per block")
+                    && e.contains("vfnvme format BDF --nsid 1 --yes"),
+                "{e}"
+            );
+        }
     }
 }

@@ -139,6 +139,14 @@ pub enum PerfInputError {
         /// The device.
         device: String,
     },
+    /// The namespace takes no I/O from vfnvme (e.g. its format has metadata).
+    #[error("{device}: {reason}")]
+    NamespaceRefused {
+        /// The device.
+        device: String,
+        /// Why (the driver's submission error).
+        reason: vfnvme::SubmitErrorKind,
+    },
     /// `--time 0`.
     #[error("--time 0: measure for at least 1 second")]
     ZeroTime,

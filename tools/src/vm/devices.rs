@@ -26,6 +26,12 @@ pub fn qemu_device_args(scenario: &Scenario, image_dir: &Path) -> Result<Vec<Str
         if scenario.subsystem.is_some() {
             dev.push_str(",subsys=ss0");
         }
+        if let Some(mdts) = c.mdts {
+            dev.push_str(&format!(",mdts={mdts}"));
+        }
+        if let Some(n) = c.max_ioqpairs {
+            dev.push_str(&format!(",max_ioqpairs={n}"));
+        }
         args.push("-device".into());
         args.push(dev);
         for ns in c.namespaces.expand() {
@@ -75,6 +81,12 @@ fn push_namespace(
         ns.nsid,
         lba = ns.lba_size
     );
+    if ns.ms != 0 {
+        dev.push_str(&format!(",ms={},mset={}", ns.ms, u8::from(ns.mset)));
+    }
+    if ns.pi != 0 {
+        dev.push_str(&format!(",pi={}", ns.pi));
+    }
     match bus {
         Some(bus) => dev.push_str(&format!(",bus={bus}")),
         None => dev.push_str(",shared=on"),
@@ -113,6 +125,35 @@ mod tests {
         let d = std::env::temp_dir().join(format!("vfnvme-devices-{tag}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         d
+    }
+
+    #[test]
+    fn metadata_namespaces_get_ms_mset_and_pi() {
+        let dir = temp_dir("meta");
+        let joined = qemu_device_args(find("meta").unwrap(), &dir)
+            .unwrap()
+            .join(" ");
+        assert!(joined.contains("nsid=1,logical_block_size=512,physical_block_size=512,bus=c0"));
+        assert!(joined
+            .contains("nsid=2,logical_block_size=512,physical_block_size=512,ms=8,mset=1,bus=c0"));
+        assert!(joined.contains(
+            "nsid=3,logical_block_size=4096,physical_block_size=4096,ms=16,mset=0,bus=c0"
+        ));
+        assert!(joined.contains("ms=8,mset=1,pi=1,bus=c0"));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn controller_limits_reach_qemu() {
+        let dir = temp_dir("shapes");
+        let joined = qemu_device_args(find("shapes").unwrap(), &dir)
+            .unwrap()
+            .join(" ");
+        assert!(
+            joined.contains("nvme,id=c0,serial=VFNVME-SHAPES,addr=0x10,mdts=2,max_ioqpairs=1"),
+            "{joined}"
+        );
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -8,6 +8,9 @@
 //! - `VFNVME_EXPECT_SERIAL_<SLOT>` / `VFNVME_EXPECT_NS_<SLOT>`: per controller, slot in hex
 //!   (e.g. `VFNVME_EXPECT_NS_11`).
 //! - `VFNVME_EXPECT_SUBNQN`: the subsystem NQN, when the scenario has a subsystem.
+//! - `VFNVME_EXPECT_METADATA`: the first vfio-pci controller's namespaces formatted with
+//!   metadata, as `nsid:ms:mset:pi` items joined by commas (empty when none).
+//! - `VFNVME_EXPECT_IOQPAIRS`: QEMU's `max_ioqpairs` of that controller, when the scenario sets it.
 //! - `VFNVME_OTHER_DEVICES`: comma-separated PCI addresses of devices that are not NVMe
 //!   controllers (e.g. the `safety` scenario's e1000).
 //!
@@ -41,14 +44,22 @@ pub fn scenario_env(scenario: &Scenario, extra_vfio: &[String]) -> Vec<(String, 
                 .join(","),
         ),
         ("VFNVME_EXPECT_MODEL".to_string(), QEMU_MODEL.to_string()),
-        (
-            "VFNVME_EXPECT_MDTS".to_string(),
-            QEMU_DEFAULT_MDTS.to_string(),
-        ),
     ];
-    if let Some(first) = scenario.controllers_on(Binding::Vfio).next() {
+    let first = scenario.controllers_on(Binding::Vfio).next();
+    let mdts = first
+        .and_then(|c| c.mdts)
+        .map_or(QEMU_DEFAULT_MDTS, u32::from);
+    env.push(("VFNVME_EXPECT_MDTS".to_string(), mdts.to_string()));
+    if let Some(first) = first {
         env.push(("VFNVME_EXPECT_SERIAL".into(), first.serial.into()));
         env.push(("VFNVME_EXPECT_NS".into(), ns_list(scenario, first)));
+        env.push((
+            "VFNVME_EXPECT_METADATA".into(),
+            metadata_list(scenario, first),
+        ));
+        if let Some(n) = first.max_ioqpairs {
+            env.push(("VFNVME_EXPECT_IOQPAIRS".into(), n.to_string()));
+        }
     }
     for c in scenario.controllers {
         env.push((
@@ -67,6 +78,17 @@ pub fn scenario_env(scenario: &Scenario, extra_vfio: &[String]) -> Vec<(String, 
         ));
     }
     env
+}
+
+/// `nsid:ms:mset:pi` of each namespace of `c` formatted with metadata (mset 0 or 1).
+fn metadata_list(scenario: &Scenario, c: &Controller) -> String {
+    scenario
+        .namespaces_of(c)
+        .iter()
+        .filter(|n| n.ms != 0 || n.pi != 0)
+        .map(|n| format!("{}:{}:{}:{}", n.nsid, n.ms, u8::from(n.mset), n.pi))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn ns_list(scenario: &Scenario, c: &Controller) -> String {

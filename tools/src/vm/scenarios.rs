@@ -35,6 +35,12 @@ pub struct Namespace {
     pub bytes: u64,
     /// Logical block size in bytes (512 or 4096).
     pub lba_size: u32,
+    /// Metadata bytes per block (QEMU `ms`; 0 = none).
+    pub ms: u16,
+    /// Metadata at the end of each block (QEMU `mset=1`, extended LBA) rather than separate.
+    pub mset: bool,
+    /// Protection information type (QEMU `pi`; 0 = none, 1..=3; needs `ms` >= 8).
+    pub pi: u8,
 }
 
 impl Namespace {
@@ -44,12 +50,25 @@ impl Namespace {
             backing,
             bytes,
             lba_size,
+            ms: 0,
+            mset: false,
+            pi: 0,
         }
     }
 
-    /// Number of logical blocks.
+    /// The namespace formatted with `ms` bytes of metadata per block, extended (`mset`) or
+    /// separate, with protection information type `pi` (0 = none).
+    const fn with_metadata(mut self, ms: u16, mset: bool, pi: u8) -> Self {
+        self.ms = ms;
+        self.mset = mset;
+        self.pi = pi;
+        self
+    }
+
+    /// Number of logical blocks. QEMU keeps a namespace's metadata in its image after the data,
+    /// so with metadata a block takes `lba_size + ms` bytes of the image.
     pub fn blocks(&self) -> u64 {
-        self.bytes / u64::from(self.lba_size)
+        self.bytes / (u64::from(self.lba_size) + u64::from(self.ms))
     }
 }
 
@@ -99,6 +118,10 @@ pub struct Controller {
     pub binding: Binding,
     /// Private namespaces of this controller (the subsystem's shared ones come on top).
     pub namespaces: Namespaces,
+    /// QEMU `mdts` (a power of two of 4 KiB pages; 0 = no limit); `None` = QEMU's default (7).
+    pub mdts: Option<u8>,
+    /// QEMU `max_ioqpairs`; `None` = QEMU's default (64).
+    pub max_ioqpairs: Option<u16>,
 }
 
 impl Controller {
@@ -164,6 +187,8 @@ const fn one(serial: &'static str, binding: Binding, ns: &'static [Namespace]) -
         serial,
         binding,
         namespaces: Namespaces::List(ns),
+        mdts: None,
+        max_ioqpairs: None,
     }
 }
 
@@ -230,12 +255,16 @@ pub const SCENARIOS: &[Scenario] = &[
                 serial: "VFNVME-SBS-VFIO",
                 binding: Binding::Vfio,
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
+                mdts: None,
+                max_ioqpairs: None,
             },
             Controller {
                 slot: 0x11,
                 serial: "VFNVME-SBS-KERNEL",
                 binding: Binding::Kernel,
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
+                mdts: None,
+                max_ioqpairs: None,
             },
         ],
     },
@@ -249,30 +278,40 @@ pub const SCENARIOS: &[Scenario] = &[
                 serial: "VFNVME-PEER-0",
                 binding: Binding::Vfio,
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
+                mdts: None,
+                max_ioqpairs: None,
             },
             Controller {
                 slot: 0x11,
                 serial: "VFNVME-PEER-1",
                 binding: Binding::Vfio,
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
+                mdts: None,
+                max_ioqpairs: None,
             },
             Controller {
                 slot: 0x12,
                 serial: "VFNVME-PEER-2",
                 binding: Binding::Vfio,
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
+                mdts: None,
+                max_ioqpairs: None,
             },
             Controller {
                 slot: 0x13,
                 serial: "VFNVME-PEER-3",
                 binding: Binding::Vfio,
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
+                mdts: None,
+                max_ioqpairs: None,
             },
             Controller {
                 slot: 0x14,
                 serial: "VFNVME-PEER-4",
                 binding: Binding::Vfio,
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
+                mdts: None,
+                max_ioqpairs: None,
             },
         ],
     },
@@ -286,12 +325,16 @@ pub const SCENARIOS: &[Scenario] = &[
                 serial: "VFNVME-PAIR-A",
                 binding: Binding::Vfio,
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Raw, 64 * MIB, 512)]),
+                mdts: None,
+                max_ioqpairs: None,
             },
             Controller {
                 slot: 0x11,
                 serial: "VFNVME-PAIR-B",
                 binding: Binding::Vfio,
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Raw, 64 * MIB, 512)]),
+                mdts: None,
+                max_ioqpairs: None,
             },
         ],
     },
@@ -321,14 +364,52 @@ pub const SCENARIOS: &[Scenario] = &[
                 serial: "VFNVME-MP",
                 binding: Binding::Vfio,
                 namespaces: NONE,
+                mdts: None,
+                max_ioqpairs: None,
             },
             Controller {
                 slot: 0x11,
                 serial: "VFNVME-MP",
                 binding: Binding::Vfio,
                 namespaces: NONE,
+                mdts: None,
+                max_ioqpairs: None,
             },
         ],
+    },
+    Scenario {
+        name: "meta",
+        description: "one controller on vfio-pci with metadata formats next to plain ones: ns 1 512 B, ns 2 512+8 extended (mset=1), ns 3 4096+16 separate (mset=0), ns 4 512+8 extended with PI type 1, ns 5 4096 B (16 MiB raw images)",
+        subsystem: None,
+        controllers: &[one(
+            "VFNVME-META",
+            Binding::Vfio,
+            &[
+                Namespace::new(1, Backing::Raw, 16 * MIB, 512),
+                Namespace::new(2, Backing::Raw, 16 * MIB, 512).with_metadata(8, true, 0),
+                Namespace::new(3, Backing::Raw, 16 * MIB, 4096).with_metadata(16, false, 0),
+                Namespace::new(4, Backing::Raw, 16 * MIB, 512).with_metadata(8, true, 1),
+                Namespace::new(5, Backing::Raw, 16 * MIB, 4096),
+            ],
+        )],
+    },
+    Scenario {
+        name: "shapes",
+        description: "one controller on vfio-pci unlike QEMU's defaults: mdts=2 (16 KiB), max_ioqpairs=1, namespaces 1 (512 B), 2 (4096 B), 9 (512 B, after a gap) and 200 (4096+8 extended metadata) (raw images)",
+        subsystem: None,
+        controllers: &[Controller {
+            slot: 0x10,
+            serial: "VFNVME-SHAPES",
+            binding: Binding::Vfio,
+            namespaces: Namespaces::List(&[
+                Namespace::new(1, Backing::Raw, 16 * MIB, 512),
+                Namespace::new(2, Backing::Raw, 16 * MIB, 4096),
+                Namespace::new(9, Backing::Raw, 8 * MIB, 512),
+                Namespace::new(200, Backing::Raw, 8 * MIB, 4096).with_metadata(8, true, 0),
+            ]),
+            mdts: Some(2),
+            max_ioqpairs: Some(1),
+        }],
     },
     Scenario {
         name: "ns256",
@@ -344,6 +425,8 @@ pub const SCENARIOS: &[Scenario] = &[
                 bytes: MIB,
                 lba_size: 512,
             },
+            mdts: None,
+            max_ioqpairs: None,
         }],
     },
     Scenario {
@@ -356,12 +439,16 @@ pub const SCENARIOS: &[Scenario] = &[
                 serial: "VFNVME-SAFE-VFIO",
                 binding: Binding::Vfio,
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Raw, 16 * MIB, 512)]),
+                mdts: None,
+                max_ioqpairs: None,
             },
             Controller {
                 slot: 0x11,
                 serial: "VFNVME-SAFE-KERNEL",
                 binding: Binding::Kernel,
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Raw, 16 * MIB, 512)]),
+                mdts: None,
+                max_ioqpairs: None,
             },
         ],
     },
@@ -468,6 +555,9 @@ mod tests {
                 assert!(ns.len() <= 256, "{}", s.name);
                 for (j, n) in ns.iter().enumerate() {
                     assert_eq!(n.bytes % u64::from(n.lba_size), 0, "{}", s.name);
+                    // QEMU 7.2 refuses protection information with less than 8 bytes.
+                    assert!(n.pi <= 3 && (n.pi == 0 || n.ms >= 8), "{}", s.name);
+                    assert!(n.ms != 0 || (!n.mset && n.pi == 0), "{}", s.name);
                     assert!(n.nsid >= 1);
                     if let Some(next) = ns.get(j + 1) {
                         assert_ne!(n.nsid, next.nsid, "{}", s.name);
@@ -475,6 +565,15 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn metadata_namespaces_count_their_metadata_in_the_image() {
+        let s = find("meta").unwrap();
+        let ns = s.namespaces_of(&s.controllers[0]);
+        assert_eq!(ns[0].blocks(), 32768);
+        assert_eq!(ns[1].blocks(), 16 * MIB / 520);
+        assert_eq!(ns[2].blocks(), 16 * MIB / 4112);
     }
 
     #[test]
