@@ -1,19 +1,15 @@
 #!/usr/bin/env bash
 # Builds libvfnvme.so and ffi/examples/{hello,bounds}.c against the committed header; with --run,
-# runs them against the controller model. Output: target/ffi-examples/{hello,bounds}; prints the
+# runs them against the controller model (so the library is built with the `model` feature). Output: target/ffi-examples/{hello,bounds}; prints the
 # path of hello (bounds is next to it).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}
 profile=${PROFILE:-release}
-if [[ "$profile" == release ]]; then
-    cargo build -q --release -p vfnvme-ffi --manifest-path "$root/Cargo.toml"
-else
-    cargo build -q -p vfnvme-ffi --manifest-path "$root/Cargo.toml"
-fi
+"$root/ffi/build-lib.sh" "$profile" --features model >/dev/null
 mkdir -p "$target/ffi-examples"
 for example in bounds hello; do
-    ${CC:-gcc} -std=c11 -O2 -Wall -Wextra -Werror -I"$root/ffi/include" \
+    ${CC:-gcc} -std=c11 -O2 -Wall -Wextra -Werror -DVFNVME_MODEL -I"$root/ffi/include" \
         -o "$target/ffi-examples/$example" "$root/ffi/examples/$example.c" \
         -L"$target/$profile" -lvfnvme -Wl,-rpath,"$target/$profile"
 done

@@ -6,6 +6,8 @@
 use std::path::PathBuf;
 
 fn main() {
+    // The product is libvfnvme.so (ffi/build-lib.sh copies cargo's libvfnvme_capi.so to it).
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libvfnvme.so");
     println!("cargo:rerun-if-changed=src");
     println!("cargo:rerun-if-changed=cbindgen.toml");
     println!("cargo:rerun-if-env-changed=VFNVME_HEADER_OUT");

@@ -6,7 +6,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 committed=$root/ffi/include/vfnvme.h
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-VFNVME_HEADER_OUT=$tmp/vfnvme.h cargo build -q -p vfnvme-ffi --manifest-path "$root/Cargo.toml"
+VFNVME_HEADER_OUT=$tmp/vfnvme.h cargo build -q -p vfnvme-ffi --features model --manifest-path "$root/Cargo.toml"
 [[ -s $tmp/vfnvme.h ]] || { echo "check-header: cbindgen produced no header (see cargo warnings)" >&2; exit 1; }
 if [[ "${1:-}" == --update ]]; then
     mkdir -p "$(dirname "$committed")"

@@ -7,8 +7,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 prefix=${1:-/usr/local}
 libdir=${LIBDIR:-$prefix/lib}
 dest=${DESTDIR:-}
-target=${CARGO_TARGET_DIR:-$root/target}
-cargo build -q --release -p vfnvme-ffi --manifest-path "$root/Cargo.toml"
+# The product library: without the model feature, in a target dir of its own so that it does not
+# replace the model-enabled library the tests build in target/release.
+target=${CARGO_TARGET_DIR:-$root/target/product}
+CARGO_TARGET_DIR=$target "$root/ffi/build-lib.sh" release >/dev/null
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -n1)
 install -D -m 0755 "$target/release/libvfnvme.so" "$dest$libdir/libvfnvme.so"
 install -D -m 0644 "$root/ffi/include/vfnvme.h" "$dest$prefix/include/vfnvme.h"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The C ABI and the fio engine on real (emulated) devices: boots one guest (scenario `pair`:
 # two raw-image controllers on vfio-pci) and runs ffi/examples/hello and ffi/examples/bounds
-# against 00:10.0, then a fio crc32c verify job spanning both controllers (one file each) and a
-# short randread.
+# against 00:10.0, then a fio crc32c verify job spanning both controllers (one file each), a
+# short randread, and a randread whose target comes from the engine's options table.
 # Exits non-zero on failure.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,9 +20,14 @@ if [[ "${1:-}" == --guest ]]; then
     fio --ioengine=external:"$engine" --thread=1 --name=randread \
         "--filename=trtype=PCIe traddr=0000.00.10.0 ns=1" --rw=randread --bs=4k --iodepth=32 \
         --time_based=1 --runtime=2 --output-format=json --output=randread.json
+    # The target from the engine's options table alone (no filename: fio names the file after
+    # the job), with the admin timeout option, on the second controller.
+    fio --ioengine=external:"$engine" --thread=1 --name=options-table --trtype=PCIe \
+        --traddr=0000.00.11.0 --ns=1 --admin_timeout_ms=10000 --rw=randread --bs=4k \
+        --iodepth=8 --number_ios=2000 --output-format=json --output=options.json
     python3 - <<'PY'
 import json
-for name in ("verify", "randread"):
+for name in ("verify", "randread", "options"):
     text = open(f"{name}.json").read()
     for j in json.loads(text[text.index("{"):])["jobs"]:
         print(f'{j["jobname"]}: error {j["error"]}, read {j["read"]["io_bytes"] >> 10} KiB, '

@@ -29,10 +29,10 @@ fi
 export CARGO_TARGET_DIR=target/miri
 export MIRIFLAGS="-Zmiri-tree-borrows -Zmiri-ignore-leaks -Zmiri-permissive-provenance"
 cargo +nightly miri setup
-cargo +nightly miri test -p vfnvme --lib -- spec:: queue::prp namespace::registry_tests
+cargo +nightly miri test -p vfnvme --lib -- spec:: queue::prp namespaces::registry_tests
 # The C ABI on the model: the soundness of the calls a C program makes (callbacks, borrowed
 # buffers, bounds). The long polling and whole-disk tests stay with the native runs.
-cargo +nightly miri test -p vfnvme-ffi --lib -- \
+cargo +nightly miri test -p vfnvme-ffi --features model --lib -- \
     abi_tests::write_read_verify_and_every_command abi_tests::callbacks_may_submit_but_not_poll \
     abi_tests::lists_namespaces_and_info abi_bounds_tests::reads_past_the_end_of_the_buffer_are_refused \
     abi_bounds_tests::the_bound_is_the_length_asked_for_not_the_chunk

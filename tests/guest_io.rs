@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use vfnvme::dma::DmaBuffer;
+use vfnvme::hal::DmaBuffer;
 use vfnvme::vfio_platform::{VfioOptions, VfioPlatform};
 use vfnvme::{Controller, ControllerOptions, IoCompletion, Namespace, QpairOptions, QueuePair};
 

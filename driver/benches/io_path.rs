@@ -16,127 +16,19 @@
 //! Run: `cargo bench -p vfnvme --bench io_path -- [--ios N] [--qd 1,32,128] [--shadow on|off|both]
 //! [--instructions] [--json PATH]`
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+mod common;
+
+use common::{arg_value, callgrind_per_io, model_ns, CountingAlloc, Marked};
+use common::{DRIVER_ALLOCS, MODEL_ALLOCS, TIME_MODEL};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
-use vfnvme::dma::{DmaBuffer, DmaPool};
-use vfnvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform, ModelRegs};
-use vfnvme::platform::{Platform, RegisterIo};
+use vfnvme::hal::DmaBuffer;
 use vfnvme::{Controller, ControllerOptions, Namespace, QpairOptions, QueuePair};
-
-// ---- allocation counting, split by whether the model is running --------------------------
-
-struct CountingAlloc;
-static DRIVER_ALLOCS: AtomicU64 = AtomicU64::new(0);
-static MODEL_ALLOCS: AtomicU64 = AtomicU64::new(0);
-thread_local! {
-    static IN_MODEL: Cell<bool> = const { Cell::new(false) };
-    static MODEL_NS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: delegates to the system allocator; only adds a counter.
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let in_model = IN_MODEL.try_with(|m| m.get()).unwrap_or(false);
-        if in_model {
-            MODEL_ALLOCS.fetch_add(1, Ordering::Relaxed);
-        } else {
-            DRIVER_ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use vfnvme_model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
-
-// ---- a platform wrapper that marks the model's work ---------------------------------------
-
-/// Whether to time each call into the model (off under callgrind, where it would only add
-/// instructions).
-static TIME_MODEL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
-#[inline(never)]
-fn in_model<R>(f: impl FnOnce() -> R) -> R {
-    IN_MODEL.with(|m| m.set(true));
-    let r = if TIME_MODEL.load(Ordering::Relaxed) {
-        let t = Instant::now();
-        let r = f();
-        let ns = t.elapsed().as_nanos() as u64;
-        MODEL_NS.with(|m| m.set(m.get() + ns));
-        r
-    } else {
-        f()
-    };
-    IN_MODEL.with(|m| m.set(false));
-    r
-}
-
-struct Marked {
-    model: Arc<ModelPlatform>,
-    regs: MarkedRegs,
-}
-
-struct MarkedRegs(Arc<ModelPlatform>);
-
-impl MarkedRegs {
-    fn inner(&self) -> &ModelRegs {
-        self.0.regs()
-    }
-}
-
-// The wrappers are inlined into the driver so that what is left on the driver's side of the
-// split is the call into `in_model` (about what a real MMIO access costs), not the wrapper's
-// own prologue and closure set-up.
-impl RegisterIo for MarkedRegs {
-    #[inline(always)]
-    fn read32(&self, offset: usize) -> u32 {
-        in_model(|| self.inner().read32(offset))
-    }
-    #[inline(always)]
-    fn write32(&self, offset: usize, value: u32) {
-        in_model(|| self.inner().write32(offset, value))
-    }
-    fn read64(&self, offset: usize) -> u64 {
-        in_model(|| self.inner().read64(offset))
-    }
-    fn write64(&self, offset: usize, value: u64) {
-        in_model(|| self.inner().write64(offset, value))
-    }
-    fn size(&self) -> usize {
-        self.inner().size()
-    }
-}
-
-impl Platform for Marked {
-    type Regs = MarkedRegs;
-    fn regs(&self) -> &MarkedRegs {
-        &self.regs
-    }
-    fn dma(&self) -> &DmaPool {
-        self.model.dma()
-    }
-    fn now_ns(&self) -> u64 {
-        self.model.now_ns()
-    }
-    fn relax(&self) {
-        in_model(|| self.model.relax())
-    }
-    #[inline(always)]
-    fn before_poll(&self, cq_id: u16) {
-        in_model(|| self.model.before_poll(cq_id))
-    }
-    fn name(&self) -> String {
-        self.model.name()
-    }
-}
 
 // ---- the measured loop -----------------------------------------------------------------------
 
@@ -160,10 +52,7 @@ fn setup(qd: usize, shadow: bool) -> Setup {
         ..ModelConfig::default()
     })
     .expect("model config");
-    let marked = Arc::new(Marked {
-        model: model.clone(),
-        regs: MarkedRegs(model.clone()),
-    });
+    let marked = Marked::new(model.clone());
     let options = ControllerOptions {
         shadow_doorbells: shadow,
         ..ControllerOptions::default()
@@ -257,7 +146,7 @@ fn run_wall(qd: usize, shadow: bool, ios: u64) -> Row {
     let mut s = setup(qd, shadow);
     measured_loop(&mut s, ios / 10 + 1); // warm up
     let before = s.model.stats();
-    MODEL_NS.with(|m| m.set(0));
+    let ns0 = model_ns();
     let (d0, m0) = (
         DRIVER_ALLOCS.load(Ordering::Relaxed),
         MODEL_ALLOCS.load(Ordering::Relaxed),
@@ -271,7 +160,7 @@ fn run_wall(qd: usize, shadow: bool, ios: u64) -> Row {
     );
     assert_eq!(errors, 0, "reads failed on the model");
     let after = s.model.stats();
-    let model_ns = MODEL_NS.with(|m| m.get()) as f64;
+    let model_ns = (model_ns() - ns0) as f64;
     let n = ios as f64;
     Row {
         qd,
@@ -291,64 +180,20 @@ fn run_wall(qd: usize, shadow: bool, ios: u64) -> Row {
 /// Runs the loop once under callgrind, collecting only inside `measured_loop`, and splits the
 /// instructions into the model's (inclusive cost of the wrapper's entry points) and the rest.
 fn run_callgrind(qd: usize, shadow: bool, ios: u64) -> Option<(f64, f64)> {
-    let exe = std::env::current_exe().ok()?;
-    let dir = std::env::temp_dir().join(format!("vfnvme-io-path-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).ok()?;
-    let out = dir.join(format!("callgrind.qd{qd}.{shadow}"));
-    let status = std::process::Command::new("valgrind")
-        .arg("--tool=callgrind")
-        .arg("--toggle-collect=*measured_loop*")
-        .arg(format!("--callgrind-out-file={}", out.display()))
-        .arg(&exe)
-        .args([
-            "--child",
-            "--qd",
-            &qd.to_string(),
-            "--ios",
-            &ios.to_string(),
-            "--shadow",
-            if shadow { "on" } else { "off" },
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .ok()?;
-    if !status.success() {
-        eprintln!("valgrind failed for QD {qd}: install valgrind to count instructions");
-        return None;
-    }
-    let annotate = std::process::Command::new("callgrind_annotate")
-        .args(["--inclusive=yes", "--threshold=100"])
-        .arg(&out)
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&annotate.stdout);
-    let _ = std::fs::remove_dir_all(&dir);
-    let cost = |line: &str| -> Option<u64> {
-        line.split_whitespace()
-            .next()?
-            .replace(',', "")
-            .parse()
-            .ok()
-    };
-    let mut total = None;
-    let mut model = 0u64;
-    for line in text.lines() {
-        if line.contains("PROGRAM TOTALS") {
-            total = cost(line);
-        } else if line.contains("benches/io_path.rs:io_path::in_model [") {
-            model += cost(line).unwrap_or(0);
-        }
-    }
-    let total = total? as f64;
-    let n = ios as f64;
-    Some(((total - model as f64) / n, model as f64 / n))
-}
-
-fn arg_value(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
+    let args: Vec<String> = [
+        "--child",
+        "--qd",
+        &qd.to_string(),
+        "--ios",
+        &ios.to_string(),
+        "--shadow",
+        if shadow { "on" } else { "off" },
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let per_io = callgrind_per_io(&format!("qd{qd}.{shadow}"), &args, ios)?;
+    Some((per_io.driver, per_io.model))
 }
 
 fn main() {

@@ -13,8 +13,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use vfnvme::namespace::registry::pin_guard;
-use vfnvme::namespace::{Namespace, NamespaceIdentity, NamespaceRegistry};
+use vfnvme::namespace::{Namespace, NamespaceIdentity};
+use vfnvme::namespaces::registry::pin_guard;
+use vfnvme::namespaces::NamespaceRegistry;
 
 /// Namespaces always present (what readers look up).
 const STABLE: u32 = 32;

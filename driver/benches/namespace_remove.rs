@@ -23,10 +23,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use vfnvme::controller::{Controller, ControllerOptions};
-use vfnvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 use vfnvme::namespace::{Namespace, NamespaceState};
 use vfnvme::platform::Platform;
 use vfnvme::{QpairOptions, QueuePair};
+use vfnvme_model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 
 const IO_PER_NAMESPACE: u64 = 2;
 const IO_LATENCY_NS: u64 = 50_000;

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use vfnvme::controller::{Controller, ControllerOptions};
-use vfnvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
-use vfnvme::namespace::ScanMode;
+use vfnvme::namespaces::ScanMode;
+use vfnvme_model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 
 const ADMIN_LATENCY_NS: u64 = 1_000_000;
 

@@ -5,14 +5,25 @@ use crate::spec::admin_command::AdminCommandError;
 use crate::spec::identify::ParseError;
 use crate::spec::Status;
 use thiserror::Error;
-use vfnvme_dma::{DmaBuffer, DmaError};
+use vfnvme_hal::{DmaBuffer, HalError};
 
 /// An error of the driver's control path (bring-up, admin commands, queue creation, sync I/O).
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum Error {
+    /// A controller reset is running: try again once it is done.
+    #[error("a controller reset is running; retry when it is done")]
+    Resetting,
+    /// The controller failed (fatal status, or a reset that did not bring it back); it stays
+    /// disabled.
+    #[error("the controller failed and could not be reset; close it, check the device (dmesg, `vfnvme setup --reset BDF`) and open it again")]
+    ControllerFailed,
+    /// The device is gone: removed, unplugged, or its registers read all ones.
+    #[error("the controller is gone (removed, or its registers read all ones); close it")]
+    ControllerRemoved,
     /// DMA memory could not be allocated or mapped.
     #[error(transparent)]
-    Dma(#[from] DmaError),
+    Dma(#[from] HalError),
     /// CSTS reads as all ones: the device is gone or not reachable.
     #[error("the controller's registers read as all ones (CSTS {csts:#x}): the device was removed or is not powered; check `lspci` and the device binding")]
     DeviceGone {
@@ -69,6 +80,9 @@ pub enum Error {
     /// Identify data could not be parsed.
     #[error(transparent)]
     Parse(#[from] ParseError),
+    /// The ANA log page could not be parsed.
+    #[error(transparent)]
+    AnaLog(#[from] crate::spec::ana::AnaLogError),
     /// A queue depth above what the controller supports.
     #[error("queue depth {requested} is larger than the controller's maximum {max} (CAP.MQES+1): ask for at most {max}")]
     QueueDepthTooLarge {
@@ -139,6 +153,7 @@ pub enum Error {
 
 /// Why an I/O was not submitted.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum SubmitErrorKind {
     /// Zero blocks.
     #[error("an I/O of 0 blocks: transfer at least one block")]
@@ -212,7 +227,7 @@ pub enum SubmitErrorKind {
     },
     /// A PRP could not be built.
     #[error(transparent)]
-    Prp(#[from] crate::queue::prp::PrpError),
+    Prp(#[from] PrpError),
 }
 
 /// An optional NVM command a controller may lack (Identify Controller ONCS).
@@ -263,4 +278,39 @@ impl From<SubmitError> for Error {
     fn from(e: SubmitError) -> Self {
         Error::Submit(e.kind)
     }
+}
+
+/// Why PRPs could not be built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum PrpError {
+    /// The start address is not dword aligned.
+    #[error(
+        "data address {iova:#x} is not 4-byte aligned: DMA buffers must start on a dword boundary"
+    )]
+    Misaligned {
+        /// The address.
+        iova: u64,
+    },
+    /// A zero-length transfer.
+    #[error("a transfer of 0 bytes has no data pointer: transfer at least one block")]
+    Empty,
+    /// Longer than one PRP list can describe.
+    #[error(
+        "a transfer of {len} bytes exceeds the per-command limit of {max} bytes: split the I/O"
+    )]
+    TooLarge {
+        /// The length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The list page is too small.
+    #[error("the PRP list page holds {have} entries but {need} are needed: use a 4 KiB list page")]
+    ListTooSmall {
+        /// Entries the page holds.
+        have: usize,
+        /// Entries needed.
+        need: usize,
+    },
 }

@@ -4,7 +4,8 @@
 use crate::platform::{Doorbell, Platform, RegisterIo};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use vfnvme_dma::{Bar, DmaError, DmaPool, PageSize, PciAddress, VfioDevice};
+use vfnvme_hal::vfio::RemovalNotice;
+use vfnvme_hal::{Bar, DmaPool, HalError, PageSize, PciAddress, VfioDevice};
 
 impl RegisterIo for Bar {
     #[inline(always)]
@@ -12,26 +13,29 @@ impl RegisterIo for Bar {
         Bar::read32(self, offset)
     }
     #[inline(always)]
-    fn write32(&self, offset: usize, value: u32) {
-        Bar::write32(self, offset, value)
+    unsafe fn write32(&self, offset: usize, value: u32) {
+        // SAFETY: the caller's guarantee (`RegisterIo::write32`) is `Bar::write32`'s.
+        unsafe { Bar::write32(self, offset, value) }
     }
     #[inline(always)]
     fn read64(&self, offset: usize) -> u64 {
         Bar::read64(self, offset)
     }
     #[inline(always)]
-    fn write64(&self, offset: usize, value: u64) {
-        Bar::write64(self, offset, value)
+    unsafe fn write64(&self, offset: usize, value: u64) {
+        // SAFETY: the caller's guarantee (`RegisterIo::write64`) is `Bar::write64`'s.
+        unsafe { Bar::write64(self, offset, value) }
     }
     fn size(&self) -> usize {
         Bar::len(self)
     }
-    fn mmio_doorbell(&self, offset: usize) -> Option<vfnvme_dma::MmioDoorbell> {
+    fn mmio_doorbell(&self, offset: usize) -> Option<vfnvme_hal::MmioDoorbell> {
         Bar::doorbell(self, offset).ok()
     }
     #[inline(always)]
-    fn ring(&self, db: &Doorbell, value: u32) {
-        db.ring_mmio(self, value)
+    unsafe fn ring(&self, db: &Doorbell, value: u32) {
+        // SAFETY: the caller's guarantee (`RegisterIo::ring`) is `Doorbell::ring_mmio`'s.
+        unsafe { db.ring_mmio(self, value) }
     }
 }
 
@@ -54,12 +58,24 @@ impl Default for VfioOptions {
 #[derive(Debug)]
 pub struct VfioPlatform {
     // Fields drop in this order, which matters: the pool unmaps its regions (if no buffer
-    // outlives it) while the BAR mapping and the device fd still hold the device. Releasing the
-    // device first lets a pending device request (unplug, unbind) finish, after which the
-    // kernel detaches the group from the container and tears its IOMMU down, and every unmap
-    // then fails ("the IOMMU refused to unmap 2097152 bytes").
+    // outlives it and no other platform shares it) while the BAR mapping and the device fd
+    // still hold the device. Releasing the device first lets a pending device request (unplug,
+    // unbind) finish, after which the kernel (6.2 and later) detaches the group from the
+    // container, and once the container's last group is gone its IOMMU is torn down and every
+    // unmap fails ("the IOMMU refused to unmap 2097152 bytes"; `Type1Iommu::unmap` takes that
+    // for "already unmapped").
+    //
+    // Platforms opened together (`open_shared`) hold clones of one pool and one container:
+    // the last of them to go unmaps. The others' devices may be released (and removed by the
+    // kernel) by then; their groups stay in the container while the container lives, or, when
+    // the kernel detached a removed device's group, the other groups' domains keep every
+    // mapping (type1 keeps the mappings per container, not per group), so the unmaps still
+    // succeed. See docs/multipath.md.
     dma: DmaPool,
     regs: Bar,
+    /// The device request eventfd (`None` on kernels without it): the kernel asking for the
+    /// device back marks the controller removed ([`Platform::removed`]).
+    notice: Option<Arc<RemovalNotice>>,
     device: VfioDevice,
     base: Instant,
     name: String,
@@ -68,14 +84,56 @@ pub struct VfioPlatform {
 impl VfioPlatform {
     /// Opens the controller at `addr` (e.g. `0000:00:10.0`): opens it through VFIO, enables
     /// memory decoding and bus mastering, maps BAR0 and makes a DMA pool in its IOMMU domain.
-    pub fn open(addr: &str, opts: VfioOptions) -> Result<Arc<VfioPlatform>, DmaError> {
-        let address = PciAddress::parse(addr)?;
-        let device = VfioDevice::open(address)?;
+    /// The same as [`VfioPlatform::open_shared`] of one address.
+    pub fn open(addr: &str, opts: VfioOptions) -> Result<Arc<VfioPlatform>, HalError> {
+        Self::open_shared(&[addr], opts)?
+            .pop()
+            .ok_or(HalError::NoDevices)
+    }
+
+    /// Opens the controllers at `addrs` in ONE VFIO container with ONE DMA pool: every
+    /// platform's [`Platform::dma`] is a clone of the same pool
+    /// ([`DmaPool::same_pool`](vfnvme_hal::DmaPool::same_pool) is true), and every buffer is
+    /// mapped at the same IOVA for every controller. That is what the paths of a multipath
+    /// subsystem need ([`crate::multipath::Subsystem::add_controller`]). The platforms come
+    /// back in the order of `addrs`. Typed errors: a malformed address, one given twice, a
+    /// device not bound to vfio-pci, a group that is not viable.
+    pub fn open_shared(
+        addrs: &[&str],
+        opts: VfioOptions,
+    ) -> Result<Vec<Arc<VfioPlatform>>, HalError> {
+        let addresses = addrs
+            .iter()
+            .map(|a| PciAddress::parse(a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let devices = VfioDevice::open_shared(&addresses)?;
+        let Some(first) = devices.first() else {
+            return Err(HalError::NoDevices);
+        };
+        let dma = DmaPool::new(first.iommu(), opts.page_size);
+        devices
+            .into_iter()
+            .map(|device| Self::wrap(device, dma.clone()))
+            .collect()
+    }
+
+    /// Enables the device, maps BAR0 and registers for the device request interrupt.
+    fn wrap(device: VfioDevice, dma: DmaPool) -> Result<Arc<VfioPlatform>, HalError> {
+        let address = device.address();
         device.enable_bus_master()?;
         let regs = device.bar0()?;
-        let dma = DmaPool::new(device.iommu(), opts.page_size);
+        let notice = match device.removal_notice() {
+            Ok(n) => Some(n),
+            Err(e) => {
+                log::warn!(
+                    "{address}: hot removal will only be noticed by all-ones registers: {e}"
+                );
+                None
+            }
+        };
         Ok(Arc::new(VfioPlatform {
             regs,
+            notice,
             dma,
             base: Instant::now(),
             name: address.to_string(),
@@ -86,6 +144,12 @@ impl VfioPlatform {
     /// The VFIO device (config space, reset).
     pub fn device(&self) -> &VfioDevice {
         &self.device
+    }
+
+    /// The device request eventfd registered at open (`None` if the kernel has none), e.g.
+    /// to `poll(2)` on it.
+    pub fn removal_notice(&self) -> Option<&Arc<RemovalNotice>> {
+        self.notice.as_ref()
     }
 }
 
@@ -113,6 +177,10 @@ impl Platform for VfioPlatform {
         self.name.clone()
     }
 
+    fn removed(&self) -> bool {
+        self.regs.removed() || self.notice.as_ref().is_some_and(|n| n.requested())
+    }
+
     fn pci_id(&self) -> Option<(u16, u16)> {
         let vendor = self.device.config_read16(0).ok()?;
         let device = self.device.config_read16(2).ok()?;
@@ -127,7 +195,7 @@ mod tests {
     #[test]
     fn malformed_address_is_a_typed_error() {
         let err = VfioPlatform::open("not-a-bdf", VfioOptions::default()).unwrap_err();
-        assert!(matches!(err, DmaError::BadPciAddress { .. }), "{err}");
+        assert!(matches!(err, HalError::BadPciAddress { .. }), "{err}");
         assert!(err.to_string().contains("0000:00:10.0"), "{err}");
     }
 
@@ -135,7 +203,20 @@ mod tests {
     fn absent_device_is_a_typed_error() {
         // Domain ffff never exists on the host (nor in the guest).
         let err = VfioPlatform::open("ffff:ff:1f.7", VfioOptions::default()).unwrap_err();
-        assert!(matches!(err, DmaError::NoSuchDevice { .. }), "{err}");
+        assert!(matches!(err, HalError::NoSuchDevice { .. }), "{err}");
+    }
+
+    #[test]
+    fn shared_open_refuses_bad_lists_with_typed_errors() {
+        let err = VfioPlatform::open_shared(&[], VfioOptions::default()).unwrap_err();
+        assert!(matches!(err, HalError::NoDevices), "{err}");
+        let err = VfioPlatform::open_shared(&["ffff:ff:1f.7", "nope"], VfioOptions::default())
+            .unwrap_err();
+        assert!(matches!(err, HalError::BadPciAddress { .. }), "{err}");
+        // The same address twice, in two spellings (the domain may be left out).
+        let err = VfioPlatform::open_shared(&["0000:00:10.0", "00:10.0"], VfioOptions::default())
+            .unwrap_err();
+        assert!(matches!(err, HalError::DuplicateDevice { .. }), "{err}");
     }
 
     #[test]

@@ -2,15 +2,15 @@
 //! admin errors, and the safe admin API (data pointers built by the driver).
 
 use vfnvme::controller::{Controller, ControllerOptions};
-use vfnvme::model::{
-    Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform, VENDOR_FILL_OPCODE,
-    VENDOR_HOLD_OPCODE, VENDOR_PATTERN_LOG, VENDOR_PATTERN_LOG_BYTES,
-};
 use vfnvme::spec::admin_command::{opcode, AdminCommandError, UNKNOWN_TRANSFER_MAX};
 use vfnvme::spec::command::admin_opcode;
 use vfnvme::spec::identify::IdentifyNamespace;
 use vfnvme::spec::{AdminCommand, Command};
 use vfnvme::Error;
+use vfnvme_model::{
+    Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform, VENDOR_FILL_OPCODE,
+    VENDOR_HOLD_OPCODE, VENDOR_PATTERN_LOG, VENDOR_PATTERN_LOG_BYTES,
+};
 
 fn many_namespaces(n: u32) -> ModelConfig {
     ModelConfig {

@@ -6,10 +6,10 @@
 
 use std::sync::Arc;
 use vfnvme::controller::{Controller, ControllerOptions};
-use vfnvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform, Stall};
 use vfnvme::platform::{Platform, RegisterIo};
 use vfnvme::spec::registers::{Csts, CSTS};
 use vfnvme::{Error, QpairOptions};
+use vfnvme_model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform, Stall};
 
 /// The admin timeout of these tests; stalled commands execute well after it.
 const ADMIN_TIMEOUT_MS: u64 = 100;
@@ -58,6 +58,7 @@ fn run_until(p: &ModelPlatform, t: u64) {
 
 fn stall(qid: u16, opcode: u8, completes: bool) -> Stall {
     Stall {
+        count: 0,
         qid,
         opcode,
         after_ns: STALL_NS,

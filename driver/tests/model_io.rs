@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 use vfnvme::controller::{Controller, ControllerOptions};
-use vfnvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 use vfnvme::platform::{Platform, RegisterIo};
 use vfnvme::spec::command::DsmRange;
 use vfnvme::spec::registers::{Cc, Csts, CC, CSTS, SHN_NORMAL};
 use vfnvme::{Error, IoCompletion, QpairOptions, SubmitErrorKind};
+use vfnvme_model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 
 fn config(lba_size: u32) -> ModelConfig {
     ModelConfig {

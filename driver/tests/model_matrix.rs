@@ -9,9 +9,9 @@ use std::io::Write;
 use std::sync::Arc;
 use vfnvme::controller::{Controller, ControllerOptions};
 use vfnvme::error::OptionalCommand;
-use vfnvme::model::{Backing, ModelConfig, ModelMetadata, ModelNamespaceConfig, ModelPlatform};
 use vfnvme::spec::command::DsmRange;
 use vfnvme::{Error, QpairOptions, SubmitErrorKind};
+use vfnvme_model::{Backing, ModelConfig, ModelMetadata, ModelNamespaceConfig, ModelPlatform};
 
 fn ns(nsid: u32, lba_size: u32) -> ModelNamespaceConfig {
     ModelNamespaceConfig {

@@ -6,11 +6,11 @@
 
 use std::sync::Arc;
 use vfnvme::controller::{Controller, ControllerOptions};
-use vfnvme::model::{Backing, ModelConfig, ModelMetadata, ModelNamespaceConfig, ModelPlatform};
 use vfnvme::namespace::MetadataFormat;
 use vfnvme::queue::Direction;
 use vfnvme::spec::command::DsmRange;
 use vfnvme::{Error, QpairOptions, SubmitErrorKind};
+use vfnvme_model::{Backing, ModelConfig, ModelMetadata, ModelNamespaceConfig, ModelPlatform};
 
 const EXTENDED: ModelMetadata = ModelMetadata {
     ms: 8,

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use vfnvme::controller::{Controller, ControllerOptions};
 use vfnvme::error::OptionalCommand;
-use vfnvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 use vfnvme::quirks::{Quirks, CHK_RDY_DELAY_NS};
 use vfnvme::{Error, QpairOptions, SubmitErrorKind};
+use vfnvme_model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 
 fn config(vendor: u16, device: u16) -> ModelConfig {
     let ns = |nsid| ModelNamespaceConfig {

@@ -5,9 +5,10 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 
 use vfnvme::controller::{Controller, ControllerOptions};
-use vfnvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
-use vfnvme::namespace::{NamespaceEvent, NamespaceState};
+use vfnvme::namespace::NamespaceState;
+use vfnvme::namespaces::NamespaceEvent;
 use vfnvme::spec::command::admin_opcode;
+use vfnvme_model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 
 fn ns(nsid: u32) -> ModelNamespaceConfig {
     ModelNamespaceConfig {

@@ -6,12 +6,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use vfnvme::controller::{Controller, ControllerOptions};
-use vfnvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
-use vfnvme::namespace::registry::pin_guard;
 use vfnvme::namespace::NamespaceState;
+use vfnvme::namespaces::registry::pin_guard;
 use vfnvme::platform::Platform;
 use vfnvme::spec::status::generic;
 use vfnvme::{QpairOptions, SubmitErrorKind};
+use vfnvme_model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 
 const NAMESPACES: u32 = 64;
 const THREADS: usize = 3;

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use vfnvme::controller::{Controller, ControllerOptions};
-use vfnvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
-use vfnvme::namespace::ScanMode;
+use vfnvme::namespaces::ScanMode;
 use vfnvme::spec::command::admin_opcode;
+use vfnvme_model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 
 fn ns(nsid: u32, lba_size: u32) -> ModelNamespaceConfig {
     ModelNamespaceConfig {

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Builds the vfnvme fio ioengine: target/fio/vfnvme_fio.so.
+# Builds the vfnvme fio ioengine: target/fio/vfnvme_fio.so (and its test driver
+# target/fio/getevents_check).
 #
 # The engine is compiled against a fio source tree that matches the fio binary it is loaded into
 # (fio refuses an engine whose FIO_IOOPS_VERSION differs). By default that is Debian's fio 3.33
 # source, fetched once with `apt-get source fio` into target/fio-src/ and reused afterwards.
 # Use another tree with: FIO_SRC=/path/to/configured-or-not/fio ./ffi/fio/build.sh
+#
+# The library is built with the in-memory model (cargo feature `model`, -DVFNVME_MODEL) so that
+# the engine also takes trtype=model, as the tests use it; ffi/install.sh builds the product
+# library without it.
 #
 # Environment: FIO_SRC (fio tree), PROFILE (cargo profile for libvfnvme: release (default) or debug),
 # CC (compiler, default gcc).
@@ -53,17 +58,16 @@ if [[ ! -f "$fio_src/config-host.h" ]]; then
 fi
 
 # libvfnvme.so
-if [[ "$profile" == release ]]; then
-    cargo build -q --release -p vfnvme-ffi --manifest-path "$root/Cargo.toml"
-else
-    cargo build -q -p vfnvme-ffi --manifest-path "$root/Cargo.toml"
-fi
-libdir=$target/$profile
+libdir=$("$root/ffi/build-lib.sh" "$profile" --features model)
 
 mkdir -p "$target/fio"
 "$cc" -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers \
     -shared -fPIC -D_GNU_SOURCE -include config-host.h \
-    -I"$fio_src" -I"$root/ffi/include" \
+    -I"$fio_src" -DVFNVME_MODEL -I"$root/ffi/include" \
     -o "$target/fio/vfnvme_fio.so" "$root/ffi/fio/vfnvme_fio.c" \
     -L"$libdir" -lvfnvme -Wl,-rpath,"$libdir"
+# The test driver of the engine's getevents() (scripts/fio-host-check.sh runs it).
+"$cc" -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers \
+    -D_GNU_SOURCE -include config-host.h -I"$fio_src" -rdynamic \
+    -o "$target/fio/getevents_check" "$root/ffi/fio/getevents_check.c" -ldl
 echo "$target/fio/vfnvme_fio.so"

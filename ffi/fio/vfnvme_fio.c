@@ -7,18 +7,37 @@
  *   trtype=PCIe traddr=0000.00.10.0 ns=1     SPDK's syntax ('.' or '\:' in traddr)
  *   0000.00.10.0/1                           short form (PCI address / nsid)
  *   trtype=model ns=1 [id=NAME] [namespaces=N] [lba_size=B] [blocks=N] [latency_ns=T]
+ *                [seed=S] [backing=ram|null] [hang_reads=0|1]
  *                                            the in-memory controller model (host tests)
  * fio splits filenames at ':' unless escaped, so write PCI addresses with '.' or '\:'.
  *
+ * Engine options (fio's options table, listed by `fio --enghelp=PATH/vfnvme_fio.so`, without
+ * external:): every filename key is also a job option (--trtype=model --ns=2 ...), plus
+ * admin_timeout_ms, io_timeout_ms, io_retries, reset_after_ms (a test hook) and defer_sq_doorbell. The options are the job's defaults; a key in a filename overrides them for
+ * that file. With trtype given as an option, a filename that is neither key=value nor a short
+ * form (fio uses the job name when there is no filename) only names the file: the target comes
+ * from the options.
+ *
  * One controller per traddr (or model id) is shared by every file and thread of the process;
- * each fio thread gets one queue pair per controller it uses. queue() only queues; commit()
- * rings a doorbell at most once, and only when the device would otherwise idle. getevents()
- * polls only when it has nothing left to hand out: one poll reaps every completion the device
- * has posted into a ready ring (and rings for what is still unrung), and the next calls are
- * served from that ring; submissions queued meanwhile are rung together once half of what is in
- * flight waits for a doorbell. At most one doorbell per batch, never one per I/O. Buffers come from
- * the driver's DMA memory (iomem_alloc), so I/O is zero-copy; a file on a controller other than
- * the one that provided the thread's memory goes through per-io_u bounce buffers.
+ * each fio thread gets one queue pair per controller it uses. Namespace events (attach, detach,
+ * resize) are reaped by one admin poller thread per controller, running while a fio thread uses
+ * the controller; the I/O threads never touch the admin queue.
+ *
+ * Doorbells: queue() only queues; commit() hands the batch to the driver, whose queue pair is
+ * allocated with defer_sq_doorbell (SPDK's delay_cmd_submit): the driver writes the doorbell
+ * only once half of what is in flight waits for it (always when the device would otherwise
+ * idle), and every poll rings what is left. getevents() polls only when it has nothing left to
+ * hand out: one poll reaps every completion the device has posted into a ready ring, and the
+ * next calls are served from that ring. At most one doorbell per batch, never one per I/O.
+ * getevents() honours fio's timeout: with one, it returns what completed when it runs out; without
+ * one it polls until min events are ready, or fails with -EIO when the controller reports an
+ * error. Buffers come from the driver's DMA memory (iomem_alloc), so I/O is zero-copy; a file on
+ * a controller other than the one that provided the thread's memory goes through per-io_u
+ * bounce buffers.
+ *
+ * A failed I/O is EIO for fio; the engine also prints its NVMe status on stderr (sct, sc, dnr,
+ * more and a name for the common ones, e.g. "sct 0x2 sc 0x81 ...: Unrecovered Read Error"), for
+ * the first VF_ERROR_REPORTS failures of each thread.
  *
  * Per I/O the engine makes one submit call (the data pointer is range-checked against the
  * thread's iomem, no translation call) and shares one vfnvme_qpair_poll_completions call per
@@ -26,9 +45,12 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fio.h"
 #include "optgroup.h"
@@ -37,16 +59,78 @@
 
 #define VF_MAX_CTRLS 32
 #define VF_KEY_LEN 128
+/* How often the admin poller reaps a controller's asynchronous events. */
+#define VF_ADMIN_POLL_MS 100
+/* Failed I/Os a thread reports with their NVMe status (then only fio's own error count). */
+#define VF_ERROR_REPORTS 32
+/* How long cleanup waits for commands still in flight before it gives their queue pair up. */
+#define VF_DRAIN_TIMEOUT_S 30
 
 /* A controller shared by every file and thread of the process. */
 struct vf_ctrl {
 	char key[VF_KEY_LEN];
 	struct vfnvme_ctrl *ctrl;
+	/* fio threads with a queue pair on it (under vf_lock); the admin poller runs while > 0. */
+	unsigned int users;
+	int poller_running;
+	pthread_t poller;
+	pthread_mutex_t poller_lock;
+	pthread_cond_t poller_wake; /* on CLOCK_MONOTONIC */
+	int poller_stop; /* under poller_lock */
+	/* Set by the admin poller when the controller reports an error; I/O threads waiting for
+	 * completions then fail instead of polling forever. */
+	atomic_int failed;
+	/* Test hook (option reset_after_ms): reset the controller through the API once, this long
+	 * after it was opened (0: never); opened_ns on CLOCK_MONOTONIC. */
+	unsigned int reset_after_ms;
+	unsigned long long opened_ns;
+	int reset_done;
 };
 
-/* Per file: where its namespace lives. */
+/* CLOCK_MONOTONIC in nanoseconds. */
+static unsigned long long vf_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
+}
+
+/* The engine's options (fio's options table; td->eo). */
+struct vf_options {
+	void *pad; /* fio stores the thread_data pointer here: offset 0 is no option's */
+	char *trtype;
+	char *traddr;
+	unsigned int ns;
+	char *id;
+	unsigned int namespaces;
+	unsigned int lba_size;
+	unsigned long long blocks;
+	unsigned int latency_ns;
+	unsigned long long seed;
+	char *backing;
+	unsigned int hang_reads;
+	unsigned int admin_timeout_ms;
+	unsigned int io_timeout_ms;
+	unsigned int io_retries;
+	unsigned int reset_after_ms;
+	unsigned int defer_sq_doorbell;
+	/* Multipath heads (vfnvme_fio_mp.c). */
+	char *mp_policy;
+	unsigned int mp_queue_if_no_path;
+	unsigned int mp_delayed_removal_ms;
+	unsigned int mp_fail_after_ms;
+	char *mp_fail;
+	unsigned int paths;
+	unsigned int mp_detach_after_ms;
+	unsigned int mp_attach_after_ms;
+};
+
+struct vf_sub;
+
+/* Per file: where its namespace lives (a controller's namespace, or a multipath head). */
 struct vf_file {
 	struct vf_ctrl *c;
+	struct vf_sub *s; /* non-NULL for a multipath head (then c is NULL) */
 	uint32_t nsid;
 	uint32_t lba_size;
 	uint32_t lba_shift;
@@ -54,12 +138,14 @@ struct vf_file {
 };
 
 /* Per thread and controller: the thread's queue pair and bounce buffers. */
+struct vf_mp_thread;
+
 struct vf_tq {
 	struct vf_ctrl *c;
 	struct vfnvme_qpair *qp;
 	void **bounce; /* indexed by io_u->index, allocated on first use */
 	unsigned int inflight; /* submitted, not yet reaped from the completion queue */
-	unsigned int unrung; /* submitted since this queue pair's doorbell was last rung */
+	unsigned int uncommitted; /* submitted since the last vfnvme_qpair_commit or poll */
 };
 
 /* Per thread (td->io_ops_data). */
@@ -80,19 +166,41 @@ struct vf_thread {
 	unsigned int depth;
 	unsigned int niou;
 	unsigned long long max_bs;
-	unsigned int admin_tick; /* getevents calls since the controllers' admin queues were polled */
+	unsigned int errors_reported; /* vf_report_error lines so far (at most VF_ERROR_REPORTS) */
+	struct vf_mp_thread *mp; /* the thread's channels when its files are multipath heads */
 };
 
 /* Per io_u (io_u->engine_data). */
+struct vf_chan;
+
 struct vf_iou {
 	struct vf_thread *vt;
 	struct vf_tq *tq; /* where it was submitted */
+	struct vf_chan *chan; /* or the multipath channel it was submitted on */
 	struct io_u *io_u;
 	void *bounce; /* non-NULL when the data goes through a bounce buffer */
 	unsigned int idx; /* 0..depth-1 (io_u->index shares a union with engine_data) */
 };
 
 static void vf_done(struct vf_iou *e, const struct vfnvme_cpl *cpl);
+static void vf_ready_push(struct vf_thread *vt, struct io_u *io_u);
+static void vf_mark_issued(struct thread_data *td, struct vf_thread *vt);
+static double vf_now(void);
+
+/* Multipath heads: vfnvme_fio_mp.c (included below). */
+struct vf_target;
+static int vf_mp_parse_traddr(struct vf_target *t, const char *what, const char *v);
+static int vf_mp_attach_file(struct thread_data *td, struct fio_file *f, const struct vf_target *t);
+static int vf_mp_init(struct thread_data *td, struct vf_thread *vt);
+static void vf_mp_cleanup(struct thread_data *td, struct vf_thread *vt);
+static int vf_mp_iomem_alloc(struct thread_data *td, struct vf_thread *vt, size_t total_mem);
+static void vf_mp_iomem_free(struct thread_data *td, struct vf_thread *vt);
+static enum fio_q_status vf_mp_queue(struct thread_data *td, struct vf_thread *vt,
+				     struct io_u *io_u);
+static void vf_mp_commit(struct vf_thread *vt);
+static int vf_mp_reap(struct vf_thread *vt);
+static unsigned int vf_mp_inflight(struct vf_thread *vt);
+static void vf_mp_unload(void);
 
 static pthread_mutex_t vf_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct vf_ctrl vf_ctrls[VF_MAX_CTRLS];
@@ -102,13 +210,25 @@ static void vf_log_rc(const char *what, int rc)
 	log_err("vfnvme: %s failed: %s (%s)\n", what, vfnvme_strerror(rc), vfnvme_last_error());
 }
 
-/* Parsed filename. */
+/* Parsed filename (with the job's options). */
 struct vf_target {
 	int model;
 	char traddr[64];
 	char id[32];
 	uint32_t nsid;
 	struct vfnvme_model_opts mopts;
+	uint32_t admin_timeout_ms;
+	uint32_t io_timeout_ms;
+	uint32_t io_retries;
+	uint32_t reset_after_ms;
+	int have_trtype, have_traddr;
+	/* A multipath head: traddr=A+B[+...] (npaths addresses), subnqn=NQN, or on the model
+	 * paths=N (controllers of a model subsystem). */
+	int mp;
+	int npaths;
+	char path_addr[VF_MAX_CTRLS][16];
+	char subnqn[256];
+	uint32_t model_paths;
 };
 
 static int vf_parse_u64(const char *v, uint64_t *out)
@@ -142,13 +262,148 @@ static int vf_canon_pci(const char *in, char *out, size_t len)
 	return 0;
 }
 
-static int vf_parse_filename(const char *name, struct vf_target *t)
+/*
+ * Sets one key of t (from a filename or, with `opt` set, from the options table) to the text v.
+ * Returns 0, or -1 after logging what is wrong with it.
+ */
+static int vf_set_key(struct vf_target *t, const char *name, const char *k, const char *v, int opt)
+{
+	char what[600];
+	if (opt)
+		snprintf(what, sizeof(what), "option %s", k);
+	else
+		snprintf(what, sizeof(what), "filename '%s'", name);
+	uint64_t x = 0;
+	if (!strcasecmp(k, "trtype")) {
+		t->have_trtype = 1;
+		if (!strcasecmp(v, "pcie"))
+			t->model = 0;
+		else if (!strcasecmp(v, "model"))
+			t->model = 1;
+		else {
+			log_err("vfnvme: %s: trtype must be PCIe or model\n", what);
+			return -1;
+		}
+	} else if (!strcasecmp(k, "traddr") && strchr(v, '+')) {
+		t->have_traddr = 1;
+		if (vf_mp_parse_traddr(t, what, v))
+			return -1;
+	} else if (!strcasecmp(k, "subnqn")) {
+		t->have_traddr = 1;
+		t->mp = 1;
+		size_t j = 0;
+		for (size_t i = 0; v[i] && j + 1 < sizeof(t->subnqn); i++)
+			if (v[i] != '\\')
+				t->subnqn[j++] = v[i];
+		t->subnqn[j] = 0;
+	} else if (!strcasecmp(k, "traddr")) {
+		t->have_traddr = 1;
+		if (vf_canon_pci(v, t->traddr, sizeof(t->traddr))) {
+			log_err("vfnvme: %s: bad traddr '%s' (use 0000.00.10.0)\n", what, v);
+			return -1;
+		}
+	} else if (!strcasecmp(k, "id")) {
+		snprintf(t->id, sizeof(t->id), "%s", v);
+	} else if (!strcasecmp(k, "backing")) {
+		if (!strcasecmp(v, "null"))
+			t->mopts.null_data = true;
+		else if (!strcasecmp(v, "ram"))
+			t->mopts.null_data = false;
+		else {
+			log_err("vfnvme: %s: backing must be ram or null\n", what);
+			return -1;
+		}
+	} else if (!strcasecmp(k, "hang_reads")) {
+		if (strcmp(v, "0") && strcmp(v, "1")) {
+			log_err("vfnvme: %s: hang_reads must be 0 or 1\n", what);
+			return -1;
+		}
+		t->mopts.hang_reads = v[0] == '1';
+	} else {
+		uint32_t *u32 = NULL;
+		uint64_t *u64 = NULL;
+		if (!strcasecmp(k, "ns"))
+			u32 = &t->nsid;
+		else if (!strcasecmp(k, "namespaces"))
+			u32 = &t->mopts.namespaces;
+		else if (!strcasecmp(k, "lba_size"))
+			u32 = &t->mopts.lba_size;
+		else if (!strcasecmp(k, "latency_ns"))
+			u32 = &t->mopts.latency_ns;
+		else if (!strcasecmp(k, "blocks"))
+			u64 = &t->mopts.blocks;
+		else if (!strcasecmp(k, "seed"))
+			u64 = &t->mopts.seed;
+		else if (!strcasecmp(k, "paths"))
+			u32 = &t->model_paths;
+		else {
+			log_err("vfnvme: filename '%s': unknown key '%s' (known: trtype traddr subnqn "
+				"ns id namespaces lba_size blocks latency_ns seed backing hang_reads "
+				"paths)\n", name, k);
+			return -1;
+		}
+		if (vf_parse_u64(v, &x) || (u32 && x > 0xffffffffu)) {
+			log_err("vfnvme: %s: value of '%s' is not a number\n", what, k);
+			return -1;
+		}
+		if (u32 == &t->nsid && x == 0) {
+			log_err("vfnvme: %s: ns must be 1 or more\n", what);
+			return -1;
+		}
+		if (u32)
+			*u32 = (uint32_t)x;
+		else
+			*u64 = x;
+		if (u32 == &t->model_paths)
+			t->mp = x > 0;
+	}
+	return 0;
+}
+
+/* The job's options (td->eo) as t's defaults; a filename's keys then override them. */
+static int vf_apply_options(const struct vf_options *o, struct vf_target *t)
+{
+	if (!o)
+		return 0;
+	if (o->trtype && *o->trtype && vf_set_key(t, "", "trtype", o->trtype, 1))
+		return -1;
+	if (o->traddr && *o->traddr && vf_set_key(t, "", "traddr", o->traddr, 1))
+		return -1;
+	if (o->id && *o->id)
+		snprintf(t->id, sizeof(t->id), "%s", o->id);
+	if (o->backing && *o->backing && vf_set_key(t, "", "backing", o->backing, 1))
+		return -1;
+	if (o->ns)
+		t->nsid = o->ns;
+	t->mopts.hang_reads = o->hang_reads != 0;
+	t->mopts.namespaces = o->namespaces;
+	t->mopts.lba_size = o->lba_size;
+	t->mopts.blocks = o->blocks;
+	t->mopts.latency_ns = o->latency_ns;
+	t->mopts.seed = o->seed;
+	t->admin_timeout_ms = o->admin_timeout_ms;
+	t->io_timeout_ms = o->io_timeout_ms;
+	t->mopts.io_timeout_ms = o->io_timeout_ms;
+	t->io_retries = o->io_retries;
+	t->reset_after_ms = o->reset_after_ms;
+	t->mopts.io_retries = o->io_retries;
+	if (o->paths) {
+		t->model_paths = o->paths;
+		t->mp = 1;
+	}
+	return 0;
+}
+
+static int vf_parse_filename(const char *name, const struct vf_options *o, struct vf_target *t)
 {
 	memset(t, 0, sizeof(*t));
 	t->nsid = 1;
 	snprintf(t->id, sizeof(t->id), "0");
+	if (vf_apply_options(o, t))
+		return -1;
 	if (!strchr(name, '=')) {
-		/* Short form: ADDR[/NSID] or model[/NSID]. */
+		/* Short form: ADDR[/NSID] or model[/NSID]; with trtype set as an option, any other
+		 * name (fio's job name when the job gives no filename) is just a label. */
 		char addr[64];
 		snprintf(addr, sizeof(addr), "%s", name);
 		char *slash = strchr(addr, '/');
@@ -165,17 +420,19 @@ static int vf_parse_filename(const char *name, struct vf_target *t)
 			t->model = 1;
 			return 0;
 		}
-		if (vf_canon_pci(addr, t->traddr, sizeof(t->traddr))) {
-			log_err("vfnvme: filename '%s' is neither 'trtype=... traddr=... ns=N' nor "
-				"'0000.00.10.0/1'\n", name);
-			return -1;
+		if (!vf_canon_pci(addr, t->traddr, sizeof(t->traddr))) {
+			t->model = 0;
+			return 0;
 		}
-		return 0;
+		if (t->have_trtype && !slash)
+			goto check;
+		log_err("vfnvme: filename '%s' is neither 'trtype=... traddr=... ns=N' nor "
+			"'0000.00.10.0/1' (nor a label with --trtype given as an option)\n", name);
+		return -1;
 	}
 
 	char buf[512];
 	snprintf(buf, sizeof(buf), "%s", name);
-	int have_trtype = 0, have_traddr = 0;
 	char *save = NULL;
 	for (char *tok = strtok_r(buf, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
 		char *eq = strchr(tok, '=');
@@ -184,73 +441,18 @@ static int vf_parse_filename(const char *name, struct vf_target *t)
 			return -1;
 		}
 		*eq = 0;
-		const char *k = tok, *v = eq + 1;
-		uint64_t x = 0;
-		if (!strcasecmp(k, "trtype")) {
-			have_trtype = 1;
-			if (!strcasecmp(v, "pcie"))
-				t->model = 0;
-			else if (!strcasecmp(v, "model"))
-				t->model = 1;
-			else {
-				log_err("vfnvme: filename '%s': trtype must be PCIe or model\n", name);
-				return -1;
-			}
-		} else if (!strcasecmp(k, "traddr")) {
-			have_traddr = 1;
-			if (vf_canon_pci(v, t->traddr, sizeof(t->traddr))) {
-				log_err("vfnvme: filename '%s': bad traddr '%s' (use 0000.00.10.0)\n", name, v);
-				return -1;
-			}
-		} else if (!strcasecmp(k, "id")) {
-			snprintf(t->id, sizeof(t->id), "%s", v);
-		} else if (!strcasecmp(k, "backing")) {
-			if (!strcasecmp(v, "null"))
-				t->mopts.null_data = true;
-			else if (strcasecmp(v, "ram")) {
-				log_err("vfnvme: filename '%s': backing must be ram or null\n", name);
-				return -1;
-			}
-		} else {
-			uint32_t *u32 = NULL;
-			uint64_t *u64 = NULL;
-			if (!strcasecmp(k, "ns"))
-				u32 = &t->nsid;
-			else if (!strcasecmp(k, "namespaces"))
-				u32 = &t->mopts.namespaces;
-			else if (!strcasecmp(k, "lba_size"))
-				u32 = &t->mopts.lba_size;
-			else if (!strcasecmp(k, "latency_ns"))
-				u32 = &t->mopts.latency_ns;
-			else if (!strcasecmp(k, "blocks"))
-				u64 = &t->mopts.blocks;
-			else if (!strcasecmp(k, "seed"))
-				u64 = &t->mopts.seed;
-			else {
-				log_err("vfnvme: filename '%s': unknown key '%s' (known: trtype traddr ns "
-					"id namespaces lba_size blocks latency_ns seed backing)\n", name, k);
-				return -1;
-			}
-			if (vf_parse_u64(v, &x) || (u32 && x > 0xffffffffu)) {
-				log_err("vfnvme: filename '%s': value of '%s' is not a number\n", name, k);
-				return -1;
-			}
-			if (u32)
-				*u32 = (uint32_t)x;
-			else
-				*u64 = x;
-			if (u32 == &t->nsid && x == 0) {
-				log_err("vfnvme: filename '%s': ns must be 1 or more\n", name);
-				return -1;
-			}
-		}
+		if (vf_set_key(t, name, tok, eq + 1, 0))
+			return -1;
 	}
-	if (!have_trtype) {
-		log_err("vfnvme: filename '%s': trtype=PCIe or trtype=model is missing\n", name);
+check:
+	if (!t->have_trtype) {
+		log_err("vfnvme: filename '%s': trtype=PCIe or trtype=model is missing (in the "
+			"filename or as the trtype option)\n", name);
 		return -1;
 	}
-	if (!t->model && !have_traddr) {
-		log_err("vfnvme: filename '%s': traddr=0000.00.10.0 is missing\n", name);
+	if (!t->model && !t->have_traddr) {
+		log_err("vfnvme: filename '%s': traddr=0000.00.10.0 is missing (in the filename or as "
+			"the traddr option)\n", name);
 		return -1;
 	}
 	return 0;
@@ -276,16 +478,155 @@ static struct vf_ctrl *vf_ctrl_get(const struct vf_target *t)
 		return NULL;
 	}
 	struct vfnvme_ctrl *ctrl = NULL;
+	struct vfnvme_ctrl_opts copts = { .admin_timeout_ms = t->admin_timeout_ms,
+					  .io_timeout_ms = t->io_timeout_ms,
+					  .io_retries = t->io_retries };
 	int rc = t->model ? vfnvme_ctrl_open_model(&t->mopts, &ctrl)
-			  : vfnvme_ctrl_open(t->traddr, NULL, &ctrl);
+			  : vfnvme_ctrl_open(t->traddr, &copts, &ctrl);
 	if (rc) {
 		log_err("vfnvme: opening %s failed: %s (%s)\n", key, vfnvme_strerror(rc),
 			vfnvme_last_error());
 		return NULL;
 	}
+	pthread_condattr_t ca;
+	if (pthread_condattr_init(&ca) || pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) ||
+	    pthread_cond_init(&freeslot->poller_wake, &ca)) {
+		log_err("vfnvme: %s: can't set up the admin poller's condition variable\n", key);
+		vfnvme_ctrl_close(ctrl);
+		return NULL;
+	}
+	pthread_condattr_destroy(&ca);
+	pthread_mutex_init(&freeslot->poller_lock, NULL);
 	snprintf(freeslot->key, sizeof(freeslot->key), "%s", key);
 	freeslot->ctrl = ctrl;
+	freeslot->reset_after_ms = t->reset_after_ms;
+	freeslot->reset_done = 0;
+	freeslot->opened_ns = vf_now_ns();
+	freeslot->users = 0;
+	freeslot->poller_running = 0;
+	atomic_store(&freeslot->failed, 0);
 	return freeslot;
+}
+
+/*
+ * The admin poller: reaps the controller's asynchronous events (namespaces attached, detached or
+ * resized while the job runs). The driver rescans what changed; the engine reports each change
+ * once. I/O to a namespace that went away then fails with an error instead of reaching the
+ * device. vfnvme_ctrl_process_admin and vfnvme_ctrl_next_event are thread-safe (the admin queue
+ * and the event list are behind their own locks), so this runs beside the I/O threads.
+ */
+static void vf_admin_poll(struct vf_ctrl *c)
+{
+	if (c->reset_after_ms && !c->reset_done &&
+	    vf_now_ns() - c->opened_ns >= (unsigned long long)c->reset_after_ms * 1000000ULL) {
+		c->reset_done = 1;
+		log_info("vfnvme: %s: resetting the controller (reset_after_ms)\n", c->key);
+		int rrc = vfnvme_ctrl_reset(c->ctrl);
+		if (rrc)
+			log_err("vfnvme: %s: vfnvme_ctrl_reset: %s (%s)\n", c->key,
+				vfnvme_strerror(rrc), vfnvme_last_error());
+	}
+	static const char *what[] = { "none", "added", "removed", "changed" };
+	int rc = vfnvme_ctrl_process_admin(c->ctrl);
+	if (rc < 0) {
+		if (!atomic_exchange(&c->failed, 1))
+			log_err("vfnvme: %s: the controller reported an error; I/O waiting on it fails "
+				"with EIO: vfnvme_ctrl_process_admin: %s (%s)\n",
+				c->key, vfnvme_strerror(rc), vfnvme_last_error());
+		return;
+	}
+	struct vfnvme_ns_event ev;
+	while (vfnvme_ctrl_next_event(c->ctrl, &ev) == 1) {
+		unsigned int k = (unsigned int)ev.kind;
+		log_info("vfnvme: %s: namespace %u %s\n", c->key, ev.nsid,
+			 k < sizeof(what) / sizeof(what[0]) ? what[k] : "?");
+	}
+	/* Recovery: timeouts, Aborts, resets, failure and removal, each reported once. */
+	static const char *cwhat[] = { "none", "I/O command timed out", "Abort sent",
+				       "reset started", "reset done", "controller failed",
+				       "controller removed" };
+	struct vfnvme_ctrl_event cev;
+	while (vfnvme_ctrl_next_ctrl_event(c->ctrl, &cev) == 1) {
+		unsigned int k = (unsigned int)cev.kind;
+		log_info("vfnvme: %s: %s (queue %u, command %u)\n", c->key,
+			 k < sizeof(cwhat) / sizeof(cwhat[0]) ? cwhat[k] : "?", cev.qid, cev.cid);
+	}
+}
+
+static void *vf_admin_poller(void *arg)
+{
+	struct vf_ctrl *c = arg;
+	pthread_mutex_lock(&c->poller_lock);
+	while (!c->poller_stop) {
+		pthread_mutex_unlock(&c->poller_lock);
+		vf_admin_poll(c);
+		pthread_mutex_lock(&c->poller_lock);
+		if (c->poller_stop)
+			break;
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += (long)VF_ADMIN_POLL_MS * 1000000L;
+		ts.tv_sec += ts.tv_nsec / 1000000000L;
+		ts.tv_nsec %= 1000000000L;
+		pthread_cond_timedwait(&c->poller_wake, &c->poller_lock, &ts);
+	}
+	pthread_mutex_unlock(&c->poller_lock);
+	return NULL;
+}
+
+/* A fio thread starts using c: the first one starts its admin poller. Call with vf_lock held. */
+static int vf_ctrl_use(struct vf_ctrl *c)
+{
+	if (c->users++ || c->poller_running)
+		return 0;
+	c->poller_stop = 0;
+	int rc = pthread_create(&c->poller, NULL, vf_admin_poller, c);
+	if (rc) {
+		c->users--;
+		log_err("vfnvme: %s: starting the admin poller thread: %s\n", c->key, strerror(rc));
+		return -1;
+	}
+	c->poller_running = 1;
+	return 0;
+}
+
+/* Stops and joins c's admin poller. Call with vf_lock held. */
+static void vf_poller_stop(struct vf_ctrl *c)
+{
+	if (!c->poller_running)
+		return;
+	pthread_mutex_lock(&c->poller_lock);
+	c->poller_stop = 1;
+	pthread_cond_signal(&c->poller_wake);
+	pthread_mutex_unlock(&c->poller_lock);
+	pthread_join(c->poller, NULL);
+	c->poller_running = 0;
+}
+
+/*
+ * A fio thread is done with c: the last one stops its admin poller. A controller that failed or
+ * was removed (hot removal: the kernel waits for the process to let go of the device) is closed
+ * then, so that the kernel's removal completes while fio goes on with its other controllers;
+ * a job that starts on it later fails in init. Call with vf_lock held.
+ */
+static void vf_ctrl_unuse(struct vf_ctrl *c)
+{
+	if (!c->users || --c->users != 0)
+		return;
+	vf_poller_stop(c);
+	if (!atomic_load(&c->failed) || !c->ctrl)
+		return;
+	int rc = vfnvme_ctrl_close(c->ctrl);
+	if (rc) {
+		/* A queue pair was left allocated (a command never completed): keep it until the
+		 * engine is unloaded, which tries again. */
+		vf_log_rc("vfnvme_ctrl_close of a failed or removed controller", rc);
+		return;
+	}
+	log_err("vfnvme: %s: released the failed or removed controller\n", c->key);
+	c->ctrl = NULL;
+	pthread_cond_destroy(&c->poller_wake);
+	pthread_mutex_destroy(&c->poller_lock);
 }
 
 /*
@@ -297,10 +638,12 @@ static unsigned int vf_nfiles;
 
 __attribute__((destructor)) static void vf_unload(void)
 {
+	vf_mp_unload();
 	pthread_mutex_lock(&vf_lock);
 	for (int i = 0; i < VF_MAX_CTRLS; i++) {
 		if (!vf_ctrls[i].ctrl)
 			continue;
+		vf_poller_stop(&vf_ctrls[i]);
 		/* On the model, report how many doorbell writes the run took (tests check the
 		 * batching with it). fio's own output is closed by now: stderr. */
 		struct vfnvme_model_stats ms;
@@ -311,10 +654,16 @@ __attribute__((destructor)) static void vf_unload(void)
 				vf_ctrls[i].key, (unsigned long long)ms.io_commands,
 				(unsigned long long)ms.sq_doorbell_writes,
 				(unsigned long long)ms.cq_doorbell_writes);
+		struct vfnvme_ctrl_info info;
+		if (vfnvme_ctrl_info(vf_ctrls[i].ctrl, &info) == 0 && info.io_retries)
+			fprintf(stderr, "vfnvme: %s: %llu I/O commands retried\n", vf_ctrls[i].key,
+				(unsigned long long)info.io_retries);
 		int rc = vfnvme_ctrl_close(vf_ctrls[i].ctrl);
 		if (rc)
 			vf_log_rc("vfnvme_ctrl_close", rc);
 		vf_ctrls[i].ctrl = NULL;
+		pthread_cond_destroy(&vf_ctrls[i].poller_wake);
+		pthread_mutex_destroy(&vf_ctrls[i].poller_lock);
 	}
 	for (unsigned int i = 0; i < vf_nfiles; i++)
 		free(vf_files_list[i]);
@@ -339,9 +688,16 @@ static int vf_attach_files(struct thread_data *td)
 		if (FILE_ENG_DATA(f))
 			continue;
 		struct vf_target t;
-		if (vf_parse_filename(f->file_name, &t)) {
+		if (vf_parse_filename(f->file_name, td->eo, &t)) {
 			ret = 1;
 			break;
+		}
+		if (t.mp) {
+			if (vf_mp_attach_file(td, f, &t)) {
+				ret = 1;
+				break;
+			}
+			continue;
 		}
 		struct vf_ctrl *c = vf_ctrl_get(&t);
 		if (!c) {
@@ -404,28 +760,54 @@ static struct vf_tq *vf_tq_of(struct vf_thread *vt, struct vf_ctrl *c)
 	return NULL;
 }
 
+/* Seconds since an arbitrary start, on the monotonic clock. */
+static double vf_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void vf_cleanup(struct thread_data *td)
 {
 	struct vf_thread *vt = td->io_ops_data;
 	if (vt) {
+		if (vt->mp)
+			vf_mp_cleanup(td, vt);
 		for (int i = 0; i < vt->ntq; i++) {
 			struct vf_tq *tq = &vt->tq[i];
-			/* Drain what is still in flight, then free the queue pair. */
+			/* Drain what is still in flight (fio is done with those io_us), then free the
+			 * queue pair; a command that never completes leaves it allocated. On a
+			 * controller that failed or was removed the driver ends every command with
+			 * "controller lost" at one of the next polls, so the drain ends too. */
+			double start = vf_now();
+			int stuck = 0;
 			while (tq->qp && vfnvme_qpair_outstanding(tq->qp) > 0) {
 				int n = vfnvme_qpair_poll_completions(tq->qp, vt->depth, vt->cpls);
-				if (n < 0)
+				if (n < 0 || (n == 0 && vf_now() - start > VF_DRAIN_TIMEOUT_S)) {
+					stuck = 1;
 					break;
+				}
 				for (int j = 0; j < n; j++)
 					vf_done(vt->cpls[j].arg, &vt->cpls[j].cpl);
 			}
-			if (tq->bounce) {
-				for (unsigned int j = 0; j < vt->depth; j++)
-					vfnvme_dma_free(tq->c->ctrl, tq->bounce[j]);
-				free(tq->bounce);
+			if (stuck) {
+				log_err("vfnvme: %s: %u command(s) still in flight at cleanup; leaving "
+					"their queue pair and buffers allocated\n",
+					tq->c->key, vfnvme_qpair_outstanding(tq->qp));
+			} else {
+				if (tq->bounce) {
+					for (unsigned int j = 0; j < vt->depth; j++)
+						vfnvme_dma_free(tq->c->ctrl, tq->bounce[j]);
+					free(tq->bounce);
+				}
+				int rc = vfnvme_qpair_free(tq->qp);
+				if (rc)
+					vf_log_rc("vfnvme_qpair_free", rc);
 			}
-			int rc = vfnvme_qpair_free(tq->qp);
-			if (rc)
-				vf_log_rc("vfnvme_qpair_free", rc);
+			pthread_mutex_lock(&vf_lock);
+			vf_ctrl_unuse(tq->c);
+			pthread_mutex_unlock(&vf_lock);
 		}
 		free(vt->events);
 		free(vt->ready);
@@ -455,11 +837,31 @@ static int vf_init(struct thread_data *td)
 	vt->cpls = calloc(vt->depth, sizeof(*vt->cpls));
 	if (!vt->events || !vt->ready || !vt->queued || !vt->cpls)
 		goto fail;
+	unsigned int heads = 0, nfiles = 0;
+	for_each_file(td, f, i) {
+		nfiles++;
+		heads += ((struct vf_file *)FILE_ENG_DATA(f))->s != NULL;
+	}
+	if (heads) {
+		if (heads != nfiles) {
+			log_err("vfnvme: a job's files are either all multipath heads or all "
+				"controller namespaces; put them in separate jobs\n");
+			goto fail;
+		}
+		if (vf_mp_init(td, vt))
+			goto fail;
+		return 0;
+	}
 	for_each_file(td, f, i) {
 		struct vf_file *vf = FILE_ENG_DATA(f);
 		if (vf_tq_of(vt, vf->c))
 			continue;
 		struct vf_tq *tq = &vt->tq[vt->ntq];
+		if (!vf->c->ctrl) {
+			log_err("vfnvme: %s: the controller failed or was removed, and was released "
+				"when the jobs using it ended\n", f->file_name);
+			goto fail;
+		}
 		struct vfnvme_ctrl_info ci;
 		int rc = vfnvme_ctrl_info(vf->c->ctrl, &ci);
 		if (rc) {
@@ -475,10 +877,24 @@ static int vf_init(struct thread_data *td)
 		unsigned long long qd = 2 * vt->depth * (per_io ? per_io : 1) + 1;
 		if (ci.max_queue_depth && qd > ci.max_queue_depth)
 			qd = ci.max_queue_depth;
-		rc = vfnvme_qpair_alloc(vf->c->ctrl, (uint32_t)qd, &tq->qp);
+		/* The driver batches doorbells (see the top of this file). */
+		const struct vf_options *o = td->eo;
+		struct vfnvme_qpair_opts qo = {
+			.depth = (uint32_t)qd,
+			.defer_sq_doorbell = !o || o->defer_sq_doorbell,
+		};
+		rc = vfnvme_qpair_alloc_opts(vf->c->ctrl, &qo, &tq->qp);
 		if (rc) {
 			log_err("vfnvme: %s: allocating a queue pair of depth %llu: %s (%s)\n",
 				f->file_name, qd, vfnvme_strerror(rc), vfnvme_last_error());
+			goto fail;
+		}
+		pthread_mutex_lock(&vf_lock);
+		rc = vf_ctrl_use(vf->c);
+		pthread_mutex_unlock(&vf_lock);
+		if (rc) {
+			vfnvme_qpair_free(tq->qp);
+			tq->qp = NULL;
 			goto fail;
 		}
 		tq->c = vf->c;
@@ -495,6 +911,8 @@ fail:
 static int vf_iomem_alloc(struct thread_data *td, size_t total_mem)
 {
 	struct vf_thread *vt = td->io_ops_data;
+	if (vt && vt->mp)
+		return vf_mp_iomem_alloc(td, vt, total_mem);
 	if (!vt || !vt->mem_ctrl) {
 		log_err("vfnvme: iomem_alloc before init (no controller)\n");
 		return 1;
@@ -515,6 +933,10 @@ static int vf_iomem_alloc(struct thread_data *td, size_t total_mem)
 static void vf_iomem_free(struct thread_data *td)
 {
 	struct vf_thread *vt = td->io_ops_data;
+	if (vt && vt->mp) {
+		vf_mp_iomem_free(td, vt);
+		return;
+	}
 	if (vt && vt->mem_ctrl && td->orig_buffer)
 		vfnvme_dma_free(vt->mem_ctrl->ctrl, td->orig_buffer);
 	if (vt)
@@ -540,14 +962,71 @@ static void vf_io_u_free(struct thread_data *td, struct io_u *io_u)
 	io_u->engine_data = NULL;
 }
 
-/* Completes the io_u of e (submitted without a callback; reaped in a batch by getevents). */
-static void vf_done(struct vf_iou *e, const struct vfnvme_cpl *cpl)
+/* The name of an NVMe status the engine's users meet, or NULL. */
+static const char *vf_status_name(uint8_t sct, uint8_t sc)
+{
+	if (sct == 2 && sc == 0x80)
+		return "Write Fault";
+	if (sct == 2 && sc == 0x81)
+		return "Unrecovered Read Error";
+	if (sct == 2 && sc == 0x86)
+		return "Access Denied";
+	if (sct == VFNVME_SCT_PATH && sc == 0x70)
+		return "controller lost";
+	if (sct == VFNVME_SCT_PATH && sc == 0x71)
+		return "aborted by controller reset";
+	return NULL;
+}
+
+/*
+ * Reports a failed I/O with its NVMe status (fio itself only sees EIO), so that a media error
+ * (sct 0x2: sc 0x81 Unrecovered Read Error, sc 0x80 Write Fault) is told apart from a lost
+ * controller or a reset. Error path only, and at most VF_ERROR_REPORTS lines per thread.
+ */
+static void vf_report_error(struct vf_iou *e, const struct vfnvme_cpl *cpl)
 {
 	struct io_u *io_u = e->io_u;
 	struct vf_thread *vt = e->vt;
 
+	if (vt) {
+		if (vt->errors_reported >= VF_ERROR_REPORTS)
+			return;
+		if (++vt->errors_reported == VF_ERROR_REPORTS)
+			log_err("vfnvme: %u failed I/Os reported; this thread reports no more\n",
+				VF_ERROR_REPORTS);
+	}
+	const char *op = io_u->ddir == DDIR_READ ? "read" : io_u->ddir == DDIR_WRITE ? "write" :
+		"command";
+	const char *file = io_u->file ? io_u->file->file_name : "?";
+	if (!cpl->status) {
+		log_err("vfnvme: %s: %s of %llu bytes at offset %llu failed: %s\n", file, op,
+			(unsigned long long)io_u->xfer_buflen, (unsigned long long)io_u->offset,
+			vfnvme_strerror(cpl->rc));
+		return;
+	}
+	const char *name = vf_status_name(cpl->sct, cpl->sc);
+	log_err("vfnvme: %s: %s of %llu bytes at offset %llu failed: NVMe status 0x%04x "
+		"(sct 0x%x sc 0x%02x dnr %d more %d%s%s)\n",
+		file, op, (unsigned long long)io_u->xfer_buflen, (unsigned long long)io_u->offset,
+		cpl->status, cpl->sct, cpl->sc, (cpl->status >> 14) & 1, (cpl->status >> 13) & 1,
+		name ? ": " : "", name ? name : "");
+}
+
+/* Completes the io_u of e (submitted without a callback; reaped in a batch by getevents). */
+static void vf_done(struct vf_iou *e, const struct vfnvme_cpl *cpl)
+{
+	struct io_u *io_u = e->io_u;
+
 	e->tq->inflight--;
+	/* Device errors and the two statuses vfnvme gives commands it ends itself (sct 3: sc 0x71
+	 * VFNVME_SC_ABORTED_BY_RESET after a reset, sc 0x70 VFNVME_SC_CONTROLLER_LOST once the
+	 * controller is gone or failed) are all EIO for fio. */
 	if (cpl->status || cpl->rc) {
+		vf_report_error(e, cpl);
+		/* "Controller lost": gone or failed for good. Mark it so that it is released when
+		 * its last job ends, even if the job ends before the admin poller notices. */
+		if (cpl->sct == VFNVME_SCT_PATH && cpl->sc == VFNVME_SC_CONTROLLER_LOST)
+			atomic_store(&e->tq->c->failed, 1);
 		io_u->error = EIO;
 		io_u->resid = io_u->xfer_buflen;
 	} else {
@@ -556,11 +1035,24 @@ static void vf_done(struct vf_iou *e, const struct vfnvme_cpl *cpl)
 		if (e->bounce && io_u->ddir == DDIR_READ)
 			memcpy(io_u->xfer_buf, e->bounce, io_u->xfer_buflen);
 	}
-	if (vt->ready_count < vt->depth) {
-		unsigned int slot = vt->ready_head + vt->ready_count;
-		vt->ready[slot >= vt->depth ? slot - vt->depth : slot] = io_u;
-		vt->ready_count++;
+}
+
+/*
+ * Appends a completed io_u to the ready ring. It holds depth entries and every io_u of the
+ * thread (depth of them) is in it at most once, and vf_reap asks for no more than the room left:
+ * a full ring is an engine bug, which would lose the io_u. Stop with a message instead.
+ */
+static void vf_ready_push(struct vf_thread *vt, struct io_u *io_u)
+{
+	if (vt->ready_count >= vt->depth) {
+		log_err("vfnvme: BUG: the ready ring is full (%u of %u io_us) with io_u %p still to "
+			"hand back to fio; stopping rather than losing it\n",
+			vt->ready_count, vt->depth, (void *)io_u);
+		abort();
 	}
+	unsigned int slot = vt->ready_head + vt->ready_count;
+	vt->ready[slot >= vt->depth ? slot - vt->depth : slot] = io_u;
+	vt->ready_count++;
 }
 
 /* The data pointer for io_u on tq's controller: the io_u's own buffer or a bounce buffer. */
@@ -592,6 +1084,21 @@ static void *vf_data(struct vf_thread *vt, struct vf_tq *tq, struct io_u *io_u)
 	return e->bounce;
 }
 
+/* Gives the io_us queued since the last commit their issue time and tells fio they went out. */
+static void vf_mark_issued(struct thread_data *td, struct vf_thread *vt)
+{
+	if (fio_fill_issue_time(td)) {
+		struct timespec now;
+		fio_gettime(&now, NULL);
+		for (unsigned int i = 0; i < vt->nqueued; i++) {
+			memcpy(&vt->queued[i]->issue_time, &now, sizeof(now));
+			io_u_queued(td, vt->queued[i]);
+		}
+	}
+	io_u_mark_submit(td, vt->nqueued);
+	vt->nqueued = 0;
+}
+
 static enum fio_q_status vf_queue(struct thread_data *td, struct io_u *io_u)
 {
 	struct vf_thread *vt = td->io_ops_data;
@@ -600,6 +1107,8 @@ static enum fio_q_status vf_queue(struct thread_data *td, struct io_u *io_u)
 	struct vf_tq *tq;
 	int rc;
 
+	if (vt->mp)
+		return vf_mp_queue(td, vt, io_u);
 	if (vf == vt->last_vf && vf) {
 		tq = vt->last_tq;
 	} else {
@@ -664,9 +1173,13 @@ static enum fio_q_status vf_queue(struct thread_data *td, struct io_u *io_u)
 		return FIO_Q_COMPLETED;
 	}
 	tq->inflight++;
-	tq->unrung++;
-	if (vt->nqueued < vt->depth)
-		vt->queued[vt->nqueued++] = io_u;
+	tq->uncommitted++;
+	/* fio commits before the thread has more than depth io_us queued; if it ever did not (an
+	 * io_u reaped by a poll and queued again before the commit), give the queued ones their
+	 * issue time now rather than lose one. */
+	if (vt->nqueued >= vt->depth)
+		vf_mark_issued(td, vt);
+	vt->queued[vt->nqueued++] = io_u;
 	return FIO_Q_QUEUED;
 }
 
@@ -676,112 +1189,117 @@ static int vf_commit(struct thread_data *td)
 	if (!vt->nqueued)
 		return 0;
 	/*
-	 * Ring a queue's doorbell now only when the device would otherwise sit idle: when every
-	 * command in flight on it is one queued since the last commit. When older commands are
-	 * still in flight, fio reaps them next, and getevents() (vfnvme_qpair_poll_completions
-	 * commits first) rings for everything queued meanwhile: one doorbell per batch, even when
-	 * fio commits after every io_u (its default iodepth_batch=1).
+	 * Hand the batch to the driver. Its queue pairs defer the doorbell (defer_sq_doorbell): it
+	 * is written now when the device would otherwise sit idle or half of what is in flight
+	 * waits for it, and otherwise by the next poll in getevents(): one doorbell per batch, even
+	 * when fio commits after every io_u (its default iodepth_batch=1).
 	 */
+	if (vt->mp)
+		vf_mp_commit(vt);
 	for (int i = 0; i < vt->ntq; i++) {
 		struct vf_tq *tq = &vt->tq[i];
-		if (tq->unrung && tq->inflight <= tq->unrung) {
+		if (tq->uncommitted) {
 			vfnvme_qpair_commit(tq->qp);
-			tq->unrung = 0;
+			tq->uncommitted = 0;
 		}
 	}
-	if (fio_fill_issue_time(td)) {
-		struct timespec now;
-		fio_gettime(&now, NULL);
-		for (unsigned int i = 0; i < vt->nqueued; i++) {
-			memcpy(&vt->queued[i]->issue_time, &now, sizeof(now));
-			io_u_queued(td, vt->queued[i]);
-		}
-	}
-	io_u_mark_submit(td, vt->nqueued);
-	vt->nqueued = 0;
+	vf_mark_issued(td, vt);
 	return 0;
-}
-
-/*
- * Now and then (every VF_ADMIN_EVERY getevents calls of a thread) reap the controllers'
- * asynchronous events: namespaces attached, detached or resized while the job runs. The driver
- * rescans what changed; the engine reports each change once. I/O to a namespace that went away
- * then fails with an error instead of reaching the device.
- */
-#define VF_ADMIN_EVERY 4096
-
-static void vf_admin_tick(struct vf_thread *vt)
-{
-	static const char *what[] = { "none", "added", "removed", "changed" };
-	for (int i = 0; i < vt->ntq; i++) {
-		struct vf_ctrl *c = vt->tq[i].c;
-		int rc = vfnvme_ctrl_process_admin(c->ctrl);
-		if (rc < 0) {
-			vf_log_rc("vfnvme_ctrl_process_admin", rc);
-			continue;
-		}
-		struct vfnvme_ns_event ev;
-		while (vfnvme_ctrl_next_event(c->ctrl, &ev) == 1) {
-			unsigned int k = (unsigned int)ev.kind;
-			log_info("vfnvme: %s: namespace %u %s\n", c->key, ev.nsid,
-				 k < sizeof(what) / sizeof(what[0]) ? what[k] : "?");
-		}
-	}
 }
 
 /* Reaps what the thread's queue pairs have completed into the ready ring (one poll call per
  * queue pair, which also rings the doorbell for submissions not yet rung). */
 static int vf_reap(struct vf_thread *vt)
 {
+	if (vt->mp)
+		return vf_mp_reap(vt);
 	for (int i = 0; i < vt->ntq; i++) {
 		struct vf_tq *tq = &vt->tq[i];
 		unsigned int room = vt->depth - vt->ready_count;
 		if (!tq->inflight || !room)
 			continue;
-		tq->unrung = 0; /* polling commits */
+		tq->uncommitted = 0; /* polling commits */
 		int n = vfnvme_qpair_poll_completions(tq->qp, room, vt->cpls);
 		if (n < 0) {
 			vf_log_rc("vfnvme_qpair_poll_completions", n);
 			return -EIO;
 		}
-		for (int j = 0; j < n; j++)
-			vf_done(vt->cpls[j].arg, &vt->cpls[j].cpl);
+		for (int j = 0; j < n; j++) {
+			struct vf_iou *e = vt->cpls[j].arg;
+			vf_done(e, &vt->cpls[j].cpl);
+			vf_ready_push(vt, e->io_u);
+		}
 	}
 	return 0;
 }
 
+/* Whether a controller the thread waits on reported an error (the admin poller saw it). */
+static struct vf_ctrl *vf_failed_ctrl(struct vf_thread *vt)
+{
+	for (int i = 0; i < vt->ntq; i++)
+		if (vt->tq[i].inflight && atomic_load_explicit(&vt->tq[i].c->failed,
+							       memory_order_relaxed))
+			return vt->tq[i].c;
+	return NULL;
+}
+
+static unsigned int vf_inflight(struct vf_thread *vt)
+{
+	unsigned int n = vt->mp ? vf_mp_inflight(vt) : 0;
+	for (int i = 0; i < vt->ntq; i++)
+		n += vt->tq[i].inflight;
+	return n;
+}
+
 /*
  * fio asks for few events at a time (by default min = max = 1, once per I/O). Polling the device
- * for each would pay a poll, and a doorbell for the one io_u queued since, per I/O. Instead one
- * poll reaps everything the device has completed into the ready ring, and the following calls
- * are served from it; submissions queued meanwhile are rung together, once half of what is in
- * flight on a queue pair waits for its doorbell (or at the next poll, whichever comes first).
+ * for each would pay a poll per I/O. Instead one poll reaps everything the device has completed
+ * into the ready ring, and the following calls are served from it without touching the device.
+ *
+ * When fewer than min are ready, it polls until min are, or until the timeout t (if given) runs
+ * out, returning what completed by then; without a timeout it fails with -EIO if a controller
+ * it waits on reports an error, instead of polling forever.
  */
 static int vf_getevents(struct thread_data *td, unsigned int min, unsigned int max,
 			const struct timespec *t)
 {
 	struct vf_thread *vt = td->io_ops_data;
-	if (++vt->admin_tick >= VF_ADMIN_EVERY) {
-		vt->admin_tick = 0;
-		vf_admin_tick(vt);
-	}
 	if (max > vt->depth)
 		max = vt->depth;
 	if (min > max)
 		min = max;
-	if (vt->ready_count >= min && vt->ready_count) {
-		for (int i = 0; i < vt->ntq; i++) {
-			struct vf_tq *tq = &vt->tq[i];
-			if (tq->unrung && 2 * tq->unrung >= tq->inflight) {
-				vfnvme_qpair_commit(tq->qp);
-				tq->unrung = 0;
-			}
+	if (vt->ready_count < min || !vt->ready_count) {
+		struct timespec deadline = { 0, 0 };
+		if (t) {
+			clock_gettime(CLOCK_MONOTONIC, &deadline);
+			deadline.tv_sec += t->tv_sec;
+			deadline.tv_nsec += t->tv_nsec;
+			deadline.tv_sec += deadline.tv_nsec / 1000000000L;
+			deadline.tv_nsec %= 1000000000L;
 		}
-	} else {
-		do {
+		for (;;) {
 			if (vf_reap(vt))
 				return -EIO;
-		} while (vt->ready_count < min);
+			if (vt->ready_count >= min)
+				break;
+			if (!vf_inflight(vt))
+				break; /* nothing more can complete */
+			if (t) {
+				struct timespec now;
+				clock_gettime(CLOCK_MONOTONIC, &now);
+				if (now.tv_sec > deadline.tv_sec ||
+				    (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec))
+					break;
+			} else {
+				struct vf_ctrl *c = vf_failed_ctrl(vt);
+				if (c) {
+					log_err("vfnvme: %s: waiting for %u completion(s), but the "
+						"controller reported an error: failing with EIO\n",
+						c->key, min - vt->ready_count);
+					return -EIO;
+				}
+			}
+		}
 	}
 	unsigned int n = vt->ready_count < max ? vt->ready_count : max;
 	for (unsigned int i = 0; i < n; i++) {
@@ -822,6 +1340,112 @@ static int vf_get_file_size(struct thread_data *td, struct fio_file *f)
 	return 0;
 }
 
+#include "vfnvme_fio_mp.c"
+
+/*
+ * The engine's options: every key of the filename syntax, plus the controller's admin timeout and
+ * the doorbell batching switch. They are the job's defaults; a filename key overrides them for
+ * its file. Unset (0 or empty) means the filename's or the driver's default.
+ */
+#define VF_OPT(nm, ln, ty, field, hl)                                                          \
+	{                                                                                      \
+		.name = nm, .lname = ln, .type = ty, .off1 = offsetof(struct vf_options, field), \
+		.help = hl, .category = FIO_OPT_C_ENGINE, .group = FIO_OPT_G_INVALID,           \
+	}
+
+static struct fio_option options[] = {
+	VF_OPT("trtype", "vfnvme transport type", FIO_OPT_STR_STORE, trtype,
+	       "Transport of every file without trtype in its filename: PCIe (a device bound to "
+	       "vfio-pci) or model (the in-memory controller model)"),
+	VF_OPT("traddr", "vfnvme PCI address", FIO_OPT_STR_STORE, traddr,
+	       "PCI address of the controller for trtype=PCIe, e.g. 0000.00.10.0 (write ':' as '.' "
+	       "or '\\:')"),
+	VF_OPT("ns", "vfnvme namespace id", FIO_OPT_INT, ns,
+	       "Namespace ID (1 or more; unset: 1)"),
+	VF_OPT("id", "vfnvme model id", FIO_OPT_STR_STORE, id,
+	       "Name of the model controller: files with the same id share one model (default 0)"),
+	VF_OPT("namespaces", "vfnvme model namespaces", FIO_OPT_INT, namespaces,
+	       "Model: number of namespaces (unset: 1)"),
+	VF_OPT("lba_size", "vfnvme model block size", FIO_OPT_INT, lba_size,
+	       "Model: logical block size in bytes, 512 or 4096 (unset: 4096)"),
+	VF_OPT("blocks", "vfnvme model blocks", FIO_OPT_ULL, blocks,
+	       "Model: blocks per namespace (unset: 65536)"),
+	VF_OPT("latency_ns", "vfnvme model latency", FIO_OPT_INT, latency_ns,
+	       "Model: virtual time a command takes in nanoseconds (unset: the model's default)"),
+	VF_OPT("seed", "vfnvme model seed", FIO_OPT_ULL, seed,
+	       "Model: seed of its pseudo-random choices (unset: a fixed default)"),
+	VF_OPT("backing", "vfnvme model backing", FIO_OPT_STR_STORE, backing,
+	       "Model: where data lives: ram (kept in sparse memory, the default) or null "
+	       "(discarded; measures the driver alone)"),
+	VF_OPT("hang_reads", "vfnvme model hung reads", FIO_OPT_BOOL, hang_reads,
+	       "Model fault injection: reads are fetched but never complete, as on a hung device "
+	       "(for tests of timeouts)"),
+	VF_OPT("admin_timeout_ms", "vfnvme admin timeout", FIO_OPT_INT, admin_timeout_ms,
+	       "PCIe: how long an admin command (bring-up, queue creation, namespace scans) may take "
+	       "before it fails, in milliseconds (unset: the driver's 30000)"),
+	VF_OPT("io_retries", "vfnvme I/O retries", FIO_OPT_INT, io_retries,
+	       "How often an I/O is sent again, with the same buffer, when it fails with a "
+	       "retryable status (DNR=0) or was in flight at a controller reset (unset: 0, the I/O "
+	       "fails with EIO; at most 255; I/Os that timed out are not retried)"),
+	VF_OPT("reset_after_ms", "vfnvme test reset", FIO_OPT_INT, reset_after_ms,
+	       "Test hook: reset the controller once through the API (vfnvme_ctrl_reset), this many "
+	       "milliseconds after it was opened, while the job runs (unset: never)"),
+	VF_OPT("io_timeout_ms", "vfnvme I/O timeout", FIO_OPT_INT, io_timeout_ms,
+	       "How long an I/O may take, in milliseconds, before the driver aborts it and then "
+	       "resets the controller; the I/O then fails with EIO (unset: the driver's 30000; "
+	       "virtual time on the model)"),
+	VF_OPT("paths", "vfnvme model paths", FIO_OPT_INT, paths,
+	       "Model: open a multipath head on a model subsystem of this many controllers (ANA "
+	       "group N holds namespace N) instead of one controller (unset: 0, a controller)"),
+	VF_OPT("mp_policy", "vfnvme multipath policy", FIO_OPT_STR_STORE, mp_policy,
+	       "Multipath heads: path policy, numa, round-robin or queue-depth (unset: numa)"),
+	{
+		.name = "mp_queue_if_no_path",
+		.lname = "vfnvme queue if no path",
+		.type = FIO_OPT_BOOL,
+		.off1 = offsetof(struct vf_options, mp_queue_if_no_path),
+		.def = "1",
+		.help = "Multipath heads: while no path is usable, keep I/O queued (1, the default) "
+			"or fail it with EIO at once (0)",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_INVALID,
+	},
+	VF_OPT("mp_delayed_removal_ms", "vfnvme delayed removal", FIO_OPT_INT,
+	       mp_delayed_removal_ms,
+	       "Multipath heads: how long I/O waits for a path to come back before it fails with "
+	       "EIO, in milliseconds (unset: 0, for ever)"),
+	VF_OPT("mp_fail_after_ms", "vfnvme test path failure", FIO_OPT_INT, mp_fail_after_ms,
+	       "Test hook, model subsystems (paths=N): fail the path through controller 0 this "
+	       "many milliseconds after the subsystem was opened, as mp_fail says (unset: never)"),
+	VF_OPT("mp_fail", "vfnvme test path failure kind", FIO_OPT_STR_STORE, mp_fail,
+	       "Test hook: how mp_fail_after_ms fails the path: ana (the namespace's ANA group "
+	       "turns inaccessible on controller 0, the default) or remove (controller 0 is hot "
+	       "removed)"),
+	VF_OPT("mp_detach_after_ms", "vfnvme test detach", FIO_OPT_INT, mp_detach_after_ms,
+	       "Test hook, multipath heads: detach the file's namespace from controller 0 by "
+	       "Namespace Attachment this many milliseconds after the subsystem was opened "
+	       "(unset: never)"),
+	VF_OPT("mp_attach_after_ms", "vfnvme test attach", FIO_OPT_INT, mp_attach_after_ms,
+	       "Test hook, multipath heads: attach the namespace to controller 0 again this many "
+	       "milliseconds after the subsystem was opened (after mp_detach_after_ms; unset: "
+	       "never)"),
+	{
+		.name = "defer_sq_doorbell",
+		.lname = "vfnvme deferred doorbell",
+		.type = FIO_OPT_BOOL,
+		.off1 = offsetof(struct vf_options, defer_sq_doorbell),
+		.def = "1",
+		.help = "Let the driver defer the submission doorbell of a commit while the device is "
+			"busy, until half of what is in flight waits for it or the next poll (one "
+			"doorbell per batch); 0 rings at every commit",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_INVALID,
+	},
+	{
+		.name = NULL,
+	},
+};
+
 struct ioengine_ops ioengine = {
 	.name = "vfnvme",
 	.version = FIO_IOOPS_VERSION,
@@ -841,4 +1465,6 @@ struct ioengine_ops ioengine = {
 	.iomem_free = vf_iomem_free,
 	.io_u_init = vf_io_u_init,
 	.io_u_free = vf_io_u_free,
+	.options = options,
+	.option_struct_size = sizeof(struct vf_options),
 };

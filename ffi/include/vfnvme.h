@@ -21,6 +21,115 @@
 #include <stdint.h>
 #include <stdbool.h>
 
+// The most controllers (paths) a subsystem has over its lifetime.
+#define VFNVME_MAX_PATHS 32
+
+// Status Code Type 3h (path related): the type of the two statuses vfnvme gives commands it
+// ends itself (see `vfnvme_cpl.status`).
+#define VFNVME_SCT_PATH 3
+
+// Status Code 71h of type 3h (Command Aborted By Host): the controller was reset with the
+// command in flight; the buffer is back and the command may be submitted again.
+#define VFNVME_SC_ABORTED_BY_RESET 113
+
+// Status Code 70h of type 3h (Host Pathing Error): the controller is gone (removed) or failed
+// for good; the buffer is back, nothing more will complete on this controller.
+#define VFNVME_SC_CONTROLLER_LOST 112
+
+// What happened to a controller (`vfnvme_ctrl_next_ctrl_event`).
+enum vfnvme_ctrl_event_kind {
+  // No event (the value of an unfilled `vfnvme_ctrl_event`).
+  VFNVME_CTRL_EVENT_NONE = 0,
+  // An I/O command (`qid`, `cid`) did not complete within the I/O timeout.
+  VFNVME_CTRL_EVENT_TIMED_OUT = 1,
+  // An Abort was sent for the timed-out command (`qid`, `cid`).
+  VFNVME_CTRL_EVENT_ABORT_SENT = 2,
+  // A controller reset began.
+  VFNVME_CTRL_EVENT_RESET_STARTED = 3,
+  // The reset finished: queue pairs recreate their queues at their next poll, and the
+  // commands they had in flight complete with sct 3 / sc 0x71.
+  VFNVME_CTRL_EVENT_RESET_DONE = 4,
+  // The controller failed (a reset did not bring it back): commands complete with sct 3 /
+  // sc 0x70 and calls fail with VFNVME_ERR_DEVICE.
+  VFNVME_CTRL_EVENT_FAILED = 5,
+  // The device is gone (hot removal, or its registers read all ones): commands complete with
+  // sct 3 / sc 0x70. Free the queue pairs and close the controller so that the kernel can
+  // finish removing it.
+  VFNVME_CTRL_EVENT_REMOVED = 6,
+};
+
+// What happened in a subsystem (`vfnvme_subsys_next_event`).
+enum vfnvme_mp_event_kind {
+  // No event (the value of an unfilled `vfnvme_mp_event`).
+  VFNVME_MP_EVENT_NONE = 0,
+  // Head `nsid` got a path through `controller` (state `new_state`).
+  VFNVME_MP_EVENT_PATH_ADDED = 1,
+  // Head `nsid` lost its path through `controller` (last state `old_state`).
+  VFNVME_MP_EVENT_PATH_REMOVED = 2,
+  // The path of head `nsid` through `controller` went from `old_state` to `new_state`
+  // (an ANA state change, or VFNVME_PATH_GONE).
+  VFNVME_MP_EVENT_PATH_STATE = 3,
+  // `count` ANA change notices were handled (the ANA log page was read again); the
+  // resulting path changes follow as VFNVME_MP_EVENT_PATH_STATE events.
+  VFNVME_MP_EVENT_ANA_CHANGE = 4,
+  // A head appeared (`nsid`).
+  VFNVME_MP_EVENT_HEAD_ADDED = 5,
+  // Head `nsid` was removed: its channels fail every request with
+  // VFNVME_MP_FAIL_HEAD_REMOVED; close them.
+  VFNVME_MP_EVENT_HEAD_REMOVED = 6,
+  // `controller` failed or was removed: its paths are gone.
+  VFNVME_MP_EVENT_CONTROLLER_LOST = 7,
+  // `controller` finished a reset: its paths are usable again.
+  VFNVME_MP_EVENT_CONTROLLER_RESET = 8,
+};
+
+// Why a request on a channel failed without a device status (`vfnvme_mp_completion.reason`).
+enum vfnvme_mp_fail {
+  // Not failed, or failed with a device status (see `cpl`).
+  VFNVME_MP_FAIL_NONE = 0,
+  // No usable path and the head does not queue (rc VFNVME_ERR_NO_PATH).
+  VFNVME_MP_FAIL_NO_PATH = 1,
+  // The request waited for a path and queueing was switched off (rc VFNVME_ERR_NO_PATH).
+  VFNVME_MP_FAIL_QUEUEING_OFF = 2,
+  // The request waited for a path longer than the head's delayed removal time (rc
+  // VFNVME_ERR_NO_PATH).
+  VFNVME_MP_FAIL_NO_PATH_TIMEOUT = 3,
+  // The head was removed (rc VFNVME_ERR_NOT_FOUND).
+  VFNVME_MP_FAIL_HEAD_REMOVED = 4,
+  // The request could not be sent on any path as given (rc says why, e.g.
+  // VFNVME_ERR_OUT_OF_RANGE).
+  VFNVME_MP_FAIL_REFUSED = 5,
+};
+
+// The state of one path of a head.
+enum vfnvme_path_state {
+  // No path (the value of an unfilled field, or a path that did not exist).
+  VFNVME_PATH_NONE = 0,
+  // ANA optimized (or the controller reports no ANA): preferred.
+  VFNVME_PATH_OPTIMIZED = 1,
+  // ANA non-optimized: used when no optimized path is usable.
+  VFNVME_PATH_NON_OPTIMIZED = 2,
+  // ANA inaccessible: not used.
+  VFNVME_PATH_INACCESSIBLE = 3,
+  // ANA persistent loss: not used.
+  VFNVME_PATH_PERSISTENT_LOSS = 4,
+  // ANA change (in transition): not used; requests wait for at most ANATT.
+  VFNVME_PATH_CHANGE = 5,
+  // The controller failed or was removed, or the namespace is going away: not used.
+  VFNVME_PATH_GONE = 6,
+};
+
+// How a head's I/O handles pick a path among the usable ones of the best ANA tier
+// (optimized paths if any, else non-optimized; never an inaccessible, changing or lost one).
+enum vfnvme_mp_policy {
+  // The first path on the channel's NUMA node, else the first usable path (Linux `numa`).
+  VFNVME_MP_POLICY_NUMA = 0,
+  // Each request on the next usable path (Linux `round-robin`).
+  VFNVME_MP_POLICY_ROUND_ROBIN = 1,
+  // The path with the fewest requests outstanding from this channel (Linux `queue-depth`).
+  VFNVME_MP_POLICY_QUEUE_DEPTH = 2,
+};
+
 // What happened to a namespace.
 enum vfnvme_ns_event_kind {
   // No event (the value of an unfilled `vfnvme_ns_event`).
@@ -60,13 +169,29 @@ enum vfnvme_status {
   VFNVME_ERR_UNSUPPORTED = -9,
   // A bug inside vfnvme (a caught panic); the message says where. Please report it.
   VFNVME_ERR_INTERNAL = -10,
+  // A multipath head has no usable path and does not queue (or stopped queueing): retry
+  // when a path returns, or turn queue-if-no-path on.
+  VFNVME_ERR_NO_PATH = -11,
+  // The controllers given are not one NVM subsystem: different SUBNQN, a controller
+  // without CMIC multi-controller, separate DMA address spaces, or the same one twice.
+  VFNVME_ERR_NOT_ONE_SUBSYSTEM = -12,
 };
+
+// One thread's I/O handle on a multipath head (opaque): one queue pair per path, made on
+// first use; path choice by the head's policy; failover with the same buffer; requests wait
+// (bounded) while no path is usable and the head queues. Use it from one thread at a time
+// (it may move between threads).
+struct vfnvme_channel;
 
 // An open controller (opaque). Thread-safe: share it between threads freely.
 struct vfnvme_ctrl;
 
 // An I/O queue pair (opaque). Use it from one thread at a time (it may move between threads).
 struct vfnvme_qpair;
+
+// An open NVM subsystem: controllers sharing namespaces, and a multipath head per namespace
+// (opaque). Thread-safe: share it between threads freely.
+struct vfnvme_subsys;
 
 // Options for `vfnvme_ctrl_open`. Zero-initialise, then set what you need; NULL means defaults.
 struct vfnvme_ctrl_opts {
@@ -78,26 +203,18 @@ struct vfnvme_ctrl_opts {
   // Use shadow doorbells (Doorbell Buffer Config) if the controller offers them; emulated
   // controllers do, SSDs don't. Off by default: under QEMU it measured no faster.
   bool shadow_doorbells;
-};
-
-// Options of the in-memory controller model (testing and benchmarks). NULL means defaults.
-struct vfnvme_model_opts {
-  // Number of namespaces (0: 1).
-  uint32_t namespaces;
-  // Logical block size of every namespace in bytes: 512 or 4096 (0: 4096).
-  uint32_t lba_size;
-  // Blocks per namespace (0: 65536, i.e. 256 MiB at 4 KiB).
-  uint64_t blocks;
-  // Virtual time a command takes in nanoseconds (0: the model's default).
-  uint32_t latency_ns;
-  // Seed of the model's pseudo-random choices (0: a fixed default).
-  uint64_t seed;
-  // Discard writes and leave read buffers untouched (measures the driver alone); default:
-  // data is kept in sparse memory.
-  bool null_data;
-  // Use the model's shadow doorbells (Doorbell Buffer Config); default off, so every doorbell
-  // is an MMIO write the model counts (`vfnvme_ctrl_model_stats`).
-  bool shadow_doorbells;
+  // How long an admin command (bring-up, queue creation, namespace scans) may take before
+  // it fails as timed out, in milliseconds (0: the driver default, 30000).
+  uint32_t admin_timeout_ms;
+  // How long an I/O command may take, in milliseconds, before vfnvme sends an Abort for it
+  // and, if it still has not completed after as long again, resets the controller (0: the
+  // driver default, 30000). Checked while the queue pair is polled.
+  uint32_t io_timeout_ms;
+  // How often an I/O command is sent again, with the same buffer, when it fails with a
+  // status the controller allows to be retried (DNR = 0) or was in flight when the controller
+  // was reset (0, the default: never; the caller sees the status). At most 255. Commands
+  // that timed out are not retried. `vfnvme_ctrl_info` counts the retries.
+  uint32_t io_retries;
 };
 
 // What a controller reported at bring-up.
@@ -117,6 +234,8 @@ struct vfnvme_ctrl_info {
   uint8_t model[41];
   // Firmware revision, NUL-terminated.
   uint8_t firmware[9];
+  // I/O commands sent again so far (see `vfnvme_ctrl_opts.io_retries`).
+  uint64_t io_retries;
 };
 
 // Geometry of one namespace.
@@ -149,6 +268,47 @@ struct vfnvme_ns_event {
   uint32_t nsid;
 };
 
+// One controller state change, as `vfnvme_ctrl_next_ctrl_event` reports it.
+struct vfnvme_ctrl_event {
+  // What happened.
+  enum vfnvme_ctrl_event_kind kind;
+  // For TIMED_OUT and ABORT_SENT: the command's queue id (0 otherwise).
+  uint16_t qid;
+  // For TIMED_OUT and ABORT_SENT: the command identifier (0 otherwise).
+  uint16_t cid;
+};
+
+#if defined(VFNVME_MODEL)
+// Options of the in-memory controller model (testing and benchmarks). NULL means defaults.
+struct vfnvme_model_opts {
+  // Number of namespaces (0: 1).
+  uint32_t namespaces;
+  // Logical block size of every namespace in bytes: 512 or 4096 (0: 4096).
+  uint32_t lba_size;
+  // Blocks per namespace (0: 65536, i.e. 256 MiB at 4 KiB).
+  uint64_t blocks;
+  // Virtual time a command takes in nanoseconds (0: the model's default).
+  uint32_t latency_ns;
+  // Seed of the model's pseudo-random choices (0: a fixed default).
+  uint64_t seed;
+  // Discard writes and leave read buffers untouched (measures the driver alone); default:
+  // data is kept in sparse memory.
+  bool null_data;
+  // Use the model's shadow doorbells (Doorbell Buffer Config); default off, so every doorbell
+  // is an MMIO write the model counts (`vfnvme_ctrl_model_stats`).
+  bool shadow_doorbells;
+  // Fault injection for tests of timeouts: the model fetches reads (opcode 02h) on I/O
+  // queues but never executes or completes them, as a hung device would.
+  bool hang_reads;
+  // The I/O timeout in milliseconds of virtual time (0: the driver default, 30000), as
+  // `vfnvme_ctrl_opts.io_timeout_ms`.
+  uint32_t io_timeout_ms;
+  // I/O command retries (at most 255), as `vfnvme_ctrl_opts.io_retries`.
+  uint32_t io_retries;
+};
+#endif
+
+#if defined(VFNVME_MODEL)
 // Counters of an in-memory controller model (`vfnvme_ctrl_model_stats`): what the driver made the
 // model do, to check doorbell batching and the like in tests and benchmarks.
 struct vfnvme_model_stats {
@@ -161,6 +321,21 @@ struct vfnvme_model_stats {
   // The model's virtual time in nanoseconds.
   uint64_t virtual_ns;
 };
+#endif
+
+// Options for `vfnvme_channel_open`. Zero-initialise, then set what you need; NULL means
+// defaults.
+struct vfnvme_channel_opts {
+  // Entries of each path's queue pair (0: 256).
+  uint32_t qpair_depth;
+  // Requests the channel holds at most, in flight and queued (0: 1024; at most 1048576).
+  uint32_t capacity;
+  // The NUMA node of the thread using the channel, for the numa policy (-1 or 0 with
+  // `numa_known` false: unknown).
+  int32_t numa_node;
+  // Whether `numa_node` is set.
+  bool numa_known;
+};
 
 // The completion of one command, passed to its callback.
 struct vfnvme_cpl {
@@ -168,6 +343,14 @@ struct vfnvme_cpl {
   uint32_t cdw0;
   // NVMe status field (CQE dword 3 bits 31:17): bits 7:0 Status Code, 10:8 Status Code Type,
   // 12:11 Command Retry Delay, 13 More, 14 Do Not Retry. 0 means success.
+  //
+  // Two path-related statuses (sct = 3) come from vfnvme itself, not the device, and hand the
+  // buffer back (the device stopped using it): sc = 0x71 (VFNVME_SC_ABORTED_BY_RESET) when
+  // the controller was reset with the command in flight (after an I/O timeout, a fatal
+  // status or vfnvme_ctrl_reset); the queue pair stays usable and the command may be
+  // submitted again. sc = 0x70 (VFNVME_SC_CONTROLLER_LOST) when the controller is gone
+  // (hot removal) or failed and could not be reset: free the queue pairs and close the
+  // controller.
   uint16_t status;
   // Status Code Type (status bits 10:8), for convenience.
   uint8_t sct;
@@ -176,6 +359,133 @@ struct vfnvme_cpl {
   // 0, or a negative `vfnvme_status` when the driver itself failed the command (e.g. the
   // namespace was removed or the controller failed) without a device status.
   int32_t rc;
+};
+
+// One finished request of a channel (`vfnvme_channel_poll`).
+struct vfnvme_mp_completion {
+  // The `arg` given at submission.
+  void *arg;
+  // The status: all zero on success; a device status in `status`/`sct`/`sc`, or a driver
+  // failure in `rc` (with `reason` saying which).
+  struct vfnvme_cpl cpl;
+  // The controller index of the path it completed on (-1: it never reached one).
+  int32_t path;
+  // How many times it was failed over to another path.
+  uint32_t failovers;
+  // Why it failed without a device status.
+  enum vfnvme_mp_fail reason;
+};
+
+// Counters of a channel (`vfnvme_channel_stats`).
+struct vfnvme_channel_stats {
+  // Commands sent per path (by controller index), failovers included.
+  uint64_t per_path[VFNVME_MAX_PATHS];
+  // Requests resubmitted on another path after a path error.
+  uint64_t failovers;
+  // Requests that waited in the queue for a path.
+  uint64_t queued;
+  // Requests failed because no path came back (queueing off, timeout, head removed).
+  uint64_t failed_no_path;
+  // Requests accepted and not yet delivered by vfnvme_channel_poll.
+  uint64_t outstanding;
+};
+
+#if defined(VFNVME_MODEL)
+// Options of a model subsystem (`vfnvme_subsys_open_model`). Zero-initialise, then set what
+// you need; NULL means defaults.
+struct vfnvme_model_subsys_opts {
+  // Controllers (0: 2; at most 32).
+  uint32_t controllers;
+  // Namespaces shared by every controller, nsid 1..=n, namespace n in ANA group n
+  // (0: 1; at most 1024).
+  uint32_t namespaces;
+  // Logical block size: 512 or 4096 (0: 512).
+  uint32_t lba_size;
+  // Blocks per namespace (0: 65536).
+  uint64_t blocks;
+  // Virtual time a command takes in nanoseconds (0: 2000).
+  uint32_t latency_ns;
+  // ANA Transition Time in seconds (0: 10).
+  uint8_t anatt_secs;
+};
+#endif
+
+// Options for opening a subsystem. Zero-initialise, then set what you need; NULL means
+// defaults. They become the options of every head; change them per head later with
+// vfnvme_subsys_set_policy and friends.
+struct vfnvme_subsys_opts {
+  // Path policy of every head (0: numa).
+  uint32_t policy;
+  // Fail requests at once while a head has no usable path, instead of queueing them in
+  // their channel (the default, false, queues: Linux `queue_if_no_path`).
+  bool fail_if_no_path;
+  // How long a head without a usable path keeps queueing, in milliseconds (Linux
+  // `delayed_removal_secs`): when it runs out every queued request fails at once with
+  // VFNVME_MP_FAIL_NO_PATH_TIMEOUT. 0: for ever.
+  uint64_t delayed_removal_ms;
+};
+
+// One controller of a subsystem (`vfnvme_subsys_controller`).
+struct vfnvme_subsys_ctrl_info {
+  // The controller's name (PCI address, or "model-N"), NUL-terminated.
+  uint8_t name[32];
+  // Whether it is still a live path (false once it failed or was removed).
+  bool alive;
+};
+
+// What one head looks like now (`vfnvme_subsys_head_info`).
+struct vfnvme_head_info {
+  // Namespace ID.
+  uint32_t nsid;
+  // Logical block size in bytes (of its first path's namespace).
+  uint32_t lba_size;
+  // Size in logical blocks.
+  uint64_t blocks;
+  // The path policy.
+  enum vfnvme_mp_policy policy;
+  // Whether requests queue while no path is usable.
+  bool queue_if_no_path;
+  // The delayed removal time in milliseconds (0: for ever).
+  uint64_t delayed_removal_ms;
+  // Number of paths (entries of `path_state` that are not VFNVME_PATH_NONE).
+  uint32_t paths;
+  // The state of the path through each controller, by controller index
+  // (`vfnvme_subsys_controller`); VFNVME_PATH_NONE where that controller has no path.
+  enum vfnvme_path_state path_state[VFNVME_MAX_PATHS];
+  // The namespace's unique identifier that keys the head, NUL-terminated: "nguid:HEX",
+  // "eui64:HEX" or "uuid:HEX"; "shared nsid (no identifier)" for a shared namespace that
+  // reports none (keyed by its nsid, as Linux does); "unidentified (controller N)" for a
+  // private one that reports none (never merged across controllers).
+  uint8_t unique_id[64];
+};
+
+// One subsystem event. Fields that do not apply to the kind are 0 (`controller`: -1).
+struct vfnvme_mp_event {
+  // What happened.
+  enum vfnvme_mp_event_kind kind;
+  // The head's namespace ID (0 if none).
+  uint32_t nsid;
+  // The controller's index in the subsystem (-1 if none).
+  int32_t controller;
+  // The path's state before.
+  enum vfnvme_path_state old_state;
+  // The path's state after.
+  enum vfnvme_path_state new_state;
+  // For VFNVME_MP_EVENT_ANA_CHANGE: how many notices.
+  uint32_t count;
+};
+
+// Options for `vfnvme_qpair_alloc_opts`. Zero-initialise, then set what you need.
+struct vfnvme_qpair_opts {
+  // Entries per ring, 2..=65536 (commands in flight at most: `depth`, as for
+  // vfnvme_qpair_alloc; 0: 256).
+  uint32_t depth;
+  // Doorbell batching for callers that commit after every submission (SPDK's
+  // `delay_cmd_submit`): vfnvme_qpair_commit then writes the submission doorbell only once at
+  // least half of the commands in flight wait for it (always when the controller would
+  // otherwise sit idle), and leaves it to a later commit or the next poll otherwise. Polling
+  // always rings. Off: vfnvme_qpair_commit always rings.
+  bool defer_sq_doorbell;
 };
 
 // The completion callback: `arg` is the pointer given at submission; `cpl` is valid only during
@@ -216,15 +526,6 @@ extern "C" {
 // # Safety
 // Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_ctrl_open(const char *pci_addr, const struct vfnvme_ctrl_opts *opts, struct vfnvme_ctrl **out);
-
-// Opens an in-memory NVMe controller model (for tests and benchmarks without hardware; data is
-// kept in memory, time is virtual). `opts` may be NULL. On success stores it in `*out`.
-//
-// Thread safety: thread-safe.
-//
-// # Safety
-// Every pointer argument is NULL (where allowed) or valid as described above.
-int32_t vfnvme_ctrl_open_model(const struct vfnvme_model_opts *opts, struct vfnvme_ctrl **out);
 
 // Shuts the controller down cleanly and frees it, with every DMA buffer still allocated from
 // it. Fails with VFNVME_ERR_BUSY (and changes nothing) while queue pairs of it exist. NULL is a
@@ -324,6 +625,33 @@ int32_t vfnvme_ctrl_process_admin(const struct vfnvme_ctrl *ctrl);
 // Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_ctrl_next_event(const struct vfnvme_ctrl *ctrl, struct vfnvme_ns_event *out);
 
+// Takes the oldest controller event of this controller (since it was opened) into `*out`:
+// I/O timeouts, Aborts sent, resets started and done, failure, removal. Returns 1 if there
+// was one, 0 if there was none (`out->kind` is then VFNVME_CTRL_EVENT_NONE), or a negative
+// status. Events come from the polls that notice them (queue pair polls,
+// vfnvme_ctrl_process_admin) and from vfnvme_ctrl_reset.
+//
+// Thread safety: thread-safe (takes a lock; each event goes to one caller).
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_ctrl_next_ctrl_event(const struct vfnvme_ctrl *ctrl, struct vfnvme_ctrl_event *out);
+
+// Resets the controller with its queue pairs open: CC.EN = 0 (within CAP.TO), a fresh admin
+// queue, CC.EN = 1, the number of queues, shadow doorbells, asynchronous events and features
+// restored, and a namespace rescan. Queue pairs stay valid: at their next poll each completes
+// the commands it had in flight with sct 3 / sc 0x71 (VFNVME_SC_ABORTED_BY_RESET, buffers
+// handed back) and creates its queues again; new commands may be submitted right after.
+// Returns 0, or a negative status (VFNVME_ERR_DEVICE when the reset failed: the controller is
+// then failed, its commands complete with sct 3 / sc 0x70, and it can only be closed).
+//
+// Thread safety: thread-safe (takes the admin queue's lock; other threads may keep polling
+// their queue pairs).
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_ctrl_reset(const struct vfnvme_ctrl *ctrl);
+
 // Returns a static, NUL-terminated description of a status code. Never NULL.
 //
 // Thread safety: thread-safe.
@@ -335,6 +663,32 @@ const char *vfnvme_strerror(int32_t code);
 // Thread safety: thread-safe; the message is per thread.
 const char *vfnvme_last_error(void);
 
+#if defined(VFNVME_MODEL)
+// Opens an in-memory NVMe controller model (for tests and benchmarks without hardware; data is
+// kept in memory, time is virtual). `opts` may be NULL. On success stores it in `*out`.
+//
+// Thread safety: thread-safe.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_ctrl_open_model(const struct vfnvme_model_opts *opts, struct vfnvme_ctrl **out);
+#endif
+
+#if defined(VFNVME_MODEL)
+// Plays the kernel asking for the device back (hot removal) on a controller opened with
+// `vfnvme_ctrl_open_model`: the next admin poll (vfnvme_ctrl_process_admin) or queue pair
+// poll notices it; commands in flight then complete with sct 3 / sc 0x70
+// (VFNVME_SC_CONTROLLER_LOST) and a VFNVME_CTRL_EVENT_REMOVED event is queued. Fails with
+// VFNVME_ERR_UNSUPPORTED for a real (VFIO) controller.
+//
+// Thread safety: thread-safe.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_ctrl_model_request_removal(const struct vfnvme_ctrl *ctrl);
+#endif
+
+#if defined(VFNVME_MODEL)
 // Reads the counters of a controller opened with `vfnvme_ctrl_open_model`. Fails with
 // VFNVME_ERR_UNSUPPORTED for a real (VFIO) controller, which keeps no such counters.
 //
@@ -344,6 +698,300 @@ const char *vfnvme_last_error(void);
 // # Safety
 // Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_ctrl_model_stats(const struct vfnvme_ctrl *ctrl, struct vfnvme_model_stats *out);
+#endif
+
+// Opens a channel on the head of namespace `nsid` of the subsystem and stores it in `*out`
+// (`opts` may be NULL). VFNVME_ERR_NOT_FOUND if the subsystem has no head for `nsid`. Open
+// one per thread that does I/O.
+//
+// Thread safety: thread-safe. The channel itself must then be used by one thread at a time.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_channel_open(const struct vfnvme_subsys *subsys, uint32_t nsid, const struct vfnvme_channel_opts *opts, struct vfnvme_channel **out);
+
+// Closes a channel (deleting its queue pairs). Fails with VFNVME_ERR_BUSY while requests
+// are outstanding: poll them to completion first. NULL is a no-op; a channel already closed
+// fails with VFNVME_ERR_INVALID_ARGUMENT.
+//
+// Thread safety: the thread using the channel calls it.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_channel_close(struct vfnvme_channel *channel);
+
+// Queues a read of `blocks` logical blocks at `lba` into `buf` on the head's best path (or
+// in the channel's queue while no path is usable and the head queues); `arg` comes back in
+// the completion. `buf` must lie inside a buffer from vfnvme_subsys_dma_alloc of this
+// channel's subsystem, `blocks * lba_size` bytes long (VFNVME_ERR_BAD_BUFFER otherwise), and
+// stay allocated and untouched until the completion. Nothing reaches the device before
+// vfnvme_channel_commit or vfnvme_channel_poll. Errors: VFNVME_ERR_QUEUE_FULL (the channel
+// holds its capacity: poll), VFNVME_ERR_NO_PATH (no usable path and the head does not
+// queue), VFNVME_ERR_NOT_FOUND (the head was removed), VFNVME_ERR_OUT_OF_RANGE.
+//
+// Thread safety: the channel's thread. Lock-free and allocation-free.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_channel_read(struct vfnvme_channel *channel, void *buf, uint64_t lba, uint32_t blocks, void *arg);
+
+// Queues a write of `blocks` logical blocks at `lba` from `buf`, as vfnvme_channel_read
+// does. A write acknowledged once is never written again by a late failover.
+//
+// Thread safety: the channel's thread. Lock-free and allocation-free.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_channel_write(struct vfnvme_channel *channel, const void *buf, uint64_t lba, uint32_t blocks, void *arg);
+
+// Queues a flush on the head's best path; `arg` comes back in the completion.
+//
+// Thread safety: the channel's thread.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_channel_flush(struct vfnvme_channel *channel, void *arg);
+
+// Rings the doorbell of every path with new requests (one write per path).
+//
+// Thread safety: the channel's thread.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_channel_commit(struct vfnvme_channel *channel);
+
+// Commits, then writes up to `max` finished requests to `out[0..n]` and returns `n` (or a
+// negative status). Path errors are failed over here (the request is sent again, same
+// buffer, on another path) and do not come out; requests waiting for a path are sent when
+// one is usable, or all fail at once (`reason` says why) when the head is removed, queueing
+// was switched off or the head's delayed removal ran out. The subsystem must be polled
+// (vfnvme_subsys_poll) for path changes to be seen.
+//
+// Thread safety: the channel's thread. Lock-free and allocation-free.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_channel_poll(struct vfnvme_channel *channel, struct vfnvme_mp_completion *out, uint32_t max);
+
+// Fills `*out` with the channel's counters: commands sent per path (the I/O per path),
+// failovers, requests queued and failed for want of a path, requests outstanding.
+//
+// Thread safety: the channel's thread.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_channel_stats(const struct vfnvme_channel *channel, struct vfnvme_channel_stats *out);
+
+#if defined(VFNVME_MODEL)
+// Opens a model NVM subsystem (in-memory controllers on one virtual clock and one DMA pool,
+// with ANA, every group optimized at start) and its heads; `opts` and `sopts` may be NULL.
+//
+// Thread safety: thread-safe.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_subsys_open_model(const struct vfnvme_model_subsys_opts *opts, const struct vfnvme_subsys_opts *sopts, struct vfnvme_subsys **out);
+#endif
+
+#if defined(VFNVME_MODEL)
+// Sets the ANA state of namespace `nsid`'s group (group `nsid` in a model subsystem) on
+// controller `controller` of a model subsystem, as the device would; the driver hears of it
+// through the ANA change event at the next vfnvme_subsys_poll (commands already sent there
+// complete with the path status and fail over). `state`: a `vfnvme_path_state` from
+// VFNVME_PATH_OPTIMIZED to VFNVME_PATH_CHANGE. VFNVME_ERR_UNSUPPORTED for a real subsystem.
+//
+// Thread safety: thread-safe.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_subsys_model_set_ana(const struct vfnvme_subsys *subsys, uint32_t controller, uint32_t nsid, uint32_t state);
+#endif
+
+#if defined(VFNVME_MODEL)
+// Plays hot removal of controller `controller` of a model subsystem: its commands in flight
+// end with "controller lost" and fail over; the next vfnvme_subsys_poll takes its paths away
+// (VFNVME_MP_EVENT_CONTROLLER_LOST). VFNVME_ERR_UNSUPPORTED for a real subsystem.
+//
+// Thread safety: thread-safe.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_subsys_model_remove(const struct vfnvme_subsys *subsys, uint32_t controller);
+#endif
+
+#if defined(VFNVME_MODEL)
+// Lets the model subsystem's virtual time run to its next event (a test or benchmark loop
+// that polls without finding anything calls it, so that commands finish). Returns 0 or a
+// negative status; VFNVME_ERR_UNSUPPORTED for a real subsystem.
+//
+// Thread safety: thread-safe.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_subsys_model_relax(const struct vfnvme_subsys *subsys);
+#endif
+
+// Opens the NVM subsystem formed by the `count` controllers at `addrs` ("0000:00:10.0";
+// "0000.00.10.0" also works), each bound to vfio-pci, in one VFIO container with one DMA
+// pool, brings them up and builds a multipath head per namespace. `ctrl_opts` (every
+// controller) and `opts` (every head) may be NULL. VFNVME_ERR_NOT_ONE_SUBSYSTEM if the
+// controllers report different SUBNQNs or one lacks CMIC multi-controller (the message
+// names it); VFNVME_ERR_INVALID_ARGUMENT for an address given twice or none.
+//
+// Thread safety: thread-safe; each controller can be opened once per process.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_subsys_open(const char *const *addrs, size_t count, const struct vfnvme_ctrl_opts *ctrl_opts, const struct vfnvme_subsys_opts *opts, struct vfnvme_subsys **out);
+
+// Opens the NVM subsystem named `nqn`: every NVMe controller bound to vfio-pci is opened
+// (in one VFIO container) and identified, and those whose SUBNQN is `nqn` form the
+// subsystem (the others are closed again), as vfnvme_subsys_open. VFNVME_ERR_NOT_FOUND if
+// none matches (the message lists the SUBNQNs found).
+//
+// Thread safety: thread-safe; no controller bound to vfio-pci may be open elsewhere in the
+// process.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_subsys_open_nqn(const char *nqn, const struct vfnvme_ctrl_opts *ctrl_opts, const struct vfnvme_subsys_opts *opts, struct vfnvme_subsys **out);
+
+// Closes the subsystem: every controller is shut down and every DMA buffer from
+// vfnvme_subsys_dma_alloc is freed. Fails with VFNVME_ERR_BUSY (and changes nothing) while
+// channels of it exist. NULL is a no-op; a handle already closed fails with
+// VFNVME_ERR_INVALID_ARGUMENT.
+//
+// Thread safety: call it once, after every other thread is done with the subsystem.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_subsys_close(struct vfnvme_subsys *subsys);
+
+// Writes the subsystem NQN (NUL-terminated, truncated to `len - 1` bytes) to `nqn` and
+// returns the number of controllers (live or not), or a negative status. `nqn` may be NULL
+// when `len` is 0.
+//
+// Thread safety: thread-safe.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_subsys_info(const struct vfnvme_subsys *subsys, char *nqn, size_t len);
+
+// Fills `*out` with controller `index` of the subsystem (0-based, as in
+// vfnvme_subsys_info's count); VFNVME_ERR_NOT_FOUND past the end.
+//
+// Thread safety: thread-safe.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_subsys_controller(const struct vfnvme_subsys *subsys, uint32_t index, struct vfnvme_subsys_ctrl_info *out);
+
+// Fills `*out` with the head of namespace `nsid`: geometry, options, its unique identifier
+// and the state of each path. VFNVME_ERR_NOT_FOUND if there is none. Returns the number of
+// heads of `nsid` (>= 1): more than one when controllers report different identifiers for
+// it (never merged; `*out` is then the first).
+//
+// Thread safety: thread-safe.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_subsys_head_info(const struct vfnvme_subsys *subsys, uint32_t nsid, struct vfnvme_head_info *out);
+
+// Sets the path policy of head `nsid` (0: every head) to `policy`, a `vfnvme_mp_policy`
+// value (VFNVME_ERR_INVALID_ARGUMENT for any other). Channels use it from their next
+// submission; safe while I/O runs.
+//
+// Thread safety: thread-safe.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_subsys_set_policy(const struct vfnvme_subsys *subsys, uint32_t nsid, uint32_t policy);
+
+// Sets the path policy of head `nsid` (0: every head) by its Linux name: "numa",
+// "round-robin" or "queue-depth" (VFNVME_ERR_INVALID_ARGUMENT for anything else).
+//
+// Thread safety: thread-safe.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_subsys_set_policy_name(const struct vfnvme_subsys *subsys, uint32_t nsid, const char *name);
+
+// Turns queue-if-no-path on or off for head `nsid` (0: every head). Off: every request
+// waiting for a path in a channel of the head fails at that channel's next poll, all at
+// once, with VFNVME_MP_FAIL_QUEUEING_OFF; new requests without a usable path fail at
+// submission with VFNVME_ERR_NO_PATH.
+//
+// Thread safety: thread-safe.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_subsys_set_queue_if_no_path(const struct vfnvme_subsys *subsys, uint32_t nsid, bool on);
+
+// Sets how long head `nsid` (0: every head) keeps queueing once it has no usable path, in
+// milliseconds (0: for ever); it applies from the next time the head loses its last path.
+//
+// Thread safety: thread-safe.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_subsys_set_delayed_removal(const struct vfnvme_subsys *subsys, uint32_t nsid, uint64_t ms);
+
+// The control-path poll of the subsystem: follows controller events (reset, failure,
+// removal), namespace and ANA changes, ANA transition and delayed-removal timers, and
+// publishes every changed head at once. vfnvme has no interrupts: call it periodically
+// (e.g. every millisecond, or when I/O waits for a path) from any one thread. The changes it
+// saw are queued as events for vfnvme_subsys_next_event. Returns the number of events queued
+// (>= 0) or a negative status.
+//
+// Thread safety: thread-safe (takes the subsystem's writer lock: not for the I/O path).
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_subsys_poll(const struct vfnvme_subsys *subsys);
+
+// Takes the oldest subsystem event found by vfnvme_subsys_poll into `*out`: returns 1 if
+// there was one, 0 if there was none (`out->kind` is then VFNVME_MP_EVENT_NONE), or a
+// negative status. At most 65536 events wait; older ones are dropped.
+//
+// Thread safety: thread-safe.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_subsys_next_event(const struct vfnvme_subsys *subsys, struct vfnvme_mp_event *out);
+
+// Sends Namespace Attachment to controller `controller` (0-based index) of the subsystem:
+// attaches (`attach` true) or detaches namespace `nsid` to or from that controller only. The
+// controllers report the change by an asynchronous event; vfnvme_subsys_poll then adds or
+// removes the path. I/O the device ends on the detached path before that (Invalid
+// Namespace or Invalid Field) is failed over once to another usable path.
+//
+// Thread safety: thread-safe (an admin command: control path).
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_subsys_namespace_attachment(const struct vfnvme_subsys *subsys, uint32_t controller, uint32_t nsid, bool attach);
+
+// Allocates a zeroed DMA buffer of at least `len` bytes from the pool every controller of
+// the subsystem shares (so a request can move between paths), as vfnvme_dma_alloc does for
+// one controller: stores its address in `*ptr` and its device address in `*iova` (may be
+// NULL). Channels of this subsystem take only such memory, within the `len` bytes asked for.
+//
+// Thread safety: thread-safe (takes a lock: a control-path call).
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_subsys_dma_alloc(const struct vfnvme_subsys *subsys, size_t len, void **ptr, uint64_t *iova);
+
+// Frees a buffer from vfnvme_subsys_dma_alloc. NULL is a no-op; any other pointer not from
+// vfnvme_subsys_dma_alloc of this subsystem fails with VFNVME_ERR_BAD_BUFFER. The caller must
+// not free a buffer that requests in flight on a channel use (poll them first): unlike
+// vfnvme_dma_free, this is not checked.
+//
+// Thread safety: thread-safe (takes a lock).
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_subsys_dma_free(const struct vfnvme_subsys *subsys, void *ptr);
 
 // Allocates an I/O queue pair with `depth` entries (commands in flight at most: `depth`; the
 // driver may round it to what the controller supports) and stores it in `*out`.
@@ -354,6 +1002,16 @@ int32_t vfnvme_ctrl_model_stats(const struct vfnvme_ctrl *ctrl, struct vfnvme_mo
 // # Safety
 // Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_qpair_alloc(const struct vfnvme_ctrl *ctrl, uint32_t depth, struct vfnvme_qpair **out);
+
+// Allocates an I/O queue pair as vfnvme_qpair_alloc does, with the options in `*opts` (NULL:
+// the defaults: depth 256, doorbell written at every commit).
+//
+// Thread safety: thread-safe (takes the controller's admin lock). The queue pair itself must
+// then be used by one thread at a time.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_qpair_alloc_opts(const struct vfnvme_ctrl *ctrl, const struct vfnvme_qpair_opts *opts, struct vfnvme_qpair **out);
 
 // Frees a queue pair (deleting its queues on the controller). Fails with VFNVME_ERR_BUSY while
 // commands are in flight: poll them to completion first. NULL is a no-op. Never call it from

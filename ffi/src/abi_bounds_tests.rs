@@ -3,8 +3,8 @@
 
 use crate::ctrl::*;
 use crate::error::vfnvme_last_error;
+use crate::model::{vfnvme_ctrl_open_model, ModelOpts};
 use crate::qpair::*;
-use crate::types::ModelOpts;
 use crate::Status;
 use std::ffi::{c_void, CStr};
 use std::ptr::{null_mut, NonNull};

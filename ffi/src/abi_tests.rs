@@ -3,9 +3,9 @@
 
 use crate::ctrl::*;
 use crate::error::{vfnvme_last_error, vfnvme_strerror};
-use crate::model_stats::vfnvme_ctrl_model_stats;
+use crate::model::{vfnvme_ctrl_model_stats, vfnvme_ctrl_open_model, ModelOpts, ModelStats};
 use crate::qpair::*;
-use crate::types::{Completion, Cpl, CtrlInfo, ModelOpts, ModelStats, NsInfo, Range};
+use crate::types::{Completion, Cpl, CtrlInfo, NsInfo, QpairOpts, Range};
 use crate::Status;
 use std::cell::RefCell;
 use std::ffi::{c_void, CStr};
@@ -257,8 +257,13 @@ fn rejects_bad_buffers_ranges_and_arguments() {
         );
         let rc = vfnvme_qpair_read(qp, 1, buf.cast(), 64, 1, None, null_mut());
         assert_eq!(rc, code(Status::VfnvmeErrOutOfRange));
-        let rc = vfnvme_qpair_read(qp, 1, buf.cast(), u64::MAX, 2, None, null_mut());
+        // A range that wraps past the end (the buffer holds its one block).
+        let rc = vfnvme_qpair_read(qp, 1, buf.cast(), u64::MAX, 1, None, null_mut());
         assert_eq!(rc, code(Status::VfnvmeErrOutOfRange));
+        // Both wrong (2 blocks past the end into a 1-block buffer): the buffer is checked
+        // first, where the C pointer is translated; the range once, by the driver.
+        let rc = vfnvme_qpair_read(qp, 1, buf.cast(), u64::MAX, 2, None, null_mut());
+        assert_eq!(rc, code(Status::VfnvmeErrBadBuffer));
         let rc = vfnvme_qpair_read(qp, 1, buf.cast(), 0, 0, None, null_mut());
         assert_eq!(rc, code(Status::VfnvmeErrOutOfRange));
         let rc = vfnvme_qpair_read(qp, 2, buf.cast(), 0, 1, None, null_mut());
@@ -459,9 +464,9 @@ fn open_rejects_bad_pci_addresses() {
 #[test]
 fn namespace_events_follow_the_controller() {
     use crate::types::{NsEvent, NsEventKind};
-    use nvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
-    use nvme::{Controller, ControllerOptions};
     use std::sync::Arc;
+    use vfnvme::{Controller, ControllerOptions};
+    use vfnvme_model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 
     let ns = |nsid| ModelNamespaceConfig {
         nsid,
@@ -578,6 +583,129 @@ fn model_stats_count_commands_and_doorbell_writes() {
         assert_eq!(after.io_commands - before.io_commands, 8);
         assert_eq!(after.sq_doorbell_writes - before.sq_doorbell_writes, 2);
         assert!(after.virtual_ns >= before.virtual_ns);
+        assert_eq!(vfnvme_qpair_free(qp), OK);
+        assert_eq!(vfnvme_ctrl_close(ctrl), OK);
+    }
+}
+
+#[test]
+fn qpair_opts_defer_sq_doorbell_batches_commits() {
+    let ctrl = model(1, 512, 64);
+    let (buf, _) = alloc(ctrl, 8 * 512);
+    let sq_writes = || {
+        let mut s = ModelStats::default();
+        // SAFETY: valid pointers.
+        assert_eq!(unsafe { vfnvme_ctrl_model_stats(ctrl, &mut s) }, OK);
+        s.sq_doorbell_writes
+    };
+    // SAFETY: valid pointers; `buf` holds 8 blocks.
+    unsafe {
+        let mut qp = null_mut();
+        let bad = QpairOpts {
+            depth: 1,
+            defer_sq_doorbell: true,
+        };
+        assert_eq!(
+            vfnvme_qpair_alloc_opts(ctrl, &bad, &mut qp),
+            code(Status::VfnvmeErrInvalidArgument)
+        );
+        // NULL options: the defaults (depth 256, every commit rings).
+        assert_eq!(vfnvme_qpair_alloc_opts(ctrl, null(), &mut qp), OK);
+        assert_eq!(vfnvme_qpair_free(qp), OK);
+        let opts = QpairOpts {
+            depth: 16,
+            defer_sq_doorbell: true,
+        };
+        assert_eq!(vfnvme_qpair_alloc_opts(ctrl, &opts, &mut qp), OK);
+        let before = sq_writes();
+        // A commit after every read, nothing polled: rung at the 1st (idle controller), the
+        // 2nd (1 of 2 waits) and the 4th (2 of 4); the 3rd and the 5th to 7th are deferred.
+        let mut rung = vec![];
+        for block in 0..7u64 {
+            let data = buf.add(block as usize * 512).cast();
+            assert_eq!(
+                vfnvme_qpair_read(qp, 1, data, block, 1, None, null_mut()),
+                OK
+            );
+            assert_eq!(vfnvme_qpair_commit(qp), OK);
+            rung.push(sq_writes() - before);
+        }
+        assert_eq!(rung, vec![1, 2, 2, 3, 3, 3, 3]);
+        // The poll rings what was deferred.
+        let mut out = [Completion {
+            arg: null_mut(),
+            cpl: Cpl::default(),
+        }; 16];
+        let mut got = 0;
+        while got < 7 {
+            let n = vfnvme_qpair_poll_completions(qp, 16, out.as_mut_ptr());
+            assert!(n >= 0, "{}", last_error());
+            got += n;
+        }
+        assert_eq!(sq_writes() - before, 4);
+        assert_eq!(vfnvme_qpair_free(qp), OK);
+        assert_eq!(vfnvme_ctrl_close(ctrl), OK);
+    }
+}
+
+/// The fio engine's admin poller calls vfnvme_ctrl_process_admin and vfnvme_ctrl_next_event
+/// on its own thread while I/O threads submit and poll: both must be safe beside them.
+#[test]
+fn process_admin_runs_beside_io_on_another_thread() {
+    let ctrl = model(1, 512, 64);
+    let (buf, _) = alloc(ctrl, 8 * 512);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let addr = ctrl as usize;
+    let poller = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let ctrl = addr as *const Ctrl;
+            let mut calls = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || calls == 0 {
+                // SAFETY: the controller stays open until this thread is joined.
+                let rc = unsafe { vfnvme_ctrl_process_admin(ctrl) };
+                assert!(rc >= 0, "process_admin: {rc}");
+                let mut ev = crate::types::NsEvent {
+                    kind: crate::types::NsEventKind::VfnvmeNsEventNone,
+                    nsid: 0,
+                };
+                // SAFETY: as above; `ev` is a valid out pointer.
+                assert_eq!(unsafe { vfnvme_ctrl_next_event(ctrl, &mut ev) }, 0);
+                calls += 1;
+            }
+            calls
+        })
+    };
+    let mut out = [Completion {
+        arg: null_mut(),
+        cpl: Cpl::default(),
+    }; 8];
+    // SAFETY: valid pointers; `buf` holds 8 blocks; the poller only uses the controller.
+    unsafe {
+        let mut qp = null_mut();
+        assert_eq!(vfnvme_qpair_alloc(ctrl, 16, &mut qp), OK);
+        for round in 0..2000u64 {
+            for i in 0..8u64 {
+                let data = buf.add(i as usize * 512);
+                let rc = if round % 2 == 0 {
+                    vfnvme_qpair_write(qp, 1, data.cast(), i, 1, None, null_mut())
+                } else {
+                    vfnvme_qpair_read(qp, 1, data.cast(), i, 1, None, null_mut())
+                };
+                assert_eq!(rc, OK, "{}", last_error());
+            }
+            let mut got = 0;
+            while got < 8 {
+                let n = vfnvme_qpair_poll_completions(qp, 8, out.as_mut_ptr());
+                assert!(n >= 0, "{}", last_error());
+                for c in &out[..n as usize] {
+                    assert_eq!(c.cpl.status, 0);
+                }
+                got += n;
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(poller.join().unwrap() > 0);
         assert_eq!(vfnvme_qpair_free(qp), OK);
         assert_eq!(vfnvme_ctrl_close(ctrl), OK);
     }

@@ -3,14 +3,14 @@
 //! Dynamic dispatch happens here only, once per call.
 
 use crate::error::FfiResult;
-use nvme::dma::DmaPool;
-use nvme::namespace::Namespace;
 use std::sync::Arc;
+use vfnvme::hal::DmaPool;
+use vfnvme::namespace::Namespace;
 
 /// A data buffer already translated to the device's address space: a range of one live
 /// allocation of the controller's pool (checked by `ffi::qpair`), whose lifetime the C caller
 /// guarantees until the completion.
-pub type RawIova = nvme::dma::DmaSpan;
+pub type RawIova = vfnvme::hal::DmaSpan;
 
 /// One I/O command as the ABI layer hands it to a queue pair.
 #[derive(Debug, Clone, Copy)]
@@ -52,8 +52,10 @@ pub enum IoCmd<'a> {
 /// One completion as a queue pair reports it.
 #[derive(Debug, Clone, Copy)]
 pub struct RawCompletion {
-    /// The tag given at submission.
-    pub tag: u64,
+    /// The callback and argument given at submission.
+    pub tag: Slot,
+    /// The request's slot in the driver's trackers (indexes the in-flight buffer marks).
+    pub slot: u16,
     /// NVMe status field (without phase), 0 = success.
     pub status: u16,
     /// Dword 0.
@@ -62,8 +64,8 @@ pub struct RawCompletion {
     pub rc: i32,
 }
 
-/// The callback and argument of one command in flight (a queue pair's slot table, indexed by
-/// the tag given at submission).
+/// The callback and argument of one command in flight: the payload each request carries in the
+/// driver's command tracker (`QueuePair<P, Slot>`), from submission to completion.
 #[derive(Debug, Clone, Copy)]
 pub struct Slot {
     /// The callback given at submission (may be NULL).
@@ -71,6 +73,20 @@ pub struct Slot {
     /// The argument given at submission.
     pub arg: *mut std::ffi::c_void,
 }
+
+impl Default for Slot {
+    fn default() -> Self {
+        Slot {
+            cb: None,
+            arg: std::ptr::null_mut(),
+        }
+    }
+}
+
+// SAFETY: `arg` is an opaque C cookie that vfnvme never dereferences; it is only handed back to
+// the callback, on whichever thread polls the queue pair (the header says so), and `cb` is a
+// plain function pointer.
+unsafe impl Send for Slot {}
 
 /// What the ABI needs from a controller.
 pub trait CtrlOps: Send + Sync {
@@ -80,8 +96,9 @@ pub trait CtrlOps: Send + Sync {
     fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>>;
     /// The DMA pool of the controller.
     fn dma(&self) -> &DmaPool;
-    /// A new I/O queue pair of `depth` entries.
-    fn alloc_qpair(&self, depth: u32) -> FfiResult<Box<dyn QpairOps>>;
+    /// A new I/O queue pair of `depth` entries; `defer_sq_doorbell` as in
+    /// [`vfnvme::QpairOptions`].
+    fn alloc_qpair(&self, depth: u32, defer_sq_doorbell: bool) -> FfiResult<Box<dyn QpairOps>>;
     /// A short name (PCI address or "model").
     fn name(&self) -> String;
     /// What the controller reported at bring-up.
@@ -90,15 +107,19 @@ pub trait CtrlOps: Send + Sync {
     /// asynchronous events arrived.
     fn process_admin(&self) -> FfiResult<u32>;
     /// A new subscription to namespace events (added, removed, changed).
-    fn subscribe(&self) -> std::sync::mpsc::Receiver<nvme::namespace::NamespaceEvent>;
-    /// The model's counters, for a controller on the in-memory model (None for a device).
-    fn model_stats(&self) -> Option<nvme::model::ModelStats>;
+    fn subscribe(&self) -> std::sync::mpsc::Receiver<vfnvme::namespaces::NamespaceEvent>;
+    /// A new subscription to controller events (timeouts, aborts, resets, failure, removal).
+    fn subscribe_controller(&self) -> std::sync::mpsc::Receiver<vfnvme::admin::ControllerEvent>;
+    /// Resets the controller with its queue pairs open (`Controller::reset`).
+    fn reset(&self) -> FfiResult<()>;
+    /// The platform under the controller, for the optional model module to recognise its own.
+    fn platform_any(&self) -> &dyn std::any::Any;
 }
 
 /// What the ABI needs from a queue pair. `Send`, used by one thread at a time.
 pub trait QpairOps: Send {
     /// Queues one command on namespace `ns` (not yet visible to the device until `commit`).
-    fn submit(&mut self, ns: &Namespace, cmd: IoCmd<'_>, tag: u64) -> FfiResult<()>;
+    fn submit(&mut self, ns: &Namespace, cmd: IoCmd<'_>, tag: Slot) -> FfiResult<()>;
     /// Queues a read (`write` false) or write of `blocks` blocks at `lba` on `buf`: the data
     /// path of [`QpairOps::submit`] without the command enum.
     fn submit_rw(
@@ -108,20 +129,21 @@ pub trait QpairOps: Send {
         lba: u64,
         blocks: u32,
         buf: RawIova,
-        tag: u64,
+        tag: Slot,
     ) -> FfiResult<()>;
+    /// The slot the next submitted request will occupy (`RawCompletion::slot` gives it back),
+    /// or `None` when the queue pair is full.
+    fn next_slot(&self) -> Option<u16>;
     /// Rings the submission doorbell once for everything queued.
     fn commit(&mut self);
     /// Reaps up to `max` completions, calling `f` for each; returns how many.
     fn poll(&mut self, max: u32, f: &mut dyn FnMut(RawCompletion)) -> usize;
     /// Reaps up to `out.len()` completions straight into `out[0..n]` (the batch path: no call
-    /// per completion): each entry gets the `arg` of `slots[tag]`, whose index goes back on
-    /// `free` and whose `in_flight` mark is cleared. Returns `n`.
+    /// per completion): each entry gets the `arg` given at submission, and the request's
+    /// `in_flight` mark is cleared. Returns `n`.
     fn poll_into(
         &mut self,
-        slots: &[Slot],
         in_flight: &[std::sync::atomic::AtomicUsize],
-        free: &mut Vec<u32>,
         out: &mut [crate::types::Completion],
     ) -> usize;
     /// Commands submitted and not yet completed.

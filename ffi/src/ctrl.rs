@@ -2,13 +2,14 @@
 
 use crate::backend::CtrlOps;
 use crate::error::{guard, FfiError, FfiResult, Status};
-use crate::types::{CtrlInfo, CtrlOpts, ModelOpts, NsEvent, NsEventKind, NsInfo};
-use nvme::dma::DmaBuffer;
-use nvme::namespace::NamespaceEvent;
+use crate::types::{CtrlEvent, CtrlEventKind, CtrlInfo, CtrlOpts, NsEvent, NsEventKind, NsInfo};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use vfnvme::admin::ControllerEvent;
+use vfnvme::hal::DmaBuffer;
+use vfnvme::namespaces::NamespaceEvent;
 
 /// An open controller (opaque). Thread-safe: share it between threads freely.
 pub struct Ctrl {
@@ -19,12 +20,15 @@ pub struct Ctrl {
     /// none). vfnvme_dma_free refuses a buffer that one of them points into.
     pub(crate) in_flight: Mutex<Vec<Arc<[AtomicUsize]>>>,
     events: Mutex<std::sync::mpsc::Receiver<NamespaceEvent>>,
+    ctrl_events: Mutex<std::sync::mpsc::Receiver<ControllerEvent>>,
 }
 
 impl Ctrl {
     fn new(ops: Arc<dyn CtrlOps>) -> Self {
         let events = Mutex::new(ops.subscribe());
+        let ctrl_events = Mutex::new(ops.subscribe_controller());
         Ctrl {
+            ctrl_events,
             ops,
             bufs: Mutex::new(HashMap::new()),
             qpairs: AtomicUsize::new(0),
@@ -89,31 +93,10 @@ pub unsafe extern "C" fn vfnvme_ctrl_open(
         })?;
         // SAFETY: NULL or a valid CtrlOpts (header contract).
         let opts = unsafe { opts.as_ref() }.copied().unwrap_or_default();
-        let addr = nvme::dma::PciAddress::parse(addr).map_err(|e| {
+        let addr = vfnvme::hal::PciAddress::parse(addr).map_err(|e| {
             FfiError::new(Status::VfnvmeErrInvalidArgument, format!("pci_addr: {e}"))
         })?;
         let ops = crate::open::open_vfio(addr, &opts)?;
-        Ok(publish(ops, out))
-    })
-}
-
-/// Opens an in-memory NVMe controller model (for tests and benchmarks without hardware; data is
-/// kept in memory, time is virtual). `opts` may be NULL. On success stores it in `*out`.
-///
-/// Thread safety: thread-safe.
-///
-/// # Safety
-/// Every pointer argument is NULL (where allowed) or valid as described above.
-#[no_mangle]
-pub unsafe extern "C" fn vfnvme_ctrl_open_model(
-    opts: *const ModelOpts,
-    out: *mut *mut Ctrl,
-) -> i32 {
-    guard("vfnvme_ctrl_open_model", || {
-        let out = out_ptr(out, "out")?;
-        // SAFETY: NULL or a valid ModelOpts (header contract).
-        let opts = unsafe { opts.as_ref() }.copied().unwrap_or_default();
-        let ops = crate::open::open_model(&opts)?;
         Ok(publish(ops, out))
     })
 }
@@ -165,7 +148,7 @@ pub unsafe extern "C" fn vfnvme_ctrl_info(ctrl: *const Ctrl, out: *mut CtrlInfo)
     })
 }
 
-fn info(ns: &nvme::namespace::Namespace) -> NsInfo {
+fn info(ns: &vfnvme::namespace::Namespace) -> NsInfo {
     NsInfo {
         nsid: ns.nsid(),
         lba_size: ns.lba_size(),
@@ -262,7 +245,7 @@ pub unsafe extern "C" fn vfnvme_dma_alloc(
         let ptr = out_ptr(ptr, "ptr")?;
         let buf = ctrl.ops.dma().alloc(len).map_err(|e| {
             let status = match e {
-                nvme::dma::DmaError::BadBufferSize { .. } => Status::VfnvmeErrInvalidArgument,
+                vfnvme::hal::HalError::BadBufferSize { .. } => Status::VfnvmeErrInvalidArgument,
                 _ => Status::VfnvmeErrNoMemory,
             };
             FfiError::new(status, format!("vfnvme_dma_alloc({len}): {e}"))
@@ -410,5 +393,72 @@ pub unsafe extern "C" fn vfnvme_ctrl_next_event(ctrl: *const Ctrl, out: *mut NsE
             },
         };
         Ok(i32::from(next.is_some()))
+    })
+}
+
+/// Takes the oldest controller event of this controller (since it was opened) into `*out`:
+/// I/O timeouts, Aborts sent, resets started and done, failure, removal. Returns 1 if there
+/// was one, 0 if there was none (`out->kind` is then VFNVME_CTRL_EVENT_NONE), or a negative
+/// status. Events come from the polls that notice them (queue pair polls,
+/// vfnvme_ctrl_process_admin) and from vfnvme_ctrl_reset.
+///
+/// Thread safety: thread-safe (takes a lock; each event goes to one caller).
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_ctrl_next_ctrl_event(
+    ctrl: *const Ctrl,
+    out: *mut CtrlEvent,
+) -> i32 {
+    guard("vfnvme_ctrl_next_ctrl_event", || {
+        let ctrl = deref(ctrl, "ctrl")?;
+        let out = out_ptr(out, "out")?;
+        let next = ctrl
+            .ctrl_events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .try_recv()
+            .ok();
+        let (kind, qid, cid) = match next {
+            Some(ControllerEvent::TimedOut { qid, cid }) => {
+                (CtrlEventKind::VfnvmeCtrlEventTimedOut, qid, cid)
+            }
+            Some(ControllerEvent::AbortSent { qid, cid }) => {
+                (CtrlEventKind::VfnvmeCtrlEventAbortSent, qid, cid)
+            }
+            Some(ControllerEvent::ResetStarted) => {
+                (CtrlEventKind::VfnvmeCtrlEventResetStarted, 0, 0)
+            }
+            Some(ControllerEvent::ResetDone) => (CtrlEventKind::VfnvmeCtrlEventResetDone, 0, 0),
+            Some(ControllerEvent::Failed) => (CtrlEventKind::VfnvmeCtrlEventFailed, 0, 0),
+            Some(ControllerEvent::Removed) => (CtrlEventKind::VfnvmeCtrlEventRemoved, 0, 0),
+            // A kind added to the driver later: reported as nothing rather than mislabelled.
+            Some(_) | None => (CtrlEventKind::VfnvmeCtrlEventNone, 0, 0),
+        };
+        *out = CtrlEvent { kind, qid, cid };
+        Ok(i32::from(next.is_some()))
+    })
+}
+
+/// Resets the controller with its queue pairs open: CC.EN = 0 (within CAP.TO), a fresh admin
+/// queue, CC.EN = 1, the number of queues, shadow doorbells, asynchronous events and features
+/// restored, and a namespace rescan. Queue pairs stay valid: at their next poll each completes
+/// the commands it had in flight with sct 3 / sc 0x71 (VFNVME_SC_ABORTED_BY_RESET, buffers
+/// handed back) and creates its queues again; new commands may be submitted right after.
+/// Returns 0, or a negative status (VFNVME_ERR_DEVICE when the reset failed: the controller is
+/// then failed, its commands complete with sct 3 / sc 0x70, and it can only be closed).
+///
+/// Thread safety: thread-safe (takes the admin queue's lock; other threads may keep polling
+/// their queue pairs).
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_ctrl_reset(ctrl: *const Ctrl) -> i32 {
+    guard("vfnvme_ctrl_reset", || {
+        let ctrl = deref(ctrl, "ctrl")?;
+        ctrl.ops.reset()?;
+        Ok(0)
     })
 }

@@ -4,14 +4,14 @@
 use crate::backend::{CtrlOps, IoCmd, QpairOps, RawCompletion, RawIova, Slot};
 use crate::error::{FfiError, FfiResult, Status};
 use crate::types::{copy_cstr, Completion, Cpl, CtrlInfo};
-use nvme::dma::DmaPool;
-use nvme::namespace::Namespace;
-use nvme::platform::Platform;
-use nvme::queue::Direction;
-use nvme::spec::command::DsmRange;
-use nvme::{Controller, Error, QpairOptions, QueuePair, SubmitErrorKind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use vfnvme::hal::DmaPool;
+use vfnvme::namespace::Namespace;
+use vfnvme::platform::Platform;
+use vfnvme::queue::Direction;
+use vfnvme::spec::command::DsmRange;
+use vfnvme::{Controller, Error, QpairOptions, QueuePair, SubmitErrorKind};
 
 /// The status code for a driver error.
 pub fn status_of(e: &Error) -> Status {
@@ -30,10 +30,12 @@ pub fn status_of(e: &Error) -> Status {
     }
 }
 
-fn status_of_submit(k: &SubmitErrorKind) -> Status {
+pub(crate) fn status_of_submit(k: &SubmitErrorKind) -> Status {
     match k {
         SubmitErrorKind::QueueFull { .. } => Status::VfnvmeErrQueueFull,
-        SubmitErrorKind::LbaOutOfRange { .. } => Status::VfnvmeErrOutOfRange,
+        SubmitErrorKind::LbaOutOfRange { .. } | SubmitErrorKind::ZeroBlocks => {
+            Status::VfnvmeErrOutOfRange
+        }
         SubmitErrorKind::NamespaceNotActive { .. } => Status::VfnvmeErrNotFound,
         SubmitErrorKind::MetadataUnsupported { .. }
         | SubmitErrorKind::CommandUnsupported { .. } => Status::VfnvmeErrUnsupported,
@@ -46,7 +48,7 @@ fn status_of_submit(k: &SubmitErrorKind) -> Status {
 
 /// The NVMe status field (without phase) of a driver status.
 #[inline(always)]
-fn status_field(s: nvme::spec::Status) -> u16 {
+pub(crate) fn status_field(s: vfnvme::spec::Status) -> u16 {
     if s.is_success() && !s.more && !s.dnr {
         return 0;
     }
@@ -59,7 +61,7 @@ fn status_field(s: nvme::spec::Status) -> u16 {
 /// A submission error as an ABI error.
 #[cold]
 #[inline(never)]
-fn submit_error(ns: &Namespace, e: nvme::SubmitError) -> FfiError {
+fn submit_error(ns: &Namespace, e: vfnvme::SubmitError) -> FfiError {
     match e.kind {
         // Hot path under load: no formatting.
         SubmitErrorKind::QueueFull { .. } => FfiError::new(Status::VfnvmeErrQueueFull, ""),
@@ -85,11 +87,12 @@ impl<P: Platform> CtrlOps for Controller<P> {
     fn dma(&self) -> &DmaPool {
         Controller::dma(self)
     }
-    fn alloc_qpair(&self, depth: u32) -> FfiResult<Box<dyn QpairOps>> {
-        let qp = Controller::alloc_qpair(
+    fn alloc_qpair(&self, depth: u32, defer_sq_doorbell: bool) -> FfiResult<Box<dyn QpairOps>> {
+        let qp = Controller::alloc_qpair_with_payload::<Slot>(
             self,
             QpairOptions {
                 depth,
+                defer_sq_doorbell,
                 ..QpairOptions::default()
             },
         )
@@ -110,14 +113,18 @@ impl<P: Platform> CtrlOps for Controller<P> {
         })?;
         Ok(u32::try_from(report.async_events).unwrap_or(u32::MAX))
     }
-    fn subscribe(&self) -> std::sync::mpsc::Receiver<nvme::namespace::NamespaceEvent> {
+    fn subscribe(&self) -> std::sync::mpsc::Receiver<vfnvme::namespaces::NamespaceEvent> {
         self.subscribe_namespace_events()
     }
-    fn model_stats(&self) -> Option<nvme::model::ModelStats> {
-        let platform: &dyn std::any::Any = self.platform().as_ref();
-        platform
-            .downcast_ref::<nvme::model::ModelPlatform>()
-            .map(|m| m.stats())
+    fn subscribe_controller(&self) -> std::sync::mpsc::Receiver<vfnvme::admin::ControllerEvent> {
+        self.subscribe_controller_events()
+    }
+    fn reset(&self) -> FfiResult<()> {
+        Controller::reset(self)
+            .map_err(|e| ffi_error(&format!("{}: reset", self.platform().name()), &e))
+    }
+    fn platform_any(&self) -> &dyn std::any::Any {
+        self.platform().as_ref()
     }
     fn name(&self) -> String {
         self.platform().name()
@@ -129,6 +136,7 @@ impl<P: Platform> CtrlOps for Controller<P> {
             max_queue_depth: i.max_queue_depth,
             io_queues: u32::from(i.io_queue_pairs),
             nn: i.nn(),
+            io_retries: self.io_retries(),
             ..CtrlInfo::default()
         };
         copy_cstr(&mut out.serial, i.serial());
@@ -138,9 +146,9 @@ impl<P: Platform> CtrlOps for Controller<P> {
     }
 }
 
-impl<P: Platform> QpairOps for QueuePair<P> {
+impl<P: Platform> QpairOps for QueuePair<P, Slot> {
     #[inline]
-    fn submit(&mut self, ns: &Namespace, cmd: IoCmd<'_>, tag: u64) -> FfiResult<()> {
+    fn submit(&mut self, ns: &Namespace, cmd: IoCmd<'_>, tag: Slot) -> FfiResult<()> {
         let r = match cmd {
             // SAFETY: `buf` is a span of a live allocation of this controller's pool
             // (ffi::qpair made it); the C caller keeps the buffer allocated and leaves it alone
@@ -177,7 +185,7 @@ impl<P: Platform> QpairOps for QueuePair<P> {
         lba: u64,
         blocks: u32,
         buf: RawIova,
-        tag: u64,
+        tag: Slot,
     ) -> FfiResult<()> {
         let dir = if write {
             Direction::Write
@@ -190,6 +198,10 @@ impl<P: Platform> QpairOps for QueuePair<P> {
         unsafe { self.submit_raw(ns, dir, lba, blocks, buf, tag) }.map_err(|e| submit_error(ns, e))
     }
     #[inline]
+    fn next_slot(&self) -> Option<u16> {
+        QueuePair::next_slot(self)
+    }
+    #[inline]
     fn commit(&mut self) {
         QueuePair::commit(self)
     }
@@ -198,31 +210,25 @@ impl<P: Platform> QpairOps for QueuePair<P> {
         QueuePair::poll(self, max as usize, |c| {
             f(RawCompletion {
                 tag: c.tag,
+                slot: c.slot,
                 status: status_field(c.status),
-                cdw0: 0,
+                cdw0: c.cdw0,
                 rc: 0,
             })
         })
     }
     #[inline]
-    fn poll_into(
-        &mut self,
-        slots: &[Slot],
-        in_flight: &[AtomicUsize],
-        free: &mut Vec<u32>,
-        out: &mut [Completion],
-    ) -> usize {
+    fn poll_into(&mut self, in_flight: &[AtomicUsize], out: &mut [Completion]) -> usize {
         let mut n = 0usize;
         QueuePair::poll(self, out.len(), |c| {
-            let idx = c.tag as usize;
-            if let (Some(s), Some(o)) = (slots.get(idx), out.get_mut(n)) {
-                if let Some(m) = in_flight.get(idx) {
-                    m.store(0, Ordering::Relaxed);
-                }
-                free.push(idx as u32);
+            if let Some(m) = in_flight.get(usize::from(c.slot)) {
+                m.store(0, Ordering::Relaxed);
+            }
+            // `poll` delivers at most `out.len()` completions.
+            if let Some(o) = out.get_mut(n) {
                 *o = Completion {
-                    arg: s.arg,
-                    cpl: Cpl::from_status(status_field(c.status), 0),
+                    arg: c.tag.arg,
+                    cpl: Cpl::from_status(status_field(c.status), c.cdw0),
                 };
                 n += 1;
             }

@@ -35,6 +35,12 @@ pub enum Status {
     VfnvmeErrUnsupported = -9,
     /// A bug inside vfnvme (a caught panic); the message says where. Please report it.
     VfnvmeErrInternal = -10,
+    /// A multipath head has no usable path and does not queue (or stopped queueing): retry
+    /// when a path returns, or turn queue-if-no-path on.
+    VfnvmeErrNoPath = -11,
+    /// The controllers given are not one NVM subsystem: different SUBNQN, a controller
+    /// without CMIC multi-controller, separate DMA address spaces, or the same one twice.
+    VfnvmeErrNotOneSubsystem = -12,
 }
 
 impl Status {
@@ -56,6 +62,8 @@ impl Status {
             -8 => c"busy (object still in use, or re-entrant call)",
             -9 => c"not supported",
             -10 => c"internal error in vfnvme (caught panic; please report)",
+            -11 => c"no usable path to the namespace (and not queueing)",
+            -12 => c"the controllers are not one NVM subsystem (SUBNQN, CMIC, DMA space)",
             _ => c"unknown vfnvme status code",
         }
     }
@@ -194,7 +202,7 @@ mod tests {
 
     #[test]
     fn strerror_covers_every_code() {
-        for c in -10..=0 {
+        for c in -12..=0 {
             // SAFETY: static NUL-terminated strings.
             let s = unsafe { CStr::from_ptr(vfnvme_strerror(c)) };
             assert!(!s.to_bytes().is_empty());

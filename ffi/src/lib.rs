@@ -9,14 +9,20 @@ pub mod backend;
 pub mod ctrl;
 pub mod driver_ops;
 pub mod error;
-pub mod model_stats;
+#[cfg(feature = "model")]
+pub mod model;
+pub mod mp;
 pub mod open;
 pub mod qpair;
 pub mod types;
 
 pub use error::Status;
 
-#[cfg(test)]
+#[cfg(all(test, feature = "model"))]
 mod abi_bounds_tests;
-#[cfg(test)]
+#[cfg(all(test, feature = "model"))]
+mod abi_mp_tests;
+#[cfg(all(test, feature = "model"))]
+mod abi_recovery_tests;
+#[cfg(all(test, feature = "model"))]
 mod abi_tests;

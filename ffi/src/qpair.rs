@@ -1,21 +1,32 @@
 //! Queue pairs: allocation, the submit functions, commit and completion polling.
 //!
-//! The I/O path allocates nothing and takes no lock: callback slots are a preallocated table
-//! with a free stack, completions are gathered into a preallocated array before the callbacks
+//! The I/O path allocates nothing and takes no lock: each request's callback and argument ride
+//! in the driver's command tracker (`QueuePair<P, Slot>`), completions are gathered into a
+//! preallocated array before the callbacks
 //! run (so that a callback may submit on the same queue pair).
 
 use crate::backend::{IoCmd, QpairOps, RawCompletion, RawIova, Slot};
 use crate::ctrl::{deref, Ctrl};
 use crate::error::{guard, FfiError, FfiResult, Status};
-use crate::types::{Callback, Completion, Cpl, Range};
-use nvme::dma::{DmaPool, DmaRegion};
-use nvme::namespace::{Namespace, NamespaceState};
+use crate::types::{Callback, Completion, Cpl, QpairOpts, Range};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use vfnvme::hal::{DmaPool, DmaRegion};
+use vfnvme::namespace::{Namespace, NamespaceState};
 
 /// Largest queue depth accepted by vfnvme_qpair_alloc.
 const MAX_DEPTH: u32 = 65536;
+
+/// A read or write as the C caller gave it.
+#[derive(Clone, Copy)]
+struct RwRequest {
+    nsid: u32,
+    write: bool,
+    buf: *const c_void,
+    lba: u64,
+    blocks: u32,
+}
 
 struct Done {
     cb: Callback,
@@ -27,11 +38,9 @@ struct Done {
 pub struct Qpair {
     inner: Box<dyn QpairOps>,
     ctrl: *const Ctrl,
-    slots: Vec<Slot>,
-    /// Per slot: the data pointer of the command in flight there (0: none or no data), shared
-    /// with the controller so that vfnvme_dma_free can refuse a buffer in flight.
+    /// Per driver request slot: the data pointer of the request in flight there (0: none or no
+    /// data), shared with the controller so that vfnvme_dma_free can refuse a buffer in flight.
     in_flight: Arc<[AtomicUsize]>,
-    free: Vec<u32>,
     done: Vec<Done>,
     ns_cache: Vec<Option<Arc<Namespace>>>,
     /// The DMA region of the last data buffer (regions stay mapped while the controller lives).
@@ -83,32 +92,28 @@ impl Qpair {
     /// A read (`write` false) or write: the hot path. The cached namespace is borrowed in place
     /// and the buffer translated through the cached region; anything else (a namespace not yet
     /// cached or no longer active) goes through [`Qpair::submit`].
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn submit_rw(
-        &mut self,
-        nsid: u32,
-        write: bool,
-        buf: *const c_void,
-        lba: u64,
-        blocks: u32,
-        cb: Callback,
-        arg: *mut c_void,
-    ) -> FfiResult<i32> {
+    fn submit_rw(&mut self, rw: RwRequest, tag: Slot) -> FfiResult<i32> {
+        let RwRequest {
+            nsid,
+            write,
+            buf,
+            lba,
+            blocks,
+        } = rw;
+        let Slot { cb, arg } = tag;
         let idx = nsid as usize;
         let cached = matches!(
             self.ns_cache.get(idx),
             Some(Some(ns)) if ns.state() == NamespaceState::Active
         );
         if !cached {
-            return self.submit_rw_slow(nsid, write, buf, lba, blocks, cb, arg);
+            return self.submit_rw_slow(rw, tag);
         }
         let Qpair {
             inner,
             ctrl,
-            slots,
             in_flight,
-            free,
             ns_cache,
             region,
             ..
@@ -119,49 +124,50 @@ impl Qpair {
                 "namespace cache changed during a submit; please report this bug",
             ));
         };
-        check_range(ns, lba, blocks)?;
+        // The LBA range is the driver's check (once); the buffer is checked here, where the
+        // C pointer is translated (an empty range has no buffer to check).
+        if blocks == 0 {
+            return Err(empty_range(ns, lba));
+        }
         let data = buf;
         let buf = translate(region, *ctrl, buf, u64::from(blocks) << ns.lba_shift())?;
-        let slot = free
-            .pop()
+        let slot = inner
+            .next_slot()
             .ok_or(FfiError::new(Status::VfnvmeErrQueueFull, ""))?;
-        if let Some(s) = slots.get_mut(slot as usize) {
-            *s = Slot { cb, arg };
-        }
-        let mark = in_flight.get(slot as usize);
+        // Marked before the submission, so that vfnvme_dma_free on another thread sees it.
+        let mark = in_flight.get(usize::from(slot));
         if let Some(m) = mark {
             m.store(data as usize, Ordering::Relaxed);
         }
-        match inner.submit_rw(ns, write, lba, blocks, buf, u64::from(slot)) {
+        match inner.submit_rw(ns, write, lba, blocks, buf, Slot { cb, arg }) {
             Ok(()) => Ok(0),
             Err(e) => {
                 if let Some(m) = mark {
                     m.store(0, Ordering::Relaxed);
                 }
-                free.push(slot);
                 Err(e)
             }
         }
     }
 
     /// [`Qpair::submit_rw`] when the namespace is not in the cache (fills it).
-    #[allow(clippy::too_many_arguments)]
     #[cold]
     #[inline(never)]
-    fn submit_rw_slow(
-        &mut self,
-        nsid: u32,
-        write: bool,
-        buf: *const c_void,
-        lba: u64,
-        blocks: u32,
-        cb: Callback,
-        arg: *mut c_void,
-    ) -> FfiResult<i32> {
+    fn submit_rw_slow(&mut self, rw: RwRequest, tag: Slot) -> FfiResult<i32> {
+        let RwRequest {
+            nsid,
+            write,
+            buf,
+            lba,
+            blocks,
+        } = rw;
+        let Slot { cb, arg } = tag;
         self.submit(
             nsid,
             |q, ns| {
-                check_range(ns, lba, blocks)?;
+                if blocks == 0 {
+                    return Err(empty_range(ns, lba));
+                }
                 let span = q.buffer(buf, u64::from(blocks) << ns.lba_shift())?;
                 Ok(if write {
                     IoCmd::Write {
@@ -218,23 +224,19 @@ impl Qpair {
         arg: *mut c_void,
     ) -> FfiResult<i32> {
         let slot = self
-            .free
-            .pop()
+            .inner
+            .next_slot()
             .ok_or(FfiError::new(Status::VfnvmeErrQueueFull, ""))?;
-        if let Some(s) = self.slots.get_mut(slot as usize) {
-            *s = Slot { cb, arg };
-        }
-        let mark = self.in_flight.get(slot as usize);
+        let mark = self.in_flight.get(usize::from(slot));
         if let Some(m) = mark {
             m.store(data as usize, Ordering::Relaxed);
         }
-        match self.inner.submit(ns, cmd, u64::from(slot)) {
+        match self.inner.submit(ns, cmd, Slot { cb, arg }) {
             Ok(()) => Ok(0),
             Err(e) => {
                 if let Some(m) = mark {
                     m.store(0, Ordering::Relaxed);
                 }
-                self.free.push(slot);
                 Err(e)
             }
         }
@@ -283,25 +285,44 @@ fn translate_new_region(
             }
         }
     }
-    Err(bad_buffer(pool, buf, len))
+    Err(bad_buffer_ctrl(pool, buf, len))
 }
 
 /// Why `len` bytes at `buf` are not a range of one live allocation of `pool`.
 #[cold]
-fn bad_buffer(pool: &DmaPool, buf: *const c_void, len: usize) -> FfiError {
+fn bad_buffer_ctrl(pool: &DmaPool, buf: *const c_void, len: usize) -> FfiError {
+    bad_buffer(pool, buf, len, "vfnvme_dma_alloc")
+}
+
+/// Why `len` bytes at `buf` are not a range of one live allocation of `pool`, whose buffers
+/// come from the function `alloc`.
+#[cold]
+pub(crate) fn bad_buffer(pool: &DmaPool, buf: *const c_void, len: usize, alloc: &str) -> FfiError {
     let msg = match pool.allocation_of(buf.cast()) {
         Some(a) => format!(
-            "data buffer {buf:p} + {len} bytes runs past the end of its buffer ({} bytes at {:#x} from vfnvme_dma_alloc); pass a buffer of at least blocks * lba_size bytes",
+            "data buffer {buf:p} + {len} bytes runs past the end of its buffer ({} bytes at {:#x} from {alloc}); pass a buffer of at least blocks * lba_size bytes",
             a.len, a.va
         ),
         None if pool.region_of(buf.cast()).is_some() => format!(
-            "data buffer {buf:p} was freed with vfnvme_dma_free (or never allocated); allocate it with vfnvme_dma_alloc and keep it until the completion"
+            "data buffer {buf:p} was freed (or never allocated); allocate it with {alloc} and keep it until the completion"
         ),
         None => format!(
-            "data buffer {buf:p} is not inside DMA memory of this controller; allocate it with vfnvme_dma_alloc"
+            "data buffer {buf:p} is not inside DMA memory of this controller or subsystem; allocate it with {alloc}"
         ),
     };
     FfiError::new(Status::VfnvmeErrBadBuffer, msg)
+}
+
+/// A read or write of 0 blocks.
+#[cold]
+fn empty_range(ns: &Namespace, lba: u64) -> FfiError {
+    FfiError::new(
+        Status::VfnvmeErrOutOfRange,
+        format!(
+            "a transfer of 0 blocks at LBA {lba} of namespace {}: transfer at least one block",
+            ns.nsid()
+        ),
+    )
 }
 
 fn check_range(ns: &Namespace, lba: u64, blocks: u32) -> FfiResult<()> {
@@ -344,44 +365,73 @@ pub unsafe extern "C" fn vfnvme_qpair_alloc(
     depth: u32,
     out: *mut *mut Qpair,
 ) -> i32 {
-    guard("vfnvme_qpair_alloc", || {
-        let c = deref(ctrl, "ctrl")?;
-        // SAFETY: NULL (rejected) or a writable pointer slot (header contract).
-        let out = unsafe { out.as_mut() }
-            .ok_or_else(|| FfiError::new(Status::VfnvmeErrInvalidArgument, "out is NULL"))?;
-        if !(2..=MAX_DEPTH).contains(&depth) {
-            return Err(FfiError::new(
-                Status::VfnvmeErrInvalidArgument,
-                format!("queue depth {depth} is out of range; use 2..={MAX_DEPTH}"),
-            ));
+    let opts = QpairOpts {
+        depth,
+        defer_sq_doorbell: false,
+    };
+    // SAFETY: the caller's pointers, valid as the header requires.
+    guard("vfnvme_qpair_alloc", || unsafe { alloc(ctrl, opts, out) })
+}
+
+/// Allocates an I/O queue pair as vfnvme_qpair_alloc does, with the options in `*opts` (NULL:
+/// the defaults: depth 256, doorbell written at every commit).
+///
+/// Thread safety: thread-safe (takes the controller's admin lock). The queue pair itself must
+/// then be used by one thread at a time.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_qpair_alloc_opts(
+    ctrl: *const Ctrl,
+    opts: *const QpairOpts,
+    out: *mut *mut Qpair,
+) -> i32 {
+    guard("vfnvme_qpair_alloc_opts", || {
+        // SAFETY: NULL or a valid QpairOpts (header contract).
+        let mut opts = unsafe { opts.as_ref() }.copied().unwrap_or_default();
+        if opts.depth == 0 {
+            opts.depth = 256;
         }
-        let inner = c.ops.alloc_qpair(depth)?;
-        let in_flight: Arc<[AtomicUsize]> = (0..depth).map(|_| AtomicUsize::new(0)).collect();
-        c.in_flight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(in_flight.clone());
-        let qp = Qpair {
-            inner,
-            ctrl,
-            in_flight,
-            slots: vec![
-                Slot {
-                    cb: None,
-                    arg: std::ptr::null_mut()
-                };
-                depth as usize
-            ],
-            free: (0..depth).rev().collect(),
-            done: Vec::with_capacity(depth as usize),
-            ns_cache: Vec::with_capacity(64),
-            region: DmaRegion::default(),
-            in_callbacks: false,
-        };
-        c.qpairs.fetch_add(1, Ordering::AcqRel);
-        *out = Box::into_raw(Box::new(qp));
-        Ok(0)
+        // SAFETY: the caller's pointers, valid as the header requires.
+        unsafe { alloc(ctrl, opts, out) }
     })
+}
+
+/// The body of vfnvme_qpair_alloc and vfnvme_qpair_alloc_opts.
+///
+/// # Safety
+/// `ctrl` and `out` are NULL or valid, as the header requires of those functions.
+unsafe fn alloc(ctrl: *const Ctrl, opts: QpairOpts, out: *mut *mut Qpair) -> FfiResult<i32> {
+    let depth = opts.depth;
+    let c = deref(ctrl, "ctrl")?;
+    // SAFETY: NULL (rejected) or a writable pointer slot (header contract).
+    let out = unsafe { out.as_mut() }
+        .ok_or_else(|| FfiError::new(Status::VfnvmeErrInvalidArgument, "out is NULL"))?;
+    if !(2..=MAX_DEPTH).contains(&depth) {
+        return Err(FfiError::new(
+            Status::VfnvmeErrInvalidArgument,
+            format!("queue depth {depth} is out of range; use 2..={MAX_DEPTH}"),
+        ));
+    }
+    let inner = c.ops.alloc_qpair(depth, opts.defer_sq_doorbell)?;
+    let in_flight: Arc<[AtomicUsize]> = (0..depth).map(|_| AtomicUsize::new(0)).collect();
+    c.in_flight
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(in_flight.clone());
+    let qp = Qpair {
+        inner,
+        ctrl,
+        in_flight,
+        done: Vec::with_capacity(depth as usize),
+        ns_cache: Vec::with_capacity(64),
+        region: DmaRegion::default(),
+        in_callbacks: false,
+    };
+    c.qpairs.fetch_add(1, Ordering::AcqRel);
+    *out = Box::into_raw(Box::new(qp));
+    Ok(0)
 }
 
 /// Frees a queue pair (deleting its queues on the controller). Fails with VFNVME_ERR_BUSY while
@@ -442,7 +492,16 @@ pub unsafe extern "C" fn vfnvme_qpair_read(
     arg: *mut c_void,
 ) -> i32 {
     guard("vfnvme_qpair_read", || {
-        qp_mut(qp)?.submit_rw(nsid, false, buf, lba, blocks, cb, arg)
+        qp_mut(qp)?.submit_rw(
+            RwRequest {
+                nsid,
+                write: false,
+                buf,
+                lba,
+                blocks,
+            },
+            Slot { cb, arg },
+        )
     })
 }
 
@@ -464,7 +523,16 @@ pub unsafe extern "C" fn vfnvme_qpair_write(
     arg: *mut c_void,
 ) -> i32 {
     guard("vfnvme_qpair_write", || {
-        qp_mut(qp)?.submit_rw(nsid, true, buf, lba, blocks, cb, arg)
+        qp_mut(qp)?.submit_rw(
+            RwRequest {
+                nsid,
+                write: true,
+                buf,
+                lba,
+                blocks,
+            },
+            Slot { cb, arg },
+        )
     })
 }
 
@@ -584,31 +652,24 @@ pub unsafe extern "C" fn vfnvme_qpair_process_completions(qp: *mut Qpair, max: u
                     "vfnvme_qpair_process_completions called from a completion callback; return from the callback instead",
                 ));
             }
-            let cap = q.slots.len() as u32;
+            let cap = q.in_flight.len() as u32;
             let max = if max == 0 || max > cap { cap } else { max };
             let mut done = std::mem::take(&mut q.done);
             let Qpair {
-                inner,
-                slots,
-                in_flight,
-                free,
-                ..
+                inner, in_flight, ..
             } = q;
             inner.poll(max, &mut |c: RawCompletion| {
-                let idx = c.tag as usize;
-                if let Some(s) = slots.get(idx) {
-                    if let Some(m) = in_flight.get(idx) {
-                        m.store(0, Ordering::Relaxed);
-                    }
-                    free.push(idx as u32);
-                    let mut cpl = Cpl::from_status(c.status, c.cdw0);
-                    cpl.rc = c.rc;
-                    done.push(Done {
-                        cb: s.cb,
-                        arg: s.arg,
-                        cpl,
-                    });
+                if let Some(m) = in_flight.get(usize::from(c.slot)) {
+                    m.store(0, Ordering::Relaxed);
                 }
+                let mut cpl = Cpl::from_status(c.status, c.cdw0);
+                cpl.rc = c.rc;
+                // `done` has room for `depth` entries; a poll delivers at most that many.
+                done.push(Done {
+                    cb: c.tag.cb,
+                    arg: c.tag.arg,
+                    cpl,
+                });
             });
             q.in_callbacks = true;
             done
@@ -663,11 +724,11 @@ pub unsafe extern "C" fn vfnvme_qpair_poll_completions(
                 "vfnvme_qpair_poll_completions called from a completion callback; return from the callback instead",
             ));
         }
-        let max = max.min(q.slots.len() as u32);
+        let max = max.min(q.in_flight.len() as u32);
         // SAFETY: the caller provides room for `max` (or more) entries (header contract), which
         // only this call writes while it runs.
         let out = unsafe { std::slice::from_raw_parts_mut(out, max as usize) };
-        let n = q.inner.poll_into(&q.slots, &q.in_flight, &mut q.free, out);
+        let n = q.inner.poll_into(&q.in_flight, out);
         Ok(i32::try_from(n).unwrap_or(i32::MAX))
     })
 }

@@ -10,6 +10,14 @@ pub struct Cpl {
     pub cdw0: u32,
     /// NVMe status field (CQE dword 3 bits 31:17): bits 7:0 Status Code, 10:8 Status Code Type,
     /// 12:11 Command Retry Delay, 13 More, 14 Do Not Retry. 0 means success.
+    ///
+    /// Two path-related statuses (sct = 3) come from vfnvme itself, not the device, and hand the
+    /// buffer back (the device stopped using it): sc = 0x71 (VFNVME_SC_ABORTED_BY_RESET) when
+    /// the controller was reset with the command in flight (after an I/O timeout, a fatal
+    /// status or vfnvme_ctrl_reset); the queue pair stays usable and the command may be
+    /// submitted again. sc = 0x70 (VFNVME_SC_CONTROLLER_LOST) when the controller is gone
+    /// (hot removal) or failed and could not be reset: free the queue pairs and close the
+    /// controller.
     pub status: u16,
     /// Status Code Type (status bits 10:8), for convenience.
     pub sct: u8,
@@ -43,6 +51,16 @@ pub struct Completion {
     /// How the command completed.
     pub cpl: Cpl,
 }
+
+/// Status Code Type 3h (path related): the type of the two statuses vfnvme gives commands it
+/// ends itself (see `vfnvme_cpl.status`).
+pub const VFNVME_SCT_PATH: u8 = 3;
+/// Status Code 71h of type 3h (Command Aborted By Host): the controller was reset with the
+/// command in flight; the buffer is back and the command may be submitted again.
+pub const VFNVME_SC_ABORTED_BY_RESET: u8 = 0x71;
+/// Status Code 70h of type 3h (Host Pathing Error): the controller is gone (removed) or failed
+/// for good; the buffer is back, nothing more will complete on this controller.
+pub const VFNVME_SC_CONTROLLER_LOST: u8 = 0x70;
 
 /// The completion callback: `arg` is the pointer given at submission; `cpl` is valid only during
 /// the call. It runs on the thread calling `vfnvme_qpair_process_completions`. It may submit new
@@ -98,6 +116,42 @@ pub struct NsEvent {
     pub nsid: u32,
 }
 
+/// What happened to a controller (`vfnvme_ctrl_next_ctrl_event`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CtrlEventKind {
+    /// No event (the value of an unfilled `vfnvme_ctrl_event`).
+    VfnvmeCtrlEventNone = 0,
+    /// An I/O command (`qid`, `cid`) did not complete within the I/O timeout.
+    VfnvmeCtrlEventTimedOut = 1,
+    /// An Abort was sent for the timed-out command (`qid`, `cid`).
+    VfnvmeCtrlEventAbortSent = 2,
+    /// A controller reset began.
+    VfnvmeCtrlEventResetStarted = 3,
+    /// The reset finished: queue pairs recreate their queues at their next poll, and the
+    /// commands they had in flight complete with sct 3 / sc 0x71.
+    VfnvmeCtrlEventResetDone = 4,
+    /// The controller failed (a reset did not bring it back): commands complete with sct 3 /
+    /// sc 0x70 and calls fail with VFNVME_ERR_DEVICE.
+    VfnvmeCtrlEventFailed = 5,
+    /// The device is gone (hot removal, or its registers read all ones): commands complete with
+    /// sct 3 / sc 0x70. Free the queue pairs and close the controller so that the kernel can
+    /// finish removing it.
+    VfnvmeCtrlEventRemoved = 6,
+}
+
+/// One controller state change, as `vfnvme_ctrl_next_ctrl_event` reports it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CtrlEvent {
+    /// What happened.
+    pub kind: CtrlEventKind,
+    /// For TIMED_OUT and ABORT_SENT: the command's queue id (0 otherwise).
+    pub qid: u16,
+    /// For TIMED_OUT and ABORT_SENT: the command identifier (0 otherwise).
+    pub cid: u16,
+}
+
 /// One range of a deallocate (TRIM) command.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -120,28 +174,33 @@ pub struct CtrlOpts {
     /// Use shadow doorbells (Doorbell Buffer Config) if the controller offers them; emulated
     /// controllers do, SSDs don't. Off by default: under QEMU it measured no faster.
     pub shadow_doorbells: bool,
+    /// How long an admin command (bring-up, queue creation, namespace scans) may take before
+    /// it fails as timed out, in milliseconds (0: the driver default, 30000).
+    pub admin_timeout_ms: u32,
+    /// How long an I/O command may take, in milliseconds, before vfnvme sends an Abort for it
+    /// and, if it still has not completed after as long again, resets the controller (0: the
+    /// driver default, 30000). Checked while the queue pair is polled.
+    pub io_timeout_ms: u32,
+    /// How often an I/O command is sent again, with the same buffer, when it fails with a
+    /// status the controller allows to be retried (DNR = 0) or was in flight when the controller
+    /// was reset (0, the default: never; the caller sees the status). At most 255. Commands
+    /// that timed out are not retried. `vfnvme_ctrl_info` counts the retries.
+    pub io_retries: u32,
 }
 
-/// Options of the in-memory controller model (testing and benchmarks). NULL means defaults.
+/// Options for `vfnvme_qpair_alloc_opts`. Zero-initialise, then set what you need.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ModelOpts {
-    /// Number of namespaces (0: 1).
-    pub namespaces: u32,
-    /// Logical block size of every namespace in bytes: 512 or 4096 (0: 4096).
-    pub lba_size: u32,
-    /// Blocks per namespace (0: 65536, i.e. 256 MiB at 4 KiB).
-    pub blocks: u64,
-    /// Virtual time a command takes in nanoseconds (0: the model's default).
-    pub latency_ns: u32,
-    /// Seed of the model's pseudo-random choices (0: a fixed default).
-    pub seed: u64,
-    /// Discard writes and leave read buffers untouched (measures the driver alone); default:
-    /// data is kept in sparse memory.
-    pub null_data: bool,
-    /// Use the model's shadow doorbells (Doorbell Buffer Config); default off, so every doorbell
-    /// is an MMIO write the model counts (`vfnvme_ctrl_model_stats`).
-    pub shadow_doorbells: bool,
+pub struct QpairOpts {
+    /// Entries per ring, 2..=65536 (commands in flight at most: `depth`, as for
+    /// vfnvme_qpair_alloc; 0: 256).
+    pub depth: u32,
+    /// Doorbell batching for callers that commit after every submission (SPDK's
+    /// `delay_cmd_submit`): vfnvme_qpair_commit then writes the submission doorbell only once at
+    /// least half of the commands in flight wait for it (always when the controller would
+    /// otherwise sit idle), and leaves it to a later commit or the next poll otherwise. Polling
+    /// always rings. Off: vfnvme_qpair_commit always rings.
+    pub defer_sq_doorbell: bool,
 }
 
 /// What a controller reported at bring-up.
@@ -163,6 +222,8 @@ pub struct CtrlInfo {
     pub model: [u8; 41],
     /// Firmware revision, NUL-terminated.
     pub firmware: [u8; 9],
+    /// I/O commands sent again so far (see `vfnvme_ctrl_opts.io_retries`).
+    pub io_retries: u64,
 }
 
 impl Default for CtrlInfo {
@@ -175,6 +236,7 @@ impl Default for CtrlInfo {
             serial: [0; 21],
             model: [0; 41],
             firmware: [0; 9],
+            io_retries: 0,
         }
     }
 }
@@ -186,17 +248,12 @@ pub fn copy_cstr(dst: &mut [u8], s: &str) {
     dst[..n].copy_from_slice(&s.as_bytes()[..n]);
 }
 
-/// Counters of an in-memory controller model (`vfnvme_ctrl_model_stats`): what the driver made the
-/// model do, to check doorbell batching and the like in tests and benchmarks.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ModelStats {
-    /// I/O commands completed (every opcode).
-    pub io_commands: u64,
-    /// MMIO writes to submission queue tail doorbells (the admin queue's included).
-    pub sq_doorbell_writes: u64,
-    /// MMIO writes to completion queue head doorbells (the admin queue's included).
-    pub cq_doorbell_writes: u64,
-    /// The model's virtual time in nanoseconds.
-    pub virtual_ns: u64,
+/// `vfnvme_ctrl_opts.io_retries` checked: at most 255.
+pub fn io_retries(n: u32) -> crate::error::FfiResult<u8> {
+    u8::try_from(n).map_err(|_| {
+        crate::error::FfiError::new(
+            crate::error::Status::VfnvmeErrInvalidArgument,
+            format!("io_retries {n} is too large: at most 255 retries per command (0: none)"),
+        )
+    })
 }

@@ -12,8 +12,8 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use vfnvme::dma::pci_bind;
-use vfnvme::dma::PciAddress;
+use vfnvme::hal::pci::bind as pci_bind;
+use vfnvme::hal::PciAddress;
 use vfnvme_tests::{guest, guest_io};
 
 /// Where and how much each side writes (bytes; whole 4 KiB pages for O_DIRECT).

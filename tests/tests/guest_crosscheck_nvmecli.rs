@@ -11,7 +11,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use vfnvme::dma::{pci_bind, PciAddress};
+use vfnvme::hal::pci::bind as pci_bind;
+use vfnvme::hal::PciAddress;
 use vfnvme_tests::guest;
 use vfnvme_tests::vfnvme_cli::ok;
 

@@ -93,7 +93,7 @@ fn four_kib_pages_instead_of_hugepages() {
     let platform = VfioPlatform::open(
         &guest::vfio_devices()[0],
         VfioOptions {
-            page_size: vfnvme::dma::PageSize::Small4K,
+            page_size: vfnvme::hal::PageSize::Small4K,
         },
     )
     .expect("open with 4 KiB pages");

@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use vfnvme::namespace::{NamespaceEvent, NamespaceState};
+use vfnvme::namespace::NamespaceState;
+use vfnvme::namespaces::NamespaceEvent;
 use vfnvme::vfio_platform::{VfioOptions, VfioPlatform};
 use vfnvme::{Controller, ControllerOptions, QpairOptions, SubmitErrorKind};
 use vfnvme_tests::guest;

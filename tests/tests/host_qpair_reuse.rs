@@ -2,8 +2,8 @@
 //! doorbells on. On QEMU 7.2 this hung before the driver reset the queue's shadow doorbell
 //! and EventIdx slots at creation (see `guest_data_limits`).
 
-use vfnvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 use vfnvme::{Controller, ControllerOptions, QpairOptions};
+use vfnvme_model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 
 #[test]
 fn reused_qid_with_shadow_doorbells_moves_data() {

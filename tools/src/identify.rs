@@ -183,10 +183,10 @@ pub fn run(args: &IdentifyArgs) -> Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "model"))]
 mod tests {
     use super::*;
-    use vfnvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
+    use vfnvme_model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 
     fn model() -> Controller<ModelPlatform> {
         let cfg = ModelConfig {

@@ -3,7 +3,7 @@
 
 use crate::holders;
 use std::path::Path;
-use vfnvme::dma::{PciAddress, SysPaths};
+use vfnvme::hal::{PciAddress, SysPaths};
 
 /// The kernel's controllers (`nvme0`, ...) under a PCI device's sysfs directory.
 fn controllers(paths: &SysPaths, addr: &PciAddress) -> Vec<std::path::PathBuf> {

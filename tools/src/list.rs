@@ -8,15 +8,29 @@ use anyhow::Result;
 use clap::Args;
 use serde_json::{json, Value};
 use std::path::Path;
-use vfnvme::dma::{pci_bind, pci_sysfs::VFIO_PCI, PciAddress, SysPaths};
-use vfnvme::ControllerOptions;
+use vfnvme::hal::pci::bind as pci_bind;
+use vfnvme::hal::pci::sysfs::VFIO_PCI;
+use vfnvme::hal::{PciAddress, SysPaths};
+use vfnvme::multipath::{PathState, UniqueId};
+use vfnvme::platform::Platform;
+use vfnvme::{Controller, ControllerOptions};
 
 /// Arguments of `vfnvme list`.
 #[derive(Args, Debug)]
 pub struct ListArgs {
-    /// Print JSON (one object per controller, with its subsystem and namespaces).
+    /// Print JSON: one object per controller, with its subsystem and namespaces (with
+    /// --subsystems: {"subsystems": [...]}).
     #[arg(long)]
     pub json: bool,
+    /// Show only the subsystems (as nvme-cli's list-subsys): per subsystem NQN its
+    /// controllers (address, cntlid), its heads (nsid, NGUID/EUI64/UUID, size) and per head
+    /// its paths with ANA group and state.
+    #[arg(long)]
+    pub subsystems: bool,
+    /// List the in-memory model instead of the machine's controllers: one subsystem of two
+    /// controllers sharing two namespaces, with ANA groups in different states.
+    #[arg(long)]
+    pub model: bool,
 }
 
 fn read_trimmed(p: &Path) -> Option<String> {
@@ -36,6 +50,7 @@ fn kernel_view(paths: &SysPaths, addr: &PciAddress, v: &mut Value) {
         .and_then(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).min());
     if let Some(c) = &ctrl_dir {
         v["subnqn"] = json!(read_trimmed(&c.join("subsysnqn")));
+        v["cntlid"] = json!(read_trimmed(&c.join("cntlid")).and_then(|s| s.parse::<u16>().ok()));
     }
     let mut namespaces = Vec::new();
     for d in kernel_nvme::block_devices(paths, addr) {
@@ -65,6 +80,68 @@ fn kernel_view(paths: &SysPaths, addr: &PciAddress, v: &mut Value) {
     v["namespaces"] = json!(namespaces);
 }
 
+/// Fills `v` from a controller vfnvme brought up: serial, model, SUBNQN, CNTLID, CMIC, whether
+/// it reports ANA, and per namespace its size, format, unique identifier, ANA group and state
+/// (from the ANA log page read at bring-up) and the state a multipath path would have.
+pub fn describe_controller<P: Platform>(
+    ctrl: &Controller<P>,
+    device: &str,
+    driven_by: &str,
+    v: &mut Value,
+) {
+    let info = ctrl.identify();
+    let id = &info.identify;
+    v["serial"] = json!(info.serial());
+    v["model"] = json!(info.model());
+    v["subnqn"] = json!(id.subnqn);
+    v["cntlid"] = json!(id.cntlid);
+    v["cmic"] = json!(id.cmic);
+    v["ana"] = json!(ctrl.reports_ana());
+    let ns: Vec<Value> = ctrl
+        .namespaces()
+        .iter()
+        .map(|n| {
+            let ident = n.identity();
+            let md = ident.metadata_format();
+            // A format with metadata: listed, but vfnvme refuses I/O to it.
+            let refused = n.io_refused().then(|| {
+                format!(
+                    "formatted with {md}, which vfnvme does not transfer; reformat with `{}` (erases its data)",
+                    crate::admin::reformat_command(device, n.nsid())
+                )
+            });
+            let uid = match UniqueId::of(ident, 0) {
+                UniqueId::Unidentified(_) => format!("unidentified ({device})"),
+                known => known.to_string(),
+            };
+            // As the multipath layer sees the path: no ANA counts as optimized; a group
+            // missing from the log page as inaccessible.
+            let (ana_state, path) = if ctrl.reports_ana() {
+                match ctrl.ana_state(ident.anagrpid) {
+                    Some(s) => (json!(s.name()), PathState::from_ana(Some(s))),
+                    None => (json!("not reported"), PathState::Inaccessible),
+                }
+            } else {
+                (Value::Null, PathState::from_ana(None))
+            };
+            json!({
+                "nsid": n.nsid(),
+                "size_bytes": n.size_bytes(),
+                "lba_size": n.lba_size(),
+                "metadata_size": ident.metadata_size,
+                "metadata": md.short(),
+                "io_refused": refused,
+                "driven_by": driven_by,
+                "unique_id": uid,
+                "anagrpid": (ident.anagrpid != 0).then_some(ident.anagrpid),
+                "ana_state": ana_state,
+                "path_state": path.name(),
+            })
+        })
+        .collect();
+    v["namespaces"] = json!(ns);
+}
+
 /// Every NVMe controller as JSON objects.
 pub fn collect() -> Result<Vec<Value>> {
     let paths = SysPaths::default();
@@ -77,6 +154,9 @@ pub fn collect() -> Result<Vec<Value>> {
             "device": format!("{:04x}", dev.device),
             "driver": dev.driver,
             "subnqn": null,
+            "cntlid": null,
+            "cmic": null,
+            "ana": null,
             "serial": null,
             "model": null,
             "namespaces": [],
@@ -89,35 +169,7 @@ pub fn collect() -> Result<Vec<Value>> {
             };
             match open::open_controller(&addr.to_string(), opts) {
                 Ok(ctrl) => {
-                    let info = ctrl.identify();
-                    v["serial"] = json!(info.serial());
-                    v["model"] = json!(info.model());
-                    v["subnqn"] = json!(info.identify.subnqn);
-                    let device = addr.to_string();
-                    let ns: Vec<Value> = ctrl
-                        .namespaces()
-                        .iter()
-                        .map(|n| {
-                            let md = n.identity().metadata_format();
-                            // A format with metadata: listed, but vfnvme refuses I/O to it.
-                            let refused = n.io_refused().then(|| {
-                                format!(
-                                    "formatted with {md}, which vfnvme does not transfer; reformat with `{}` (erases its data)",
-                                    crate::admin::reformat_command(&device, n.nsid())
-                                )
-                            });
-                            json!({
-                                "nsid": n.nsid(),
-                                "size_bytes": n.size_bytes(),
-                                "lba_size": n.lba_size(),
-                                "metadata_size": n.identity().metadata_size,
-                                "metadata": md.short(),
-                                "io_refused": refused,
-                                "driven_by": "vfnvme (vfio-pci)",
-                            })
-                        })
-                        .collect();
-                    v["namespaces"] = json!(ns);
+                    describe_controller(&ctrl, &addr.to_string(), "vfnvme (vfio-pci)", &mut v)
                 }
                 Err(e) => v["error"] = json!(format!("{e:#}")),
             }
@@ -127,6 +179,50 @@ pub fn collect() -> Result<Vec<Value>> {
         out.push(v);
     }
     Ok(out)
+}
+
+/// `--model`: the model subsystem's two controllers, namespace 1 (ANA group 1) optimized
+/// through controller 0 and non-optimized through controller 1, namespace 2 (group 2)
+/// inaccessible through controller 0 and optimized through controller 1.
+#[cfg(feature = "model")]
+pub fn collect_model() -> Result<Vec<Value>> {
+    use vfnvme_model::AnaState;
+    let model = crate::model_subsys::build(
+        2,
+        &[
+            (1, 1, AnaState::NonOptimized),
+            (0, 2, AnaState::Inaccessible),
+        ],
+    )?;
+    let opts = ControllerOptions {
+        io_queues: 1,
+        ..ControllerOptions::default()
+    };
+    let ctrls = crate::model_subsys::bring_up(&model, &opts)?;
+    Ok(ctrls
+        .iter()
+        .map(|c| {
+            let name = c.platform().name();
+            let mut v = json!({
+                "address": name,
+                "vendor": format!("{:04x}", c.identify().identify.vid),
+                "device": "model",
+                "driver": "model",
+                "error": null,
+            });
+            describe_controller(c, &name, "vfnvme (model)", &mut v);
+            v
+        })
+        .collect())
+}
+
+/// `--model` in a build without the model: a typed refusal saying how to get it.
+#[cfg(not(feature = "model"))]
+pub fn collect_model() -> Result<Vec<Value>> {
+    anyhow::bail!(
+        "--model: this vfnvme was built without the in-memory model; rebuild with \
+         `cargo build -p vfnvme-tools --features model` (on by default)"
+    )
 }
 
 /// Bytes in binary units, e.g. `64.00 MiB`.
@@ -167,9 +263,16 @@ pub fn table(list: &[Value]) -> String {
             None => groups.push((nqn, vec![d])),
         }
     }
+    let subsystems = crate::subsys::subsystems(list);
     let mut out = String::new();
     for (nqn, members) in groups {
         out.push_str(&format!("subsystem {nqn}\n"));
+        // A multipath subsystem: its heads and paths after its controllers.
+        let heads = subsystems
+            .iter()
+            .find(|s| s["nqn"] == nqn.as_str() && s["multipath"] == Value::Bool(true))
+            .map(|s| crate::subsys::heads_text(s, 2))
+            .unwrap_or_default();
         for d in members {
             out.push_str(&format!(
                 "  {:<13} {:<9} {:<9} {:<20} {}\n",
@@ -215,14 +318,29 @@ pub fn table(list: &[Value]) -> String {
                 ));
             }
         }
+        out.push_str(&heads);
     }
     out
 }
 
 /// Runs `vfnvme list`.
 pub fn run(args: &ListArgs) -> Result<()> {
-    let list = collect()?;
-    if args.json {
+    let list = if args.model {
+        collect_model()?
+    } else {
+        collect()?
+    };
+    if args.subsystems {
+        let subs = crate::subsys::subsystems(&list);
+        if args.json {
+            say!(
+                "{}",
+                serde_json::to_string_pretty(&json!({ "subsystems": subs }))?
+            );
+        } else {
+            crate::output::text(&crate::subsys::text(&subs));
+        }
+    } else if args.json {
         say!("{}", serde_json::to_string_pretty(&list)?);
     } else {
         crate::output::text(&table(&list));

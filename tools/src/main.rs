@@ -5,10 +5,13 @@ mod holders;
 mod identify;
 mod kernel_nvme;
 mod list;
+#[cfg(feature = "model")]
+mod model_subsys;
 mod open;
 mod output;
 mod perf;
 mod setup;
+mod subsys;
 mod vm;
 
 use std::process::ExitCode;
@@ -113,7 +116,7 @@ fn man(args: &ManArgs) -> anyhow::Result<()> {
 }
 
 /// The error and its causes joined by ": ", like anyhow's `{:#}`, but without a cause whose
-/// text its parent already ends with (errors that print their source, e.g. `DmaError::Io`'s
+/// text its parent already ends with (errors that print their source, e.g. `HalError::Io`'s
 /// "{path}: {source}", would otherwise show it twice).
 fn error_text(e: &anyhow::Error) -> String {
     let mut out = String::new();
@@ -219,7 +222,7 @@ mod tests {
             std::io::ErrorKind::ResourceBusy,
             "busy: this VFIO group is already open",
         );
-        let e = vfnvme::dma::DmaError::Io {
+        let e = vfnvme::hal::HalError::Io {
             path: "/dev/vfio/3".into(),
             source: busy,
         };

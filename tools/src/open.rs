@@ -3,7 +3,10 @@
 
 use anyhow::{bail, Context, Result};
 use std::sync::Arc;
-use vfnvme::dma::{pci_bind, pci_sysfs, pci_sysfs::VFIO_PCI, PciAddress, SysPaths};
+use vfnvme::hal::pci::bind as pci_bind;
+use vfnvme::hal::pci::sysfs::{self as pci_sysfs, VFIO_PCI};
+use vfnvme::hal::{PciAddress, SysPaths};
+use vfnvme::multipath::{HeadOptions, Subsystem};
 use vfnvme::vfio_platform::{VfioOptions, VfioPlatform};
 use vfnvme::{Controller, ControllerOptions};
 
@@ -34,6 +37,36 @@ pub fn open_controller(bdf: &str, options: ControllerOptions) -> Result<Controll
     let platform = VfioPlatform::open(&addr.to_string(), VfioOptions::default())
         .with_context(|| format!("opening {addr} through VFIO"))?;
     open_platform(platform, &addr.to_string(), options)
+}
+
+/// Opens the controllers of `head` (addresses joined by `+`, e.g.
+/// `0000:00:10.0+0000:00:11.0`) in one VFIO container with one DMA pool, brings each up and
+/// forms their subsystem (they must share a SUBNQN and report CMIC multi-controller).
+/// Returns it with a name for reports (the addresses).
+pub fn open_head(
+    head: &str,
+    options: ControllerOptions,
+) -> Result<(Arc<Subsystem<VfioPlatform>>, String)> {
+    let addrs = head
+        .split('+')
+        .map(parse_bdf)
+        .collect::<Result<Vec<_>>>()
+        .with_context(|| format!("--head {head}: give controller addresses joined by +, e.g. 0000:00:10.0+0000:00:11.0"))?;
+    for a in &addrs {
+        require_vfio(a)?;
+    }
+    let names: Vec<String> = addrs.iter().map(PciAddress::to_string).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let platforms = VfioPlatform::open_shared(&refs, VfioOptions::default())
+        .with_context(|| format!("opening {} in one VFIO container", names.join(", ")))?;
+    let mut ctrls = Vec::new();
+    for (p, name) in platforms.into_iter().zip(&names) {
+        ctrls.push(Arc::new(open_platform(p, name, options.clone())?));
+    }
+    let mp = Subsystem::from_controllers(ctrls, HeadOptions::default()).with_context(|| {
+        format!("--head {head}: these controllers are not the paths of one NVM subsystem (see `vfnvme list --subsystems`)")
+    })?;
+    Ok((mp, names.join("+")))
 }
 
 /// Brings up a controller over any platform.

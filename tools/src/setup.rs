@@ -8,8 +8,10 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::Path;
 use std::time::Duration;
-use vfnvme::dma::pci_bind::Rebind;
-use vfnvme::dma::{hugepages, memlock, pci_bind, pci_sysfs, PageSize, PciAddress, SysPaths};
+use vfnvme::hal::mem::{hugepages, memlock};
+use vfnvme::hal::pci::bind::Rebind;
+use vfnvme::hal::pci::{bind as pci_bind, sysfs as pci_sysfs};
+use vfnvme::hal::{PageSize, PciAddress, SysPaths};
 
 /// Hugepages (2 MiB) reserved when none are and `--hugepages` is not given: 512 MiB.
 pub const DEFAULT_HUGEPAGES: u64 = 256;

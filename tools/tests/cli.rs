@@ -494,3 +494,207 @@ fn perf_prints_a_line_per_second_on_a_terminal() {
         "{out}"
     );
 }
+
+/// `vfnvme reset --model`: the controller is reset through the driver and the output says how
+/// long it took, the state before and after, and the events; `--json` gives the same as
+/// fields. A malformed address fails cleanly.
+#[test]
+fn reset_on_the_model_reports_time_state_and_events() {
+    let o = vfnvme(&["reset", "--model"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("model: controller reset done in "), "{text}");
+    assert!(text.contains("after:  CSTS 0x1: RDY=1 CFS=0"), "{text}");
+    assert!(text.contains("events: ResetStarted, ResetDone"), "{text}");
+    assert!(text.contains("namespaces after the rescan: 2"), "{text}");
+    let o = vfnvme(&["reset", "--model", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("reset JSON");
+    assert_eq!(v["reset"], "done");
+    assert_eq!(v["ready"], true);
+    assert_eq!(v["fatal"], false);
+    assert_eq!(
+        v["events"],
+        serde_json::json!(["ResetStarted", "ResetDone"])
+    );
+    assert!(v["duration_ms"].as_f64().is_some_and(|ms| ms >= 0.0), "{v}");
+    fails_with(&["reset"], 2, "<BDF>");
+    fails_with(&["reset", "not-a-bdf"], 1, "not-a-bdf");
+}
+
+fn json_out(args: &[&str]) -> serde_json::Value {
+    let o = vfnvme(args);
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{args:?}: not JSON ({e}): {}",
+            String::from_utf8_lossy(&o.stdout)
+        )
+    })
+}
+
+#[test]
+fn list_model_shows_one_subsystem_with_heads_paths_and_ana_states() {
+    let o = vfnvme(&["list", "--model"]);
+    let t = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{t}{}", stderr(&o));
+    assert_eq!(t.matches("subsystem ").count(), 1, "{t}");
+    assert_eq!(t.matches("head ns ").count(), 2, "{t}");
+    assert_eq!(t.matches("    path model:").count(), 4, "{t}");
+    assert!(t.contains("ANA group 1  non-optimized"), "{t}");
+    assert!(t.contains("ANA group 2  inaccessible"), "{t}");
+
+    let v = json_out(&["list", "--model", "--subsystems", "--json"]);
+    let subs = v["subsystems"].as_array().expect("subsystems");
+    assert_eq!(subs.len(), 1, "{v}");
+    let s = &subs[0];
+    assert_eq!(s["nqn"], "nqn.2024-01.io.vfnvme:model-subsystem");
+    assert_eq!(s["multipath"], true);
+    let ctrls = s["controllers"].as_array().unwrap();
+    assert_eq!(ctrls.len(), 2);
+    assert_eq!(
+        (ctrls[0]["cntlid"].as_u64(), ctrls[1]["cntlid"].as_u64()),
+        (Some(1), Some(2))
+    );
+    assert!(ctrls.iter().all(|c| c["ana"] == true), "{v}");
+    let heads = s["heads"].as_array().unwrap();
+    assert_eq!(heads.len(), 2, "{v}");
+    let want = [
+        (1, ["optimized", "non-optimized"]),
+        (2, ["inaccessible", "optimized"]),
+    ];
+    for (h, (nsid, states)) in heads.iter().zip(want) {
+        assert_eq!(h["nsid"], nsid, "{h}");
+        assert!(
+            h["unique_id"].as_str().unwrap().starts_with("nguid:"),
+            "{h}"
+        );
+        assert_eq!(h["size_bytes"], 4096u64 << 28);
+        let paths = h["paths"].as_array().unwrap();
+        assert_eq!(paths.len(), 2, "{h}");
+        for (p, (cntlid, state)) in paths.iter().zip([(1, states[0]), (2, states[1])]) {
+            assert_eq!(p["cntlid"], cntlid, "{p}");
+            assert_eq!(p["ana_group"], nsid, "{p}");
+            assert_eq!(p["ana_state"], state, "{p}");
+            assert_eq!(p["state"], state, "{p}");
+        }
+    }
+    assert!(s["warnings"].as_array().unwrap().is_empty());
+
+    // The per-controller JSON keeps its shape (an array) and gains the identity fields.
+    let v = json_out(&["list", "--model", "--json"]);
+    let c = v.as_array().expect("an array of controllers");
+    assert_eq!(c.len(), 2);
+    assert_eq!(c[1]["namespaces"][0]["ana_state"], "non-optimized");
+    assert_eq!(c[0]["namespaces"][1]["anagrpid"], 2);
+}
+
+/// `perf --model --paths 2 --policy POLICY` for exactly `ios` I/Os: the JSON report.
+fn perf_head(policy: &str, ios: u64, extra: &[&str]) -> serde_json::Value {
+    let ios = ios.to_string();
+    let mut args = vec![
+        "perf", "--model", "--paths", "2", "--policy", policy, "--qd", "8", "--ios", &ios,
+        "--time", "60", "--json", "-",
+    ];
+    args.extend_from_slice(extra);
+    json_out(&args)
+}
+
+/// Per-path I/Os of a report, checking that they add up to every I/O done.
+fn per_path(v: &serde_json::Value, policy: &str, total: u64) -> Vec<u64> {
+    let mp = &v["multipath"];
+    assert_eq!(mp["policy"], policy, "{v}");
+    assert_eq!(v["errors"], 0, "{v}");
+    assert_eq!(v["ios"], total, "{v}");
+    let counts: Vec<u64> = mp["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["ios"].as_u64().unwrap())
+        .collect();
+    assert_eq!(counts.len(), 2, "{v}");
+    assert_eq!(counts.iter().sum::<u64>(), total, "{v}");
+    assert_eq!(mp["total"], total, "{v}");
+    counts
+}
+
+#[test]
+fn perf_on_a_model_head_reports_ios_per_path_by_policy() {
+    let n = 4000;
+    let rr = per_path(&perf_head("round-robin", n, &[]), "round-robin", n);
+    // Round-robin alternates: an even split, to within the queue depth.
+    assert!(rr[0].abs_diff(rr[1]) <= 8, "{rr:?}");
+    let qd = per_path(&perf_head("queue-depth", n, &[]), "queue-depth", n);
+    // Equal paths: the fewest-outstanding rule uses both, neither starves.
+    assert!(qd.iter().all(|&c| c >= n / 4), "{qd:?}");
+    // One NUMA node (none known): numa sends everything to the first optimized path.
+    let numa = per_path(&perf_head("numa", n, &[]), "numa", n);
+    assert_eq!(numa, [n, 0]);
+    // Two threads, two namespaces: four channels, each its own `n` I/Os.
+    let v = perf_head(
+        "round-robin",
+        1000,
+        &["--threads", "2", "--nsid", "1", "--nsid", "2"],
+    );
+    assert_eq!(v["queue_pairs"], 4, "{v}");
+    let rr = per_path(&v, "round-robin", 4000);
+    assert!(rr[0].abs_diff(rr[1]) <= 32, "{rr:?}");
+    // The text report has the per-path table.
+    let o = vfnvme(&[
+        "perf",
+        "--model",
+        "--paths",
+        "2",
+        "--policy",
+        "round-robin",
+        "--ios",
+        "100",
+        "--time",
+        "60",
+        "--qd",
+        "2",
+    ]);
+    let t = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{t}{}", stderr(&o));
+    assert!(t.contains("I/Os per path (policy round-robin"), "{t}");
+    assert!(
+        t.contains("model:VFNVME-MODEL-1") && t.contains("50.0%"),
+        "{t}"
+    );
+}
+
+#[test]
+fn perf_on_a_head_refuses_bad_input_clearly() {
+    fails_with(
+        &["perf", "--model", "--paths", "2", "--policy", "fastest"],
+        2,
+        "use numa, round-robin or queue-depth",
+    );
+    fails_with(
+        &["perf", "--model", "--policy", "round-robin"],
+        1,
+        "applies to a multipath head",
+    );
+    fails_with(&["perf", "--paths", "2"], 2, "--model");
+    fails_with(
+        &["perf", "--model", "--paths", "2", "--nsid", "7", "--time", "1"],
+        1,
+        "namespace 7 has no multipath head in subsystem nqn.2024-01.io.vfnvme:model-subsystem: its heads are 1,2",
+    );
+    fails_with(
+        &["perf", "--model", "--paths", "0"],
+        1,
+        "1 to 8 controllers",
+    );
+    fails_with(&["perf", "--head", "nonsense"], 1, "joined by +");
+    fails_with(
+        &["perf", "--head", "ffff:ff:1f.7+ffff:ff:1f.6"],
+        1,
+        "no PCI device",
+    );
+    fails_with(
+        &["perf", "--head", "0000:00:10.0", "--model"],
+        2,
+        "cannot be used",
+    );
+}

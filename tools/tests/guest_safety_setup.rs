@@ -185,7 +185,7 @@ fn a_device_that_is_not_nvme_is_refused_and_left_alone() {
     assert!(
         matches!(
             err,
-            vfnvme::dma::DmaError::NotNvme {
+            vfnvme::hal::HalError::NotNvme {
                 class: 0x020000,
                 ..
             }
@@ -301,7 +301,8 @@ fn reset_of_a_controller_a_process_holds_is_refused_and_never_blocks() {
         t.contains("waiting for the process using it to let go") || t.contains("giving it back"),
         "{t}"
     );
-    // Ctrl-C on perf: it prints what it measured and lets go; the rebind completes.
+    // Ctrl-C on perf (unless it already let go on its own, see below): it prints what it
+    // measured and lets go; the rebind completes.
     let kill = Command::new("kill")
         .args(["-INT", &pid.to_string()])
         .status()
@@ -313,10 +314,14 @@ fn reset_of_a_controller_a_process_holds_is_refused_and_never_blocks() {
     wait_until("the controller is back on nvme", || {
         driver(bdf).as_deref() == Some("nvme")
     });
+    // The unbind asks for the device back through the request eventfd the driver registers:
+    // perf usually notices first (its I/O ends with "controller lost" and it exits, printing
+    // what it measured); if the Ctrl-C comes first, it stops as interrupted. Either way it
+    // prints its partial results and lets go.
+    let interrupted = out.status.success() && perf_text.contains("interrupted (Ctrl-C)");
+    let noticed_removal = perf_text.contains("controller lost");
     assert!(
-        out.status.success()
-            && perf_text.contains("IOPS")
-            && perf_text.contains("interrupted (Ctrl-C)"),
+        perf_text.contains("IOPS") && (interrupted || noticed_removal),
         "perf did not print its partial results: {perf_text}"
     );
     // And back to vfio-pci for the other tests.

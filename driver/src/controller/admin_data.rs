@@ -14,9 +14,8 @@
 //! freed only when its completion arrives or the controller is disabled (or leaked, if it
 //! can't be disabled), never given back to the caller.
 
-use super::admin::DeviceUse;
-use super::shared::Shared;
 use super::Controller;
+use crate::admin::{DeviceUse, Shared};
 use crate::error::Error;
 use crate::platform::Platform;
 use crate::queue::prp::{self, PAGE_SIZE};
@@ -25,7 +24,7 @@ use crate::spec::admin_command::{AdminCommand, AdminCommandError, DataTransfer};
 use crate::spec::identify::{parse_active_ns_list, IdentifyController, IdentifyNamespace};
 use crate::spec::status::{generic, sct};
 use crate::spec::Completion;
-use vfnvme_dma::DmaBuffer;
+use vfnvme_hal::DmaBuffer;
 
 /// The data pointer of one command and the pages it refers to besides the caller's buffer.
 struct DataPointer {
@@ -295,7 +294,18 @@ impl<P: Platform> Controller<P> {
         let cmd = AdminCommand::set_features(fid, cdw11);
         Ok(match data {
             Some(d) => self.admin_write(cmd, d)?.dw0,
-            None => self.admin(cmd)?.dw0,
+            None => {
+                let dw0 = self.admin(cmd)?.dw0;
+                // Kept for a controller reset to set again (the last value per feature).
+                let mut set = self
+                    .shared
+                    .features
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                set.retain(|(f, _)| *f != fid);
+                set.push((fid, cdw11));
+                dw0
+            }
         })
     }
 

@@ -1,105 +1,18 @@
 //! Bring-up as an explicit step sequence; every wait is bounded by CAP.TO.
 
-use super::admin::{AdminQueue, DeviceUse};
-use super::shared::Shared;
 use super::{ControllerInfo, ControllerOptions};
+use crate::admin::enable::{disable, enable, program_admin_queue};
+use crate::admin::{AdminQueue, DeviceUse, Shared};
 use crate::error::Error;
 use crate::platform::{Platform, RegisterIo};
 use crate::queue::prp;
 use crate::queue::ring::ShadowBuffers;
-use crate::quirks::{self, Quirks, CHK_RDY_DELAY_NS};
+use crate::quirks::{self, Quirks};
 use crate::spec::features::NumberOfQueues;
 use crate::spec::identify::IdentifyController;
-use crate::spec::registers::{aqa, Cap, Cc, Csts, Version, ACQ, AQA, ASQ, CAP, CC, CSTS, VS};
+use crate::spec::registers::{Cap, Version, CAP, CSTS, VS};
 use crate::spec::{AdminCommand, Command};
 use std::sync::Arc;
-
-/// Waits until `done(csts)` holds, at most CAP.TO (stopping early on an all-ones read, or on
-/// CSTS.CFS if `fatal_is_error`). The error is the last CSTS and the time waited in ms.
-fn wait_csts<P: Platform>(
-    platform: &P,
-    cap: Cap,
-    done: impl Fn(Csts) -> bool,
-    fatal_is_error: bool,
-) -> Result<(), (Csts, u64)> {
-    let start = platform.now_ns();
-    loop {
-        let csts = Csts(platform.regs().read32(CSTS));
-        if done(csts) {
-            return Ok(());
-        }
-        let waited = platform.now_ns().saturating_sub(start);
-        if csts.is_all_ones() || (fatal_is_error && csts.cfs()) || waited > cap.timeout_ns() {
-            return Err((csts, waited / 1_000_000));
-        }
-        platform.relax();
-    }
-}
-
-fn csts_error(csts: Csts, waited_ms: u64, ready: bool) -> Error {
-    if csts.is_all_ones() {
-        Error::DeviceGone { csts: csts.0 }
-    } else if ready && csts.cfs() {
-        Error::ControllerFatal { csts: csts.0 }
-    } else if ready {
-        Error::NotReady {
-            waited_ms,
-            csts: csts.0,
-        }
-    } else {
-        Error::DisableTimeout {
-            waited_ms,
-            csts: csts.0,
-        }
-    }
-}
-
-/// After a CC.EN write: the delay some controllers need before CSTS.RDY may be read
-/// ([`Quirks::DELAY_BEFORE_CHK_RDY`]).
-fn quirk_delay<P: Platform>(platform: &P, quirks: Quirks) {
-    if !quirks.contains(Quirks::DELAY_BEFORE_CHK_RDY) {
-        return;
-    }
-    let start = platform.now_ns();
-    while platform.now_ns().saturating_sub(start) < CHK_RDY_DELAY_NS {
-        platform.relax();
-    }
-}
-
-/// Step 1: CC.EN = 0 and wait for CSTS.RDY = 0.
-pub(super) fn disable<P: Platform>(platform: &P, cap: Cap, quirks: Quirks) -> Result<(), Error> {
-    let regs = platform.regs();
-    let cc = Cc(regs.read32(CC));
-    if cc.en() {
-        regs.write32(CC, cc.with_en(false).0);
-        quirk_delay(platform, quirks);
-    }
-    wait_csts(platform, cap, |c| !c.rdy() && !c.is_all_ones(), false)
-        .map_err(|(c, ms)| csts_error(c, ms, false))
-}
-
-/// Step 2: program AQA/ASQ/ACQ.
-pub(super) fn program_admin_queue<P: Platform>(platform: &P, admin: &AdminQueue) {
-    let regs = platform.regs();
-    let depth = admin.depth() as u16;
-    regs.write32(AQA, aqa(depth, depth));
-    regs.write64(ASQ, admin.sq_iova());
-    regs.write64(ACQ, admin.cq_iova());
-}
-
-/// Step 3: enable with 64-byte SQEs, 16-byte CQEs, 4 KiB pages, NVM command set; wait RDY.
-pub(super) fn enable<P: Platform>(platform: &P, cap: Cap, quirks: Quirks) -> Result<(), Error> {
-    let cc = Cc(0)
-        .with_css(0)
-        .with_mps(0)
-        .with_iosqes(6)
-        .with_iocqes(4)
-        .with_en(true);
-    platform.regs().write32(CC, cc.0);
-    quirk_delay(platform, quirks);
-    wait_csts(platform, cap, |c| c.rdy() && !c.is_all_ones(), true)
-        .map_err(|(c, ms)| csts_error(c, ms, true))
-}
 
 /// Step 4: Identify Controller.
 fn identify_controller<P: Platform>(shared: &Shared<P>) -> Result<IdentifyController, Error> {
@@ -182,7 +95,9 @@ pub(crate) fn bring_up<P: Platform>(
         .min(cap.max_queue_entries())
         .max(2) as u16;
     let admin = AdminQueue::new(platform.dma(), platform.regs(), admin_depth, cap.dstrd())?;
-    program_admin_queue(&*platform, &admin);
+    // SAFETY: `disable` above left the controller disabled; `admin` moves into `shared`
+    // below, which keeps it until the controller is disabled again (or leaks it).
+    unsafe { program_admin_queue(&*platform, &admin) };
     // From here on `shared` owns the admin rings: on any error below, dropping it disables the
     // controller before they are freed (or leaks them if it can't be disabled).
     let mut shared = Shared::new(
@@ -192,7 +107,11 @@ pub(crate) fn bring_up<P: Platform>(
         options.admin_timeout_ms.saturating_mul(1_000_000),
         quirks,
     );
-    enable(&*platform, cap, quirks)?;
+    shared.io_timeout_ns = options.io_timeout_ms.saturating_mul(1_000_000);
+    shared.io_retries = options.io_retries;
+    // SAFETY: the admin queue just programmed is `shared`'s, freed only once the controller
+    // is disabled (or leaked).
+    unsafe { enable(&*platform, cap, quirks) }?;
     let identify = identify_controller(&shared)?;
     let pairs = number_of_queues(&shared, options.io_queues)?;
     shared

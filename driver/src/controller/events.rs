@@ -3,15 +3,17 @@
 //!
 //! Namespace Attribute Changed → read the Changed Namespace List log (04h, which also unmasks
 //! the event) → rescan only the listed namespaces, or all of them if the list overflowed
-//! (first entry FFFFFFFFh). AERs are re-armed before the log is read, so a change that happens
+//! (first entry FFFFFFFFh). ANA Change → read the ANA log page (0Ch, which clears the event)
+//! and keep it ([`Controller::ana_log`]). AERs are re-armed before the log is read, so a change that happens
 //! meanwhile raises a new event instead of being lost.
 
 use super::Controller;
 use crate::error::Error;
-use crate::namespace::scan::ScanReport;
+use crate::namespaces::scan::ScanReport;
 use crate::platform::Platform;
+use crate::spec::ana::OAES_ANA_CHANGE;
 use crate::spec::command::feature_id;
-use crate::spec::log::{log_id, parse_changed_ns_list, AsyncEvent};
+use crate::spec::log::{log_id, notice, parse_changed_ns_list, AsyncEvent, AsyncEventType};
 use crate::spec::Command;
 use std::sync::atomic::Ordering;
 
@@ -33,20 +35,37 @@ pub struct AdminEventReport {
     pub list_overflowed: bool,
     /// The rescan the notices caused, if any.
     pub scan: Option<ScanReport>,
+    /// Of the events, ANA change notices.
+    pub ana_notices: usize,
+    /// The ANA log page read because of them (`None` without notices, or if reading failed).
+    pub ana: Option<std::sync::Arc<crate::spec::ana::AnaLog>>,
 }
 
-/// Turns on Namespace Attribute Notices and sends the first AERs (bring-up).
+/// Turns on Namespace Attribute Notices (and ANA Change Notices when the controller reports
+/// ANA) and sends the first AERs (bring-up).
 pub(super) fn enable_namespace_notices<P: Platform>(ctrl: &Controller<P>) {
-    let cmd = Command::set_features(feature_id::ASYNC_EVENT_CONFIG, NS_ATTRIBUTE_NOTICES);
-    if let Err(e) = ctrl.shared.admin_sync(cmd) {
-        log::warn!("enabling namespace attribute notices failed ({e}); relying on AER defaults");
+    let ana = if ctrl.reports_ana() && ctrl.info.identify.oaes & OAES_ANA_CHANGE != 0 {
+        OAES_ANA_CHANGE
+    } else {
+        0
+    };
+    let value = NS_ATTRIBUTE_NOTICES | ana;
+    let cmd = Command::set_features(feature_id::ASYNC_EVENT_CONFIG, value);
+    match ctrl.shared.admin_sync(cmd) {
+        Ok(_) => ctrl
+            .shared
+            .async_event_config
+            .store(value, Ordering::Relaxed),
+        Err(e) => {
+            log::warn!("enabling namespace attribute notices failed ({e}); relying on AER defaults")
+        }
     }
     arm(ctrl);
 }
 
 /// Tops the outstanding AERs up to the target.
 fn arm<P: Platform>(ctrl: &Controller<P>) {
-    let want = ctrl.aer_target.load(Ordering::Relaxed);
+    let want = ctrl.shared.aer_target.load(Ordering::Relaxed);
     let mut admin = ctrl.shared.admin.lock().unwrap_or_else(|e| e.into_inner());
     admin.arm_aers(&*ctrl.shared.platform, want);
 }
@@ -78,6 +97,8 @@ pub(super) fn process<P: Platform>(ctrl: &Controller<P>) -> Result<AdminEventRep
                 let event = AsyncEvent::from_dw0(dw0);
                 if event.is_namespace_changed() {
                     report.namespace_notices += 1;
+                } else if event.kind == AsyncEventType::Notice && event.info == notice::ANA_CHANGE {
+                    report.ana_notices += 1;
                 } else {
                     log::info!("asynchronous event {event:?}");
                     others.push(event);
@@ -86,11 +107,11 @@ pub(super) fn process<P: Platform>(ctrl: &Controller<P>) -> Result<AdminEventRep
             Err(status) => {
                 report.failed_aers += 1;
                 log::warn!("Asynchronous Event Request failed ({status}); not re-armed");
-                let _ = ctrl
-                    .aer_target
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
-                        Some(t.saturating_sub(1))
-                    });
+                let _ = ctrl.shared.aer_target.fetch_update(
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                    |t| Some(t.saturating_sub(1)),
+                );
             }
         }
     }
@@ -100,6 +121,13 @@ pub(super) fn process<P: Platform>(ctrl: &Controller<P>) -> Result<AdminEventRep
     arm(ctrl);
     for event in others {
         clear_event(ctrl, event);
+    }
+    if report.ana_notices > 0 {
+        // Reading the page clears the event; a malformed page keeps the previous one.
+        match ctrl.refresh_ana() {
+            Ok(log) => report.ana = Some(log),
+            Err(e) => log::warn!("ANA change: reading the ANA log page failed: {e}"),
+        }
     }
     if report.namespace_notices > 0 {
         report.scan = Some(match changed_list(ctrl)? {

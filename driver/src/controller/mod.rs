@@ -1,28 +1,28 @@
 //! The controller: bring-up, admin commands, queue pair creation, namespaces, clean shutdown.
 
-mod admin;
 mod admin_data;
+mod ana;
 mod bringup;
 mod events;
+mod queue_pair;
 mod reset;
-mod shared;
 
-pub(crate) use admin::AdminWork;
-pub use admin::AerResult;
+pub use crate::admin::AerResult;
+use crate::admin::Shared;
 pub use events::AdminEventReport;
-pub(crate) use shared::Shared;
+pub use queue_pair::{QpairOptions, QueuePair};
 
 use crate::error::Error;
-use crate::namespace::scan::{self, ScanMode, ScanPages, ScanReport};
-use crate::namespace::{Namespace, NamespaceEvent, NamespaceRegistry};
+use crate::namespace::Namespace;
+use crate::namespaces::scan::{self, ScanMode, ScanPages, ScanReport};
+use crate::namespaces::{NamespaceEvent, NamespaceRegistry};
 use crate::platform::Platform;
-use crate::queue::{QpairOptions, QueuePair};
 use crate::spec::identify::IdentifyController;
 use crate::spec::registers::{Cap, Version};
 use crate::spec::{Command, Completion};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
-use vfnvme_dma::DmaPool;
+use vfnvme_hal::DmaPool;
 
 /// How to bring the controller up.
 #[derive(Debug, Clone)]
@@ -36,6 +36,18 @@ pub struct ControllerOptions {
     pub io_queues: u16,
     /// How long an admin command may take before it is reported as timed out.
     pub admin_timeout_ms: u64,
+    /// How long an I/O command may take before its queue pair sends an Abort for it; if it
+    /// still has not completed after as long again, the controller is reset (its requests
+    /// then end with [`Status::ABORTED_BY_RESET`](crate::spec::Status::ABORTED_BY_RESET)).
+    /// 0 turns I/O timeouts off. Checked by each queue pair's poll: one clock read per poll
+    /// that finds nothing (and per 1024 polls otherwise), none while nothing is outstanding.
+    pub io_timeout_ms: u64,
+    /// How often an I/O command is sent again when it fails with a status the controller
+    /// allows to be retried (DNR = 0), or was in flight when the controller was reset (0, the
+    /// default: never; the request then ends with that status and the caller decides).
+    /// Commands that timed out are not retried. Retries are counted per queue pair
+    /// ([`QueuePair::retries`]) and per controller ([`Controller::io_retries`]).
+    pub io_retries: u8,
 }
 
 impl Default for ControllerOptions {
@@ -44,7 +56,9 @@ impl Default for ControllerOptions {
             admin_depth: 256,
             shadow_doorbells: true,
             io_queues: 64,
-            admin_timeout_ms: 30_000,
+            admin_timeout_ms: 60_000,
+            io_timeout_ms: 30_000,
+            io_retries: 0,
         }
     }
 }
@@ -111,8 +125,8 @@ pub struct Controller<P: Platform> {
     registry: Arc<NamespaceRegistry>,
     /// Serialises scans (admin path only) and holds their DMA pages.
     scanner: Mutex<ScanPages>,
-    /// AERs to keep outstanding (AERL + 1, bounded by the admin queue).
-    aer_target: std::sync::atomic::AtomicUsize,
+    /// The last ANA log page read (controllers that report ANA).
+    ana: Mutex<Option<Arc<crate::spec::ana::AnaLog>>>,
 }
 
 impl<P: Platform> std::fmt::Debug for Controller<P> {
@@ -139,14 +153,22 @@ impl<P: Platform> Controller<P> {
         // AERL + 1 AERs, but never more than a quarter of the admin slots (at least one), so
         // that small admin queues keep their pipelining capacity.
         let aer_target = (usize::from(info.identify.aerl) + 1).min((slots / 4).max(1));
+        shared
+            .aer_target
+            .store(aer_target, std::sync::atomic::Ordering::Relaxed);
         let ctrl = Controller {
             shared: Arc::new(shared),
             info,
             registry: Arc::new(NamespaceRegistry::new()),
             scanner: Mutex::new(pages),
-            aer_target: std::sync::atomic::AtomicUsize::new(aer_target),
+            ana: Mutex::new(None),
         };
         ctrl.rescan()?;
+        if ctrl.reports_ana() {
+            if let Err(e) = ctrl.refresh_ana() {
+                log::warn!("reading the ANA log page at bring-up failed ({e}); paths of this controller count as inaccessible until an ANA change event");
+            }
+        }
         events::enable_namespace_notices(&ctrl);
         Ok(ctrl)
     }
@@ -186,6 +208,29 @@ impl<P: Platform> Controller<P> {
     /// The namespace registry (batched lookups, snapshots, events).
     pub fn registry(&self) -> &Arc<NamespaceRegistry> {
         &self.registry
+    }
+
+    /// I/O commands sent again so far on all queue pairs (see
+    /// [`ControllerOptions::io_retries`]).
+    pub fn io_retries(&self) -> u64 {
+        self.shared
+            .io_retry_count
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A receiver of every controller state change (timeouts, aborts, resets, failure,
+    /// removal) from now on.
+    pub fn subscribe_controller_events(&self) -> Receiver<crate::admin::ControllerEvent> {
+        self.shared.events.subscribe()
+    }
+
+    /// Marks the controller gone (the kernel asked for the device back, or it was unplugged):
+    /// every request in flight ends with
+    /// [`Status::CONTROLLER_LOST`](crate::spec::Status::CONTROLLER_LOST) at its queue pair's
+    /// next poll and later calls fail with [`Error::ControllerRemoved`]. Returns whether the
+    /// state changed.
+    pub fn mark_removed(&self) -> bool {
+        self.shared.mark_removed()
     }
 
     /// A receiver of every namespace event (added, removed, changed) from now on.
@@ -231,11 +276,22 @@ impl<P: Platform> Controller<P> {
     /// polled, so applications call this periodically (e.g. every few milliseconds, from any
     /// thread); namespace events then reach the registry's subscribers.
     pub fn process_admin_completions(&self) -> Result<AdminEventReport, Error> {
+        self.check_health()?;
         events::process(self)
     }
 
-    /// Creates an I/O queue pair of `options.depth` entries.
+    /// Creates an I/O queue pair of `options.depth` entries whose requests carry a `u64` tag.
     pub fn alloc_qpair(&self, options: QpairOptions) -> Result<QueuePair<P>, Error> {
+        QueuePair::create(&self.shared, &self.info, options)
+    }
+
+    /// Creates an I/O queue pair whose requests carry a payload of type `T` from submission to
+    /// completion, kept in the driver's command tracker (the C ABI keeps its callback and
+    /// argument there).
+    pub fn alloc_qpair_with_payload<T: Copy + Default>(
+        &self,
+        options: QpairOptions,
+    ) -> Result<QueuePair<P, T>, Error> {
         QueuePair::create(&self.shared, &self.info, options)
     }
 

@@ -1,64 +1,61 @@
-//! Controller reset (CC.EN 1 → 0 → 1) for a controller without I/O queue pairs.
+//! Controller reset and health checks from the controller's side (the mechanism, shared with
+//! the queue pairs, is in `admin/recovery.rs`).
 
-use super::admin::AdminQueue;
-use super::{bringup, events, Controller};
+use super::Controller;
 use crate::error::Error;
-use crate::platform::Platform;
-use crate::spec::Command;
+use crate::platform::{Platform, RegisterIo};
+use crate::spec::registers::{Csts, CSTS};
+use std::sync::atomic::Ordering;
 
 impl<P: Platform> Controller<P> {
-    /// Resets the controller: CC.EN = 0 and wait for CSTS.RDY = 0 (within CAP.TO), program a
-    /// fresh admin queue, CC.EN = 1 and wait for CSTS.RDY = 1, then ask again for the I/O queue
-    /// count (Set Features, Number of Queues), re-send Doorbell Buffer Config if shadow
-    /// doorbells were on, and re-arm the Asynchronous Event Requests.
+    /// Resets the controller: CC.EN = 0 and wait for CSTS.RDY = 0 (within CAP.TO), a fresh
+    /// admin queue, CC.EN = 1 and wait for CSTS.RDY = 1, then the number of queues, shadow
+    /// doorbells, the asynchronous event configuration and requests and the features set
+    /// through [`set_features`](Self::set_features) again, and a rescan of the namespaces.
     ///
-    /// A reset deletes every I/O queue on the controller, so this refuses with
-    /// [`Error::ResetWithQueues`] while any [`QueuePair`](crate::QueuePair) is open (it does
-    /// not recreate them). Namespaces stay registered; call [`rescan`](Self::rescan) if the
-    /// reset may have changed them. Admin commands that timed out earlier are forgotten: the
-    /// memory parked with them is freed once the controller is disabled. A controller that was
-    /// already disabled to free memory after a failed queue delete (or could not be) is not
-    /// brought back: that is [`Error::ShutDown`].
+    /// Queue pairs stay valid handles: at their next poll, each ends the requests it had in
+    /// flight with [`Status::ABORTED_BY_RESET`](crate::spec::Status::ABORTED_BY_RESET)
+    /// (buffers handed back) and creates its queues again. Admin commands that timed out
+    /// earlier are forgotten: the memory parked with them is freed once the controller is
+    /// disabled. If the reset fails the controller is marked failed: later calls fail with
+    /// [`Error::ControllerFailed`] and queue pairs end their requests with
+    /// [`Status::CONTROLLER_LOST`](crate::spec::Status::CONTROLLER_LOST). A controller that
+    /// was shut down, or disabled to free memory after a failed queue delete, is not brought
+    /// back: that is [`Error::ShutDown`].
     pub fn reset(&self) -> Result<(), Error> {
-        let shared = &self.shared;
-        let mut queues = shared.queues.lock().unwrap_or_else(|e| e.into_inner());
-        // Not after `quiesce`: memory freed (or leaked) on the promise that the controller
-        // stays disabled must not meet an enabled controller again.
-        if queues.shut_down || !shared.live() {
-            return Err(Error::ShutDown);
+        self.shared.reset(None)?;
+        self.rescan_after_reset()
+    }
+
+    /// Looks at the controller's health (the admin poll does this): registers that read all
+    /// ones, or a platform that says the device is going away ([`Platform::removed`]: the
+    /// kernel asked for it back), mark it removed; Controller Fatal Status (CSTS.CFS) resets it; a reset done by a
+    /// queue pair is followed by the namespace rescan it calls for.
+    pub fn check_health(&self) -> Result<(), Error> {
+        let csts = Csts(self.shared.platform.regs().read32(CSTS));
+        if csts.is_all_ones() || self.shared.platform.removed() {
+            self.shared.mark_removed();
+            return Err(Error::ControllerRemoved);
         }
-        let pairs = queues.in_use.iter().filter(|u| **u).count();
-        if pairs > 0 {
-            return Err(Error::ResetWithQueues { pairs });
+        if !self.shared.live() {
+            return Err(self.shared.not_live_error());
         }
-        let platform = &*shared.platform;
-        {
-            let mut admin = shared.admin.lock().unwrap_or_else(|e| e.into_inner());
-            bringup::disable(platform, shared.cap, self.info.quirks)?;
-            // The controller is disabled: it no longer reads or writes the old rings, nor the
-            // memory parked with timed-out commands, which goes with the old queue.
-            let fresh = AdminQueue::new(
-                platform.dma(),
-                platform.regs(),
-                admin.depth() as u16,
-                shared.cap.dstrd(),
-            )?;
-            bringup::program_admin_queue(platform, &fresh);
-            *admin = fresh;
-            bringup::enable(platform, shared.cap, self.info.quirks)?;
+        if csts.cfs() {
+            log::error!(
+                "{}: Controller Fatal Status (CSTS {:#x}); resetting",
+                self.shared.platform.name(),
+                csts.0
+            );
+            self.shared.reset(None)?;
         }
-        let granted = bringup::number_of_queues(shared, queues.in_use.len() as u16)?;
-        queues.in_use.truncate(usize::from(granted));
-        if let Some(s) = &shared.shadow {
-            let cmd = Command::doorbell_buffer_config(s.doorbells.iova(), s.event_idx.iova());
-            // SAFETY: the shadow pages belong to `shared.shadow`, kept for as long as the
-            // controller runs (the device used them before the reset already).
-            // The I/O queues created later write these pages: a reset that can't restore
-            // them fails rather than leave the queues ringing doorbells nobody reads.
-            unsafe { shared.admin_sync_raw(cmd) }?;
+        self.rescan_after_reset()
+    }
+
+    /// Rescans the namespaces if a reset asked for it.
+    fn rescan_after_reset(&self) -> Result<(), Error> {
+        if self.shared.rescan_due.swap(false, Ordering::AcqRel) {
+            self.rescan()?;
         }
-        drop(queues);
-        events::enable_namespace_notices(self);
         Ok(())
     }
 }

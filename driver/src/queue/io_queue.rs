@@ -2,33 +2,41 @@
 //! controller (doorbell registers are passed in), so it can be tested against a fake CQ.
 
 use super::prp;
+use super::retry::RetryBook;
 use super::ring::{Rings, ShadowBuffers};
-use super::tracker::{Completed, Trackers};
+use super::tracker::{Completed, Overdue, Trackers};
 use crate::error::{SubmitError, SubmitErrorKind};
 use crate::namespace::{Namespace, NamespaceState};
 use crate::platform::RegisterIo;
 use crate::spec::command::{io_opcode, DsmRange};
 use crate::spec::{Command, Status};
 use std::sync::Arc;
-use vfnvme_dma::{DmaBuffer, DmaError, DmaPool, DmaSpan};
+use vfnvme_hal::{DmaBuffer, DmaPool, DmaSpan, HalError};
 
 /// Most blocks one NVM command carries (NLB is 16 bits, 0's based).
 pub const MAX_BLOCKS_PER_COMMAND: u32 = 1 << 16;
 /// Most ranges in one Dataset Management command.
 pub const MAX_DSM_RANGES: usize = 256;
 
-/// The completion of one I/O request (all of its commands, if it was split).
+/// The completion of one I/O request (all of its commands, if it was split). `T` is the payload
+/// given at submission (a `u64` tag by default).
 #[derive(Debug)]
-pub struct IoCompletion {
-    /// The tag given at submission.
-    pub tag: u64,
+pub struct IoCompletion<T = u64> {
+    /// The payload given at submission.
+    pub tag: T,
     /// Success, or the first error among the request's commands.
     pub status: Status,
+    /// Dword 0 of the completion entry (command specific; of the last command for a request
+    /// split at MDTS).
+    pub cdw0: u32,
+    /// The request's slot: its head command identifier, which [`IoQueue::next_slot`] named
+    /// before the submission (for side tables indexed per request).
+    pub slot: u16,
     /// The buffer given at submission (`None` for commands without data).
     pub buffer: Option<DmaBuffer>,
 }
 
-impl IoCompletion {
+impl<T> IoCompletion<T> {
     /// Whether the request succeeded.
     #[inline]
     pub fn is_ok(&self) -> bool {
@@ -36,13 +44,18 @@ impl IoCompletion {
     }
 }
 
-/// Rings and trackers of one I/O queue pair.
+/// Rings and trackers of one I/O queue pair; `T` is the per-request payload the trackers keep
+/// (see [`IoCompletion`]).
 #[derive(Debug)]
-pub struct IoQueue {
+pub struct IoQueue<T = u64> {
     rings: Rings,
-    trackers: Trackers,
+    trackers: Trackers<T>,
     /// Largest data transfer per command in bytes (a multiple of 4 KiB, ≤ 2 MiB).
     max_transfer: usize,
+    /// Completions ignored because their command identifier named no command in flight.
+    spurious: u64,
+    /// Copies of the commands in flight for retries (`None`: retries off).
+    retry: Option<Box<RetryBook>>,
 }
 
 /// What a request transfers.
@@ -51,6 +64,29 @@ enum Data {
     Buffer(DmaBuffer),
     /// Borrowed memory the caller keeps mapped (the C ABI).
     Raw(u64),
+}
+
+/// One read or write command before it is split or queued: opcode, namespace and blocks.
+#[derive(Debug, Clone, Copy)]
+struct Rw {
+    nsid: u32,
+    opcode: u8,
+    lba: u64,
+    blocks: u32,
+}
+
+/// The data of a command that fits one command: `bytes` at device address `iova`.
+#[derive(Debug, Clone, Copy)]
+struct DataRef {
+    iova: u64,
+    bytes: usize,
+}
+
+/// How a request is split at MDTS: blocks per command and flags every command's CDW12 gets.
+#[derive(Debug, Clone, Copy)]
+struct Split {
+    per_cmd: u32,
+    cdw12_flags: u32,
 }
 
 /// The direction of a raw-buffer I/O.
@@ -62,7 +98,7 @@ pub enum Direction {
     Write,
 }
 
-impl IoQueue {
+impl<T: Copy + Default> IoQueue<T> {
     /// Rings of `depth` entries for queue `qid` and `depth - 1` trackers, so that outstanding
     /// commands never exceed what the CQ can hold. `max_transfer` is capped to
     /// [`prp::MAX_TRANSFER`] and rounded down to whole pages. The queue's doorbells are
@@ -75,7 +111,7 @@ impl IoQueue {
         dstrd: u8,
         shadow: Option<&Arc<ShadowBuffers>>,
         max_transfer: usize,
-    ) -> Result<Self, DmaError> {
+    ) -> Result<Self, HalError> {
         let rings = Rings::new(pool, regs, qid, depth, dstrd, shadow)?;
         let trackers = Trackers::new(pool, depth.saturating_sub(1) as usize)?;
         let max_transfer = (max_transfer.min(prp::MAX_TRANSFER) / prp::PAGE_SIZE * prp::PAGE_SIZE)
@@ -84,6 +120,8 @@ impl IoQueue {
             rings,
             trackers,
             max_transfer,
+            spurious: 0,
+            retry: None,
         })
     }
 
@@ -103,6 +141,13 @@ impl IoQueue {
     #[inline]
     pub fn outstanding(&self) -> usize {
         self.trackers.capacity() - self.trackers.free_count()
+    }
+    /// The slot the next submitted request will occupy ([`IoCompletion::slot`] gives it back),
+    /// or `None` when no command slot is free: lets a caller fill a side table indexed per
+    /// request (as the C ABI's in-flight buffer marks) before the submission.
+    #[inline(always)]
+    pub fn next_slot(&self) -> Option<u16> {
+        self.trackers.next_free()
     }
     /// Free command slots.
     #[inline]
@@ -179,7 +224,7 @@ impl IoQueue {
         lba: u64,
         blocks: u32,
         buf: DmaBuffer,
-        tag: u64,
+        tag: T,
     ) -> Result<(), SubmitError> {
         self.submit_data(ns, io_opcode::READ, lba, blocks, buf, tag)
     }
@@ -192,7 +237,7 @@ impl IoQueue {
         lba: u64,
         blocks: u32,
         buf: DmaBuffer,
-        tag: u64,
+        tag: T,
     ) -> Result<(), SubmitError> {
         self.submit_data(ns, io_opcode::WRITE, lba, blocks, buf, tag)
     }
@@ -205,7 +250,7 @@ impl IoQueue {
         lba: u64,
         blocks: u32,
         buf: DmaBuffer,
-        tag: u64,
+        tag: T,
     ) -> Result<(), SubmitError> {
         if let Err(k) = Self::check_ns(ns, lba, blocks as u64) {
             return Err(SubmitError::new(k, Some(buf)));
@@ -219,40 +264,52 @@ impl IoQueue {
             ));
         }
         if needed <= self.max_transfer as u64 && blocks <= MAX_BLOCKS_PER_COMMAND {
-            let iova = buf.iova();
-            return self.submit_one(
-                ns.nsid(),
+            let data = DataRef {
+                iova: buf.iova(),
+                bytes: needed as usize,
+            };
+            let rw = Rw {
+                nsid: ns.nsid(),
                 opcode,
                 lba,
                 blocks,
-                iova,
-                needed as usize,
-                Some(buf),
-                tag,
-            );
+            };
+            return self.submit_one(rw, data, Some(buf), tag);
         }
         let per_cmd =
             ((self.max_transfer >> ns.lba_shift()) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND);
-        self.submit_split(ns, opcode, lba, blocks, per_cmd, 0, Data::Buffer(buf), tag)
+        let rw = Rw {
+            nsid: ns.nsid(),
+            opcode,
+            lba,
+            blocks,
+        };
+        let split = Split {
+            per_cmd,
+            cdw12_flags: 0,
+        };
+        self.submit_split(ns, rw, split, Data::Buffer(buf), tag)
     }
 
     /// The common case of [`IoQueue::submit_data`] and [`IoQueue::submit_raw`]: a validated
     /// request that fits one command, on the data at device address `iova` (`buf`, if any, is
     /// kept until the completion). One tracker, PRPs built in place, the SQE written straight
     /// into the ring.
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn submit_one(
         &mut self,
-        nsid: u32,
-        opcode: u8,
-        lba: u64,
-        blocks: u32,
-        iova: u64,
-        bytes: usize,
+        rw: Rw,
+        data: DataRef,
         buf: Option<DmaBuffer>,
-        tag: u64,
+        tag: T,
     ) -> Result<(), SubmitError> {
+        let Rw {
+            nsid,
+            opcode,
+            lba,
+            blocks,
+        } = rw;
+        let DataRef { iova, bytes } = data;
         let Some((idx, t)) = self.trackers.alloc_mut() else {
             return Err(SubmitError::new(
                 SubmitErrorKind::QueueFull { free: 0, needed: 1 },
@@ -272,10 +329,11 @@ impl IoQueue {
         t.status = Status::SUCCESS;
         t.tag = tag;
         t.buffer = buf;
+        let cid = t.cid;
         let mut cmd = Command::rw_n(opcode, nsid, lba, blocks);
-        cmd.set_cid(idx);
+        cmd.set_cid(cid);
         cmd.set_prps(prp1, prp2);
-        self.rings.push(&cmd);
+        self.push(idx, &cmd);
         Ok(())
     }
 
@@ -290,7 +348,6 @@ impl IoQueue {
     /// (or the queue pair is deleted), since the device reads or writes it at any time in
     /// between.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn submit_raw(
         &mut self,
         ns: &Namespace,
@@ -298,7 +355,7 @@ impl IoQueue {
         lba: u64,
         blocks: u32,
         span: DmaSpan,
-        tag: u64,
+        tag: T,
     ) -> Result<(), SubmitError> {
         let (iova, len) = (span.iova(), span.len());
         Self::check_ns(ns, lba, blocks as u64).map_err(|k| SubmitError::new(k, None))?;
@@ -314,25 +371,36 @@ impl IoQueue {
             Direction::Write => io_opcode::WRITE,
         };
         if needed <= self.max_transfer as u64 && blocks <= MAX_BLOCKS_PER_COMMAND {
-            return self.submit_one(
-                ns.nsid(),
+            let data = DataRef {
+                iova,
+                bytes: needed as usize,
+            };
+            let rw = Rw {
+                nsid: ns.nsid(),
                 opcode,
                 lba,
                 blocks,
-                iova,
-                needed as usize,
-                None,
-                tag,
-            );
+            };
+            return self.submit_one(rw, data, None, tag);
         }
         let per_cmd =
             ((self.max_transfer >> ns.lba_shift()) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND);
-        self.submit_split(ns, opcode, lba, blocks, per_cmd, 0, Data::Raw(iova), tag)
+        let rw = Rw {
+            nsid: ns.nsid(),
+            opcode,
+            lba,
+            blocks,
+        };
+        let split = Split {
+            per_cmd,
+            cdw12_flags: 0,
+        };
+        self.submit_split(ns, rw, split, Data::Raw(iova), tag)
     }
 
     /// Queues a flush of namespace `ns`.
     #[inline]
-    pub fn flush(&mut self, ns: &Namespace, tag: u64) -> Result<(), SubmitError> {
+    pub fn flush(&mut self, ns: &Namespace, tag: T) -> Result<(), SubmitError> {
         if !ns.io_ready() {
             return Err(SubmitError::new(Self::refused(ns), None));
         }
@@ -348,19 +416,20 @@ impl IoQueue {
         ns: &Namespace,
         lba: u64,
         blocks: u32,
-        tag: u64,
+        tag: T,
     ) -> Result<(), SubmitError> {
         Self::check_ns(ns, lba, blocks as u64).map_err(|k| SubmitError::new(k, None))?;
-        self.submit_split(
-            ns,
-            io_opcode::WRITE_ZEROES,
+        let rw = Rw {
+            nsid: ns.nsid(),
+            opcode: io_opcode::WRITE_ZEROES,
             lba,
             blocks,
-            MAX_BLOCKS_PER_COMMAND,
-            0,
-            Data::None,
-            tag,
-        )
+        };
+        let split = Split {
+            per_cmd: MAX_BLOCKS_PER_COMMAND,
+            cdw12_flags: 0,
+        };
+        self.submit_split(ns, rw, split, Data::None, tag)
     }
 
     /// Queues a Dataset Management deallocate of `ranges` (1..=256). The range list goes in
@@ -370,7 +439,7 @@ impl IoQueue {
         &mut self,
         ns: &Namespace,
         ranges: &[DsmRange],
-        tag: u64,
+        tag: T,
     ) -> Result<(), SubmitError> {
         let err = |k| SubmitError::new(k, None);
         if ranges.is_empty() || ranges.len() > MAX_DSM_RANGES {
@@ -409,7 +478,7 @@ impl IoQueue {
     /// command's length fields say the device moves. A command without data (all pointer fields
     /// zero, PSDT zero) meets this trivially.
     #[inline]
-    pub unsafe fn submit_single(&mut self, cmd: &mut Command, tag: u64) -> Result<(), SubmitError> {
+    pub unsafe fn submit_single(&mut self, cmd: &mut Command, tag: T) -> Result<(), SubmitError> {
         let Some(idx) = self.trackers.alloc() else {
             return Err(SubmitError::new(
                 SubmitErrorKind::QueueFull { free: 0, needed: 1 },
@@ -427,7 +496,7 @@ impl IoQueue {
         mut cmd: Command,
         buf: Option<DmaBuffer>,
         bytes: usize,
-        tag: u64,
+        tag: T,
     ) -> Result<(), SubmitError> {
         let Some((idx, t)) = self.trackers.alloc_mut() else {
             return Err(SubmitError::new(
@@ -450,13 +519,13 @@ impl IoQueue {
         t.status = Status::SUCCESS;
         t.tag = tag;
         t.buffer = buf;
-        cmd.set_cid(idx);
-        self.rings.push(&cmd);
+        cmd.set_cid(t.cid);
+        self.push(idx, &cmd);
         Ok(())
     }
 
     #[inline(always)]
-    fn start_single(&mut self, idx: u16, cmd: &mut Command, tag: u64) {
+    fn start_single(&mut self, idx: u16, cmd: &mut Command, tag: T) {
         if let Some(t) = self.trackers.get_mut(idx) {
             t.parent = idx;
             t.remaining = 1;
@@ -464,24 +533,30 @@ impl IoQueue {
             t.tag = tag;
             t.buffer = None;
         }
-        cmd.set_cid(idx);
-        self.rings.push(cmd);
+        cmd.set_cid(self.trackers.cid(idx));
+        self.push(idx, cmd);
     }
 
     /// Queues `blocks` at `lba` as commands of at most `per_cmd` blocks each.
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn submit_split(
         &mut self,
         ns: &Namespace,
-        opcode: u8,
-        lba: u64,
-        blocks: u32,
-        per_cmd: u32,
-        cdw12_flags: u32,
+        rw: Rw,
+        split: Split,
         data: Data,
-        tag: u64,
+        tag: T,
     ) -> Result<(), SubmitError> {
+        let Rw {
+            opcode,
+            lba,
+            blocks,
+            ..
+        } = rw;
+        let Split {
+            per_cmd,
+            cdw12_flags,
+        } = split;
         let (buf, raw) = match data {
             Data::None => (None, None),
             Data::Buffer(b) => (Some(b), None),
@@ -520,7 +595,7 @@ impl IoQueue {
             }
             let mut cmd = Command::rw_n(opcode, ns.nsid(), lba + done as u64, n);
             cmd.cdw12 |= cdw12_flags;
-            cmd.set_cid(idx);
+            cmd.set_cid(self.trackers.cid(idx));
             if let (Some(base), Some(t)) = (base_iova, self.trackers.get_mut(idx)) {
                 let off = (done as u64) << shift;
                 let bytes = (n as usize) << shift;
@@ -536,7 +611,7 @@ impl IoQueue {
             if let Some(t) = self.trackers.get_mut(idx) {
                 t.parent = head;
             }
-            self.rings.push(&cmd);
+            self.push(idx, &cmd);
             done += n;
         }
         if let Some(h) = self.trackers.get_mut(head) {
@@ -548,6 +623,13 @@ impl IoQueue {
         Ok(())
     }
 
+    /// Writes `cmd`, the command of tracker `idx`, into the SQ. With retries on, the commit
+    /// that rings its doorbell keeps a copy ([`IoQueue::commit`]).
+    #[inline(always)]
+    fn push(&mut self, _idx: u16, cmd: &Command) {
+        self.rings.push(cmd);
+    }
+
     /// Un-queues a partly built request: frees its trackers and rewinds the SQ tail.
     #[cold]
     fn rollback(&mut self, head: u16, tail: u32) {
@@ -555,7 +637,7 @@ impl IoQueue {
             if self
                 .trackers
                 .get(i)
-                .is_some_and(|t| t.busy && t.parent == head)
+                .is_some_and(|t| t.busy != 0 && t.parent == head)
             {
                 self.trackers.release(i);
             }
@@ -573,9 +655,27 @@ impl IoQueue {
     #[inline]
     pub fn commit<R: RegisterIo>(&mut self, regs: &R) {
         if self.rings.sq_pending() {
+            // With retries on, a copy of each new command before the controller may read it
+            // (once per batch: nothing per command while retries are off).
+            if self.retry.is_some() {
+                self.save_unrung();
+            }
             self.rings.ring_sq(regs);
         }
         self.rings.ring_cq(regs);
+    }
+
+    /// [`IoQueue::commit`] once at least half of the commands in flight wait for the SQ
+    /// doorbell (always when the controller would otherwise sit idle: everything in flight is
+    /// unrung); otherwise leaves both doorbells to a later commit or poll (deferring the CQ head
+    /// is safe: `reap` already wrote it if the controller could run short of CQ slots, and the
+    /// unrung commands take none until their doorbell). One doorbell per batch when the caller
+    /// commits after every submission.
+    #[inline]
+    pub fn commit_when_due<R: RegisterIo>(&mut self, regs: &R) {
+        if 2 * self.rings.sq_unrung() as usize >= self.outstanding() {
+            self.commit(regs);
+        }
     }
 
     /// Commits pending submissions (and the CQ head of earlier reaps), then processes up to
@@ -583,7 +683,7 @@ impl IoQueue {
     /// CQ head doorbell is written by the next `commit` or `poll` (at once if the CQ would
     /// otherwise run short, see `reap`).
     #[inline]
-    pub fn poll<R: RegisterIo, F: FnMut(IoCompletion)>(
+    pub fn poll<R: RegisterIo, F: FnMut(IoCompletion<T>)>(
         &mut self,
         regs: &R,
         max: usize,
@@ -599,7 +699,7 @@ impl IoQueue {
     /// leave the controller without a free CQ slot (queues deeper than twice the commands in
     /// flight always defer).
     #[inline]
-    pub fn reap<R: RegisterIo, F: FnMut(IoCompletion)>(
+    pub fn reap<R: RegisterIo, F: FnMut(IoCompletion<T>)>(
         &mut self,
         regs: &R,
         max: usize,
@@ -607,38 +707,109 @@ impl IoQueue {
     ) -> usize {
         let mut delivered = 0;
         while delivered < max {
-            let Some((cid, status_phase)) = self.rings.peek_cq_cid_status() else {
+            let Some((cid, status_phase, cdw0)) = self.rings.peek_cq_cid_status() else {
                 break;
             };
             self.rings.advance_cq();
-            match self.trackers.complete(cid, status_phase >> 1) {
+            // An error (SCT or SC set, above the phase bit): retried or ended off the hot path.
+            if status_phase & (0x7ff << 1) != 0 {
+                if let Some(c) = self.end_failed(cid, status_phase >> 1, cdw0) {
+                    f(c);
+                    delivered += 1;
+                }
+                continue;
+            }
+            match self.trackers.complete_ok(cid, cdw0) {
                 Completed::Done {
                     tag,
                     status,
+                    cdw0,
                     buffer,
+                    slot,
                 } => {
                     f(IoCompletion {
                         tag,
                         status,
+                        cdw0,
+                        slot,
                         buffer,
                     });
                     delivered += 1;
                 }
                 Completed::Pending => {}
-                Completed::Unknown => {
-                    log::error!("completion for unknown command id {cid} ignored");
-                }
+                Completed::Unknown => self.spurious_completion(cid),
             }
         }
         // The CQ head doorbell is left to the next `commit` (or `poll`), after the SQ doorbell
         // of the resubmissions, but only while the controller keeps a free CQ slot for every
         // command that can then be in flight (those outstanding plus a resubmission of each
         // reaped one): a controller that sees its CQ full stops posting until the head moves.
+        // outstanding + 2 * unrung > capacity, with outstanding = capacity - free.
         let unrung = self.rings.cq_unrung() as usize;
-        if self.outstanding() + 2 * unrung > self.capacity() {
+        if 2 * unrung > self.trackers.free_count() {
             self.rings.ring_cq(regs);
         }
         delivered
+    }
+
+    /// A completion entry whose command identifier names no command in flight (a duplicate,
+    /// or a buggy device): ignored, so that it never ends another request; counted and logged.
+    #[cold]
+    #[inline(never)]
+    fn spurious_completion(&mut self, cid: u16) {
+        self.spurious += 1;
+        log::error!(
+            "completion for unknown command id {cid} ignored ({} so far on this queue)",
+            self.spurious
+        );
+    }
+
+    /// Completions ignored so far because their command identifier named no command in flight.
+    pub fn spurious_completions(&self) -> u64 {
+        self.spurious
+    }
+
+    /// One timeout check (see [`Trackers::age`]): the first command that has now lived
+    /// through more than `checks` checks since its submission (or its Abort), if any.
+    pub(crate) fn age(&mut self, checks: u8) -> Option<Overdue> {
+        self.trackers.age(checks)
+    }
+
+    /// Marks that an Abort went out for command `cid` (it gets one more timeout).
+    pub(crate) fn mark_abort_sent(&mut self, cid: u16) {
+        self.trackers.mark_abort_sent(cid);
+    }
+
+    /// After the device provably stopped using this queue (a reset's disable) or can no longer
+    /// be reached: ends every request in flight, including those queued but not rung, with
+    /// `status` through `f`, handing back their buffers (or leaking them if `leak`: the device
+    /// may still use them), and resets the rings for the queue's re-creation. Returns how many
+    /// requests ended.
+    pub(crate) fn fail_all(
+        &mut self,
+        status: Status,
+        pool: &DmaPool,
+        leak: bool,
+        mut f: impl FnMut(IoCompletion<T>),
+    ) -> usize {
+        let n = self.trackers.fail_all(status, |slot, tag, buffer| {
+            let buffer = match buffer {
+                Some(b) if leak => {
+                    pool.leak(b);
+                    None
+                }
+                other => other,
+            };
+            f(IoCompletion {
+                tag,
+                status,
+                cdw0: 0,
+                slot,
+                buffer,
+            })
+        });
+        self.rings.reset();
+        n
     }
 
     /// Test support: the rings.
@@ -647,3 +818,6 @@ impl IoQueue {
         &mut self.rings
     }
 }
+
+#[path = "io_queue_retry.rs"]
+mod retry_ops;

@@ -7,7 +7,7 @@ use crate::error::SubmitErrorKind;
 use crate::namespace::{Namespace, NamespaceIdentity, NamespaceState};
 use crate::spec::command::DsmRange;
 use crate::spec::{Command, Completion, Status};
-use vfnvme_dma::DmaPool;
+use vfnvme_hal::DmaPool;
 
 /// Plays the controller: consumes SQEs, posts CQEs with the right phase.
 struct FakeDevice {
@@ -27,7 +27,7 @@ impl FakeDevice {
         }
     }
     /// Fetches every SQE up to the driver's tail.
-    fn fetch(&mut self, q: &mut IoQueue) -> Vec<Command> {
+    fn fetch<T: Copy + Default>(&mut self, q: &mut IoQueue<T>) -> Vec<Command> {
         let tail = q.rings_mut().sq_tail();
         let mut out = vec![];
         while self.sq_head != tail {
@@ -49,11 +49,21 @@ impl FakeDevice {
         out
     }
     fn complete(&mut self, q: &mut IoQueue, cid: u16, status: Status) {
+        self.complete_dw0(q, cid, status, 0);
+    }
+    fn complete_dw0<T: Copy + Default>(
+        &mut self,
+        q: &mut IoQueue<T>,
+        cid: u16,
+        status: Status,
+        dw0: u32,
+    ) {
         let field = (status.sc as u16) | ((status.sct as u16) << 8) | ((status.dnr as u16) << 14);
         q.rings_mut().inject_cqe(
             self.cq_tail,
             Completion {
                 cid,
+                dw0,
                 sq_head: self.sq_head as u16,
                 sq_id: 1,
                 status_phase: (field << 1) | self.phase as u16,
@@ -487,4 +497,141 @@ mod no_alloc {
         assert_eq!(COUNT.with(|c| c.get()), 0, "the I/O path allocated");
         assert_eq!(q.outstanding(), 0);
     }
+}
+
+/// The per-request payload (any `Copy` type, here not a `u64`) and the completion's dword 0
+/// come back with the request; `next_slot` named, before each submission, the slot its
+/// completion reports (the head of a request split at MDTS).
+#[test]
+fn payload_cdw0_and_slot_come_back_with_the_completion() {
+    #[derive(Debug, Clone, Copy, Default, PartialEq)]
+    struct Payload {
+        cookie: u64,
+        index: u32,
+    }
+    let pool = test_pool();
+    let regs = Doorbells::default();
+    let mut q: IoQueue<Payload> = IoQueue::new(&pool, &regs, 1, 16, 0, None, 4096).unwrap();
+    let mut dev = FakeDevice::new(16);
+    let n = ns(9, 1000);
+    let mut slots = vec![];
+    for i in 0..3u32 {
+        let slot = q.next_slot().expect("a free slot");
+        // The last request is 3 commands (12 KiB at 4 KiB MDTS).
+        let blocks = if i == 2 { 24 } else { 1 };
+        let payload = Payload {
+            cookie: 0xabc0 + u64::from(i),
+            index: i,
+        };
+        q.read(
+            &n,
+            8 * u64::from(i),
+            blocks,
+            pool.alloc(12288).unwrap(),
+            payload,
+        )
+        .unwrap();
+        slots.push(slot);
+    }
+    q.commit(&regs);
+    let cmds = dev.fetch(&mut q);
+    assert_eq!(cmds.len(), 5);
+    for c in cmds.iter().rev() {
+        let cid = (c.cdw0 >> 16) as u16;
+        dev.complete_dw0(&mut q, cid, Status::SUCCESS, 0x5000 + u32::from(cid));
+    }
+    let mut got = vec![];
+    q.reap(&regs, usize::MAX, |c| got.push((c.tag, c.cdw0, c.slot)));
+    assert_eq!(got.len(), 3);
+    for (tag, cdw0, slot) in got {
+        assert_eq!(
+            slot, slots[tag.index as usize],
+            "slot of request {}",
+            tag.index
+        );
+        assert_eq!(tag.cookie, 0xabc0 + u64::from(tag.index));
+        // Completed last-to-first, so each request's last entry is its head's (cid = slot).
+        assert_eq!(cdw0, 0x5000 + u32::from(slot), "the last entry's dword 0");
+    }
+    assert_eq!(q.outstanding(), 0);
+}
+
+/// `commit_when_due` (the queue pair's `defer_sq_doorbell`): a commit after every submission
+/// rings when the controller would otherwise idle, then only once half of what is in flight
+/// waits for the doorbell; a poll rings whatever is left.
+#[test]
+fn deferred_commit_rings_once_half_in_flight_waits() {
+    let (pool, mut q, mut dev, regs) = setup(16, 4096);
+    let n = ns(9, 1000);
+    let rung = |regs: &Doorbells| regs.0.lock().unwrap().clone();
+    // Idle controller: the first submission is rung at once.
+    q.read(&n, 0, 1, pool.alloc(512).unwrap(), 0).unwrap();
+    q.commit_when_due(&regs);
+    assert_eq!(rung(&regs), vec![(0x1008, 1)]);
+    for tag in 1..4 {
+        q.read(&n, 0, 1, pool.alloc(512).unwrap(), tag).unwrap();
+        q.commit_when_due(&regs);
+    }
+    // 4 in flight: 3 unrung >= half, so rung at the 2nd (1 of 2) and the 4th (2 of 4).
+    assert_eq!(
+        rung(&regs),
+        vec![(0x1008, 1), (0x1008, 2), (0x1008, 4)],
+        "rung when half of what is in flight waits"
+    );
+    dev.fetch(&mut q);
+    dev.complete(&mut q, 0, Status::SUCCESS);
+    let mut got = vec![];
+    q.reap(&regs, usize::MAX, |c| got.push(c.tag));
+    assert_eq!(got, vec![0]);
+    // 3 in flight and rung: one more waits (1 of 4), a second (2 of 5) still waits, a third
+    // (3 of 6) is rung, with the CQ head after it.
+    for tag in 4..7 {
+        q.read(&n, 0, 1, pool.alloc(512).unwrap(), tag).unwrap();
+        q.commit_when_due(&regs);
+        if tag < 6 {
+            assert_eq!(rung(&regs).len(), 3, "deferred at tag {tag}");
+        }
+    }
+    assert_eq!(rung(&regs)[3..], [(0x1008, 7), (0x100c, 1)]);
+    // A poll rings what a deferred commit left.
+    q.read(&n, 0, 1, pool.alloc(512).unwrap(), 7).unwrap();
+    q.commit_when_due(&regs);
+    assert_eq!(rung(&regs).len(), 5, "1 of 7 waits: deferred");
+    q.poll(&regs, usize::MAX, |_| ());
+    assert_eq!(rung(&regs)[5..], [(0x1008, 8)]);
+}
+
+#[test]
+fn retries_resend_the_command_as_queued_even_if_the_reset_came_before_its_doorbell() {
+    let (pool, mut q, mut dev, regs) = setup(8, 4096);
+    q.enable_retries(2, std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)));
+    let n = ns(9, 1000);
+    // First commands on trackers 0..3: rung (copied), completed.
+    for i in 0..3u64 {
+        q.read(&n, i, 1, pool.alloc(4096).unwrap(), i).unwrap();
+    }
+    q.commit(&regs);
+    for c in dev.fetch(&mut q) {
+        dev.complete(&mut q, c.cid(), Status::SUCCESS);
+    }
+    assert_eq!(drain(&mut q, &regs).len(), 3);
+    // The same trackers again, other LBAs, queued but not rung; then the controller resets.
+    for i in 0..3u64 {
+        q.write(&n, 500 + i, 1, pool.alloc(4096).unwrap(), 10 + i)
+            .unwrap();
+    }
+    let ended = q.requeue_after_reset(Status::ABORTED_BY_RESET, |_| panic!("nothing ends"));
+    assert_eq!(ended, 0);
+    let mut dev = FakeDevice::new(8);
+    let sent = dev.fetch(&mut q);
+    assert_eq!(sent.len(), 3);
+    let mut lbas: Vec<u32> = sent.iter().map(|c| c.cdw10).collect();
+    lbas.sort_unstable();
+    assert_eq!(
+        lbas,
+        [500, 501, 502],
+        "the queued writes, not the earlier reads"
+    );
+    assert!(sent.iter().all(|c| c.cdw0 & 0xff == 0x01), "writes");
+    assert_eq!(q.retries(), 3);
 }

@@ -1,9 +1,9 @@
 //! The I/O machinery: rings in DMA memory, trackers, PRPs, MDTS splitting, doorbells, and the
-//! [`QueuePair`] API.
+//! raw I/O queue under [`crate::QueuePair`].
 
 pub mod io_queue;
 pub mod prp;
-pub mod qpair;
+pub(crate) mod retry;
 pub(crate) mod ring;
 pub(crate) mod tracker;
 
@@ -11,4 +11,4 @@ pub(crate) mod tracker;
 mod io_queue_tests;
 
 pub use io_queue::{Direction, IoCompletion, IoQueue};
-pub use qpair::{DoorbellStats, QpairOptions, QueuePair};
+pub use ring::DoorbellStats;

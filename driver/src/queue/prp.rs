@@ -8,7 +8,7 @@
 //! transfer size is capped at [`MAX_TRANSFER`] (2 MiB), which with any start offset needs at
 //! most 512 list entries. Larger I/O is split into several commands by the queue pair.
 
-use thiserror::Error;
+pub use crate::error::PrpError;
 
 /// The memory page size the driver programs (CC.MPS = 0).
 pub const PAGE_SIZE: usize = 4096;
@@ -16,40 +16,6 @@ pub const PAGE_SIZE: usize = 4096;
 pub const LIST_ENTRIES: usize = PAGE_SIZE / 8;
 /// The largest transfer one command carries, so that one PRP list page always suffices.
 pub const MAX_TRANSFER: usize = 2 << 20;
-
-/// Why PRPs could not be built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
-pub enum PrpError {
-    /// The start address is not dword aligned.
-    #[error(
-        "data address {iova:#x} is not 4-byte aligned: DMA buffers must start on a dword boundary"
-    )]
-    Misaligned {
-        /// The address.
-        iova: u64,
-    },
-    /// A zero-length transfer.
-    #[error("a transfer of 0 bytes has no data pointer: transfer at least one block")]
-    Empty,
-    /// Longer than one PRP list can describe.
-    #[error(
-        "a transfer of {len} bytes exceeds the per-command limit of {max} bytes: split the I/O"
-    )]
-    TooLarge {
-        /// The length.
-        len: usize,
-        /// The limit.
-        max: usize,
-    },
-    /// The list page is too small.
-    #[error("the PRP list page holds {have} entries but {need} are needed: use a 4 KiB list page")]
-    ListTooSmall {
-        /// Entries the page holds.
-        have: usize,
-        /// Entries needed.
-        need: usize,
-    },
-}
 
 /// Builds the data pointer for `len` bytes at device address `iova`. List entries, if needed,
 /// are written to `list` (the list page's bytes), which the device sees at `list_iova`.

@@ -4,8 +4,8 @@ use crate::platform::{Doorbell, RegisterIo};
 use crate::spec::registers::{doorbell_index_offset, doorbell_offset};
 use crate::spec::{Command, Completion};
 use std::sync::Arc;
-use vfnvme_dma::barrier::{dma_mb, dma_rmb, dma_wmb};
-use vfnvme_dma::{DmaBuffer, DmaError, DmaPool};
+use vfnvme_hal::mem::barrier::{dma_mb, dma_rmb, dma_wmb};
+use vfnvme_hal::{DmaBuffer, DmaPool, HalError};
 
 /// Size of a submission queue entry.
 pub const SQE_SIZE: usize = 64;
@@ -101,7 +101,8 @@ pub struct Rings {
     cq_head: u32,
     /// The CQ head value last written to the doorbell.
     cq_rung: u32,
-    phase: bool,
+    /// The phase tag (0 or 1) of entries the controller posts on this pass of the ring.
+    phase: u16,
     sq_db: Doorbell,
     cq_db: Doorbell,
     shadow_sq: Option<ShadowSlot>,
@@ -111,7 +112,7 @@ pub struct Rings {
 
 impl Rings {
     /// Allocates zeroed rings of `depth` entries for queue `qid`, with its doorbells in
-    /// `regs` (stride `4 << dstrd`). Fails with [`DmaError::BarOffset`] when a doorbell of `qid`
+    /// `regs` (stride `4 << dstrd`). Fails with [`HalError::BarOffset`] when a doorbell of `qid`
     /// lies outside the register file: checked here once, not on every ring.
     pub fn new<R: RegisterIo + ?Sized>(
         pool: &DmaPool,
@@ -120,7 +121,7 @@ impl Rings {
         depth: u32,
         dstrd: u8,
         shadow: Option<&Arc<ShadowBuffers>>,
-    ) -> Result<Self, DmaError> {
+    ) -> Result<Self, HalError> {
         let sq_db = Doorbell::new(regs, doorbell_offset(qid, false, dstrd))?;
         let cq_db = Doorbell::new(regs, doorbell_offset(qid, true, dstrd))?;
         let sq = pool.alloc(depth as usize * SQE_SIZE)?;
@@ -146,13 +147,28 @@ impl Rings {
             sq_rung: 0,
             cq_head: 0,
             cq_rung: 0,
-            phase: true,
+            phase: 1,
             sq_db,
             cq_db,
             shadow_sq,
             shadow_cq,
             stats: DoorbellStats::default(),
         })
+    }
+
+    /// Back to the state of a newly created queue, for its re-creation after a controller reset
+    /// (the device stopped using the rings): indices 0, phase 1, the completion ring zeroed so
+    /// that no old entry looks posted, shadow doorbell slots zeroed.
+    pub fn reset(&mut self) {
+        self.sq_tail = 0;
+        self.sq_rung = 0;
+        self.cq_head = 0;
+        self.cq_rung = 0;
+        self.phase = 1;
+        self.cq.as_mut_slice().fill(0);
+        for s in self.shadow_sq.iter().chain(self.shadow_cq.iter()) {
+            s.reset();
+        }
     }
 
     /// Device address of the submission ring.
@@ -197,16 +213,15 @@ impl Rings {
     /// [`Rings::ring_sq`] orders them before the doorbell.
     #[inline(always)]
     pub fn push(&mut self, cmd: &Command) {
-        let tail = self.sq_tail;
-        // `sq_tail < depth` always holds (`push` wraps it, `rewind_sq` reduces it); the
-        // fallback to slot 0 only keeps the pointer arithmetic in bounds by construction.
-        let slot = if tail < self.depth { tail } else { 0 };
+        // `sq_tail < depth` always holds: it starts at 0 and only `push` (wrapping at
+        // `depth`), `rewind_sq` (reducing modulo `depth`) and `reset` (to 0) change it.
+        let slot = self.sq_tail;
         let next = slot + 1;
         self.sq_tail = if next == self.depth { 0 } else { next };
         let q = cmd.to_qwords();
-        // SAFETY: `slot < depth` (checked above) and the ring is `depth * 64` bytes, 4 KiB
-        // aligned, so the eight 8-byte stores are in bounds and aligned; the controller does
-        // not read this slot until the tail doorbell passes it.
+        // SAFETY: `slot < depth` (the invariant above) and the ring is `depth * 64` bytes,
+        // 4 KiB aligned, so the eight 8-byte stores are in bounds and aligned; the controller
+        // does not read this slot until the tail doorbell passes it.
         unsafe {
             let p = self.sq.as_ptr().add(slot as usize * SQE_SIZE) as *mut u64;
             for (i, v) in q.iter().enumerate() {
@@ -215,10 +230,37 @@ impl Rings {
         }
     }
 
+    /// The `k`-th entry queued since the last SQ doorbell (`k < sq_unrung()`; the controller
+    /// has not been told about it, so it is as written).
+    pub fn unrung_command(&self, k: u32) -> Command {
+        let slot = (self.sq_rung + k) % self.depth.max(1);
+        let mut q = [0u64; 8];
+        // SAFETY: `slot < depth` and the ring is `depth * 64` bytes, 4 KiB aligned: the eight
+        // 8-byte loads are in bounds and aligned; volatile, as for the stores of `push`.
+        unsafe {
+            let p = self.sq.as_ptr().add(slot as usize * SQE_SIZE) as *const u64;
+            for (i, v) in q.iter_mut().enumerate() {
+                *v = std::ptr::read_volatile(p.add(i));
+            }
+        }
+        Command::from_qwords(q)
+    }
+
     /// Whether SQ entries were queued since the last doorbell.
     #[inline(always)]
     pub fn sq_pending(&self) -> bool {
         self.sq_tail != self.sq_rung
+    }
+
+    /// SQ entries queued since the last doorbell.
+    #[inline(always)]
+    pub fn sq_unrung(&self) -> u32 {
+        // Both are below `depth`: no division needed.
+        if self.sq_tail >= self.sq_rung {
+            self.sq_tail - self.sq_rung
+        } else {
+            self.sq_tail + self.depth - self.sq_rung
+        }
     }
 
     /// Makes queued SQ entries visible and writes the tail doorbell (or only its shadow when
@@ -241,7 +283,15 @@ impl Rings {
             if cfg!(feature = "doorbell-stats") {
                 self.stats.sq_mmio += 1;
             }
-            regs.ring(&self.sq_db, new);
+            // SAFETY: the new tail exposes the entries `push` wrote since the last doorbell
+            // (`sq_rung..sq_tail`; `rewind_sq` only takes back unrung ones), none older. The
+            // queue's owners push only commands whose addresses name DMA memory held until
+            // the completion (trackers, parked admin buffers) or promised by the caller of an
+            // `unsafe` submission (`submit_raw`, `submit_single`, `admin_sync_raw`,
+            // `admin_sync_owned`). `sq_db` was made from the register file of this queue's
+            // controller, the one every caller passes, and the ring stays allocated until the
+            // queue is deleted or the controller disabled (or is leaked).
+            unsafe { regs.ring(&self.sq_db, new) };
         }
         self.sq_rung = new;
     }
@@ -255,7 +305,7 @@ impl Rings {
             let p = self.cq.as_ptr().add(self.cq_head as usize * CQE_SIZE) as *const Completion;
             std::ptr::read_volatile(std::ptr::addr_of!((*p).status_phase))
         };
-        if (status & 1 != 0) != self.phase {
+        if status & 1 != self.phase {
             return None;
         }
         // The rest of the entry must be read after the phase bit.
@@ -268,11 +318,11 @@ impl Rings {
         })
     }
 
-    /// The command identifier and raw status field (phase in bit 0) of the completion at the
-    /// CQ head, if the controller has posted it: what the I/O path needs, without reading the
-    /// command-specific dwords.
+    /// The command identifier, raw status field (phase in bit 0) and dword 0 of the completion
+    /// at the CQ head, if the controller has posted it: what the I/O path needs, without
+    /// reading the rest of the entry.
     #[inline(always)]
-    pub fn peek_cq_cid_status(&self) -> Option<(u16, u16)> {
+    pub fn peek_cq_cid_status(&self) -> Option<(u16, u16, u32)> {
         // SAFETY: `cq_head < depth` (it starts at 0 and only `advance_cq` moves it, wrapping
         // at `depth`) and the ring is `depth * 16` bytes, 4 KiB aligned; the controller writes
         // it concurrently, hence the volatile reads.
@@ -280,14 +330,16 @@ impl Rings {
             unsafe { self.cq.as_ptr().add(self.cq_head as usize * CQE_SIZE) as *const Completion };
         // SAFETY: as above; `p` points at a whole, aligned entry.
         let status = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*p).status_phase)) };
-        if (status & 1 != 0) != self.phase {
+        if status & 1 != self.phase {
             return None;
         }
         // The command identifier must be read after the phase bit.
         dma_rmb();
         // SAFETY: as above.
         let cid = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*p).cid)) };
-        Some((cid, status))
+        // SAFETY: as above.
+        let dw0 = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*p).dw0)) };
+        Some((cid, status, dw0))
     }
 
     /// Consumes the completion at the CQ head.
@@ -296,7 +348,7 @@ impl Rings {
         self.cq_head += 1;
         if self.cq_head == self.depth {
             self.cq_head = 0;
-            self.phase = !self.phase;
+            self.phase ^= 1;
         }
     }
 
@@ -332,7 +384,11 @@ impl Rings {
             if cfg!(feature = "doorbell-stats") {
                 self.stats.cq_mmio += 1;
             }
-            regs.ring(&self.cq_db, new);
+            // SAFETY: the new head only gives back entries `advance_cq` consumed; the CQ ring
+            // is this queue's and stays allocated until the queue is deleted or the
+            // controller disabled (or is leaked). `cq_db` was made from the register file of
+            // this queue's controller, the one every caller passes.
+            unsafe { regs.ring(&self.cq_db, new) };
         }
         self.cq_rung = new;
     }
@@ -357,18 +413,18 @@ pub(crate) mod tests {
     use super::*;
     use std::ptr::NonNull;
     use std::sync::Mutex;
-    use vfnvme_dma::{Iommu, IovaAllocator, IovaRange, PageSize};
+    use vfnvme_hal::{Iommu, IovaAllocator, IovaRange, PageSize};
 
     /// An IOMMU that maps nothing (the test plays the device itself).
     pub struct NullIommu(IovaAllocator);
     impl Iommu for NullIommu {
-        fn reserve_iova(&self, len: u64, align: u64) -> Result<u64, DmaError> {
+        fn reserve_iova(&self, len: u64, align: u64) -> Result<u64, HalError> {
             self.0.reserve(len, align)
         }
-        unsafe fn map(&self, _: NonNull<u8>, _: u64, _: u64) -> Result<(), DmaError> {
+        unsafe fn map(&self, _: NonNull<u8>, _: u64, _: u64) -> Result<(), HalError> {
             Ok(())
         }
-        fn unmap(&self, _: u64, _: u64) -> Result<(), DmaError> {
+        fn unmap(&self, _: u64, _: u64) -> Result<(), HalError> {
             Ok(())
         }
         fn iova_ranges(&self) -> Vec<IovaRange> {
@@ -393,13 +449,14 @@ pub(crate) mod tests {
         fn read32(&self, _: usize) -> u32 {
             0
         }
-        fn write32(&self, offset: usize, value: u32) {
+        // Only records: no device behind it, so no value reaches memory.
+        unsafe fn write32(&self, offset: usize, value: u32) {
             self.0.lock().unwrap().push((offset, value));
         }
         fn read64(&self, _: usize) -> u64 {
             0
         }
-        fn write64(&self, _: usize, _: u64) {}
+        unsafe fn write64(&self, _: usize, _: u64) {}
         fn size(&self) -> usize {
             0x2000
         }
@@ -429,7 +486,7 @@ pub(crate) mod tests {
                 assert_eq!(c.cid, round * 4 + i);
                 assert_eq!(
                     r.peek_cq_cid_status(),
-                    Some((c.cid, c.status_phase)),
+                    Some((c.cid, c.status_phase, c.dw0)),
                     "the I/O path's narrow read agrees with the full entry"
                 );
                 r.advance_cq();
@@ -488,7 +545,7 @@ pub(crate) mod tests {
         assert!(
             matches!(
                 err,
-                DmaError::BarOffset {
+                HalError::BarOffset {
                     bar: 0,
                     offset: 0x2000,
                     size: 0x2000
@@ -500,20 +557,21 @@ pub(crate) mod tests {
         assert!(Rings::new(&pool, &regs, 127, 4, 2, None).is_ok());
         assert!(matches!(
             Rings::new(&pool, &regs, 128, 4, 2, None),
-            Err(DmaError::BarOffset { offset: 0x2000, .. })
+            Err(HalError::BarOffset { offset: 0x2000, .. })
         ));
         for bad in [0x2000, 0x1ffd, 0x1002, usize::MAX - 2] {
             assert!(
                 matches!(
                     Doorbell::new(&regs, bad),
-                    Err(DmaError::BarOffset { offset, .. }) if offset == bad
+                    Err(HalError::BarOffset { offset, .. }) if offset == bad
                 ),
                 "{bad:#x}"
             );
         }
         let db = Doorbell::new(&regs, 0x1ffc).unwrap();
         assert_eq!(db.offset(), 0x1ffc);
-        regs.ring(&db, 9);
+        // SAFETY: `Doorbells` only records the write; there is no device to use the value.
+        unsafe { regs.ring(&db, 9) };
         assert_eq!(*regs.0.lock().unwrap(), vec![(0x1ffc, 9)]);
     }
 

@@ -1,48 +1,76 @@
-//! Command trackers: one per command slot; the command identifier is the tracker index.
+//! Command trackers: one per command slot. The command identifier is the tracker index in its
+//! low bits and a generation in the bits above (those the index does not need), bumped each
+//! time the tracker is taken: a completion entry that names a tracker's previous command (a
+//! device that posts a completion twice, late) does not match its current identifier and is
+//! ignored instead of ending the request that now uses the tracker. With more than 32768
+//! trackers there are no generation bits.
 //!
 //! A request split into several commands (MDTS) has a head tracker that holds the user's tag,
 //! buffer, the number of commands still outstanding and the first error.
 
 use crate::spec::Status;
-use vfnvme_dma::{DmaBuffer, DmaError, DmaPool};
+use vfnvme_hal::{DmaBuffer, DmaPool, HalError};
 
-/// Per-command state. Hot fields first; the PRP list page last.
+/// Per-command state. Hot fields first; the PRP list page last. `T` is the caller's payload of
+/// a request (a `u64` tag for Rust callers; the C ABI keeps its callback and argument here).
 #[derive(Debug)]
-pub struct Tracker {
+pub struct Tracker<T> {
     /// The head tracker of the request this command belongs to (itself for the head).
     pub parent: u16,
-    /// Whether a command is outstanding on this tracker (or, for a head, the request is).
-    pub busy: bool,
+    /// 0 while free. While a command is outstanding on this tracker (or, for a head, the
+    /// request is): [`FRESH`] plus the timeout checks it has lived through (saturating below
+    /// [`ABORT_SENT`]), with [`ABORT_SENT`] set once an Abort went out for it.
+    pub busy: u8,
     /// Head only: commands of the request still outstanding.
     pub remaining: u16,
     /// Head only: the first error status, or success.
     pub status: Status,
-    /// Head only: the user's tag.
-    pub tag: u64,
+    /// Head only: the caller's payload of the request.
+    pub tag: T,
     /// Head only: the user's buffer while the request is in flight.
     pub buffer: Option<DmaBuffer>,
     /// This command's PRP list page (also the Dataset Management range page).
     pub prp_list: DmaBuffer,
     /// While free: the next free tracker ([`NO_TRACKER`] at the end of the list).
     next_free: u16,
+    /// The command identifier of this tracker's current (or last) command: its index plus
+    /// its generation (see the module documentation).
+    pub cid: u16,
 }
 
 /// The end of the free list (never a tracker index: a queue has at most 65535 trackers).
 const NO_TRACKER: u16 = u16::MAX;
+/// [`Tracker::busy`] of a command just submitted.
+pub const FRESH: u8 = 1;
+/// [`Tracker::busy`] flag: an Abort was sent for this command.
+pub const ABORT_SENT: u8 = 0x80;
+
+/// A command found by [`Trackers::age`] that has outlived the timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overdue {
+    /// Its command identifier.
+    pub cid: u16,
+    /// Whether an Abort was sent for it already.
+    pub abort_sent: bool,
+}
 
 /// What a completion did to its request (see [`Trackers::complete`]).
 #[derive(Debug)]
-pub enum Completed {
+pub enum Completed<T> {
     /// The command identifier names no busy tracker: the completion was ignored.
     Unknown,
     /// Other commands of the request are still outstanding.
     Pending,
     /// The request finished: its trackers are free again.
     Done {
-        /// The user's tag.
-        tag: u64,
+        /// The caller's payload of the request.
+        tag: T,
         /// Success, or the first error among the request's commands.
         status: Status,
+        /// Dword 0 of the request's last completion entry (command specific).
+        cdw0: u32,
+        /// The request's head tracker (its slot).
+        slot: u16,
         /// The user's buffer.
         buffer: Option<DmaBuffer>,
     },
@@ -53,25 +81,33 @@ pub enum Completed {
 /// The free list is threaded through the trackers themselves (`next_free`), so taking and
 /// returning a tracker touches only that tracker: no separate stack, no allocation.
 #[derive(Debug)]
-pub struct Trackers {
-    slots: Box<[Tracker]>,
+pub struct Trackers<T> {
+    slots: Box<[Tracker<T>]>,
     /// The first free tracker, or [`NO_TRACKER`].
     free_head: u16,
     free_count: usize,
+    /// The index bits of a command identifier.
+    idx_mask: u16,
+    /// One generation: added to a tracker's identifier each time it is taken (0: no
+    /// generation bits).
+    gen_step: u16,
 }
 
-impl Trackers {
+impl<T: Copy + Default> Trackers<T> {
     /// `count` (at most 65535) trackers, each with a 4 KiB PRP list page.
-    pub fn new(pool: &DmaPool, count: usize) -> Result<Self, DmaError> {
+    pub fn new(pool: &DmaPool, count: usize) -> Result<Self, HalError> {
         let count = count.min(NO_TRACKER as usize);
+        let idx_bits = u16::BITS - (count.saturating_sub(1) as u16).leading_zeros();
+        let idx_mask = ((1u32 << idx_bits) - 1) as u16;
+        let gen_step = (1u32 << idx_bits) as u16;
         let mut slots = Vec::with_capacity(count);
         for i in 0..count {
             slots.push(Tracker {
                 parent: i as u16,
-                busy: false,
+                busy: 0,
                 remaining: 0,
                 status: Status::SUCCESS,
-                tag: 0,
+                tag: T::default(),
                 buffer: None,
                 prp_list: pool.alloc(crate::queue::prp::PAGE_SIZE)?,
                 next_free: if i + 1 < count {
@@ -79,6 +115,8 @@ impl Trackers {
                 } else {
                     NO_TRACKER
                 },
+                // The first command on it gets generation 0: its identifier is its index.
+                cid: (i as u16).wrapping_sub(gen_step),
             });
         }
         // Pop order: 0, 1, 2, ...
@@ -86,6 +124,8 @@ impl Trackers {
             free_head: if count > 0 { 0 } else { NO_TRACKER },
             free_count: count,
             slots: slots.into_boxed_slice(),
+            idx_mask,
+            gen_step,
         })
     }
     /// Total trackers.
@@ -98,6 +138,11 @@ impl Trackers {
     pub fn free_count(&self) -> usize {
         self.free_count
     }
+    /// The tracker the next [`Trackers::alloc`] or [`Trackers::alloc_mut`] takes, if any.
+    #[inline(always)]
+    pub fn next_free(&self) -> Option<u16> {
+        (self.free_head != NO_TRACKER).then_some(self.free_head)
+    }
     /// Takes a free tracker (no allocation: the trackers were preallocated).
     #[inline(always)]
     pub fn alloc(&mut self) -> Option<u16> {
@@ -105,21 +150,23 @@ impl Trackers {
     }
     /// Takes a free tracker and returns it with its index, marked busy.
     #[inline(always)]
-    pub fn alloc_mut(&mut self) -> Option<(u16, &mut Tracker)> {
+    pub fn alloc_mut(&mut self) -> Option<(u16, &mut Tracker<T>)> {
         let idx = self.free_head;
         // An empty list (`NO_TRACKER`) fails this lookup too.
         let t = self.slots.get_mut(idx as usize)?;
         self.free_head = t.next_free;
-        self.free_count = self.free_count.saturating_sub(1);
-        t.busy = true;
+        // A tracker was on the free list, so `free_count` >= 1: no wrap.
+        self.free_count = self.free_count.wrapping_sub(1);
+        t.busy = FRESH;
+        t.cid = t.cid.wrapping_add(self.gen_step);
         Some((idx, t))
     }
     /// Returns a tracker to the free list. Ignores a tracker that is not busy.
     #[inline(always)]
     pub fn release(&mut self, idx: u16) {
         if let Some(t) = self.slots.get_mut(idx as usize) {
-            if t.busy {
-                t.busy = false;
+            if t.busy != 0 {
+                t.busy = 0;
                 t.next_free = self.free_head;
                 self.free_head = idx;
                 self.free_count += 1;
@@ -127,27 +174,38 @@ impl Trackers {
         }
     }
     /// Records the completion of command `cid` with the CQE's 15-bit status `field` (without
-    /// the phase bit): frees a non-head command's tracker, counts the command against its
+    /// the phase bit) and dword 0 `cdw0`: frees a non-head command's tracker, counts the command against its
     /// request, and when it was the request's last outstanding command frees the head too and
     /// hands back the request's result.
     #[inline(always)]
-    pub fn complete(&mut self, cid: u16, field: u16) -> Completed {
-        let Some(t) = self.slots.get_mut(cid as usize) else {
+    pub fn complete(&mut self, cid: u16, field: u16, cdw0: u32) -> Completed<T> {
+        self.complete_with(cid, field, cdw0)
+    }
+    /// [`Trackers::complete`] of a command that succeeded (status field 0).
+    #[inline(always)]
+    pub fn complete_ok(&mut self, cid: u16, cdw0: u32) -> Completed<T> {
+        self.complete_with(cid, 0, cdw0)
+    }
+    #[inline(always)]
+    fn complete_with(&mut self, cid: u16, field: u16, cdw0: u32) -> Completed<T> {
+        let idx = cid & self.idx_mask;
+        let Some(t) = self.slots.get_mut(idx as usize) else {
             return Completed::Unknown;
         };
-        if !t.busy {
+        // A free tracker, or another generation's command: not a command in flight.
+        if t.busy == 0 || t.cid != cid {
             return Completed::Unknown;
         }
         let head = t.parent;
-        let h = if head == cid {
+        let h = if head == idx {
             t
         } else {
-            t.busy = false;
+            t.busy = 0;
             t.next_free = self.free_head;
-            self.free_head = cid;
+            self.free_head = idx;
             self.free_count += 1;
             match self.slots.get_mut(head as usize) {
-                Some(h) if h.busy => h,
+                Some(h) if h.busy != 0 => h,
                 _ => return Completed::Pending,
             }
         };
@@ -155,28 +213,122 @@ impl Trackers {
         if field & 0x7ff != 0 && h.status.is_success() {
             h.status = Status::from_field(field);
         }
-        h.remaining = h.remaining.saturating_sub(1);
+        // A busy head counts at least this command (the last one frees it): no wrap.
+        h.remaining = h.remaining.wrapping_sub(1);
         if h.remaining != 0 {
             return Completed::Pending;
         }
-        h.busy = false;
+        h.busy = 0;
         h.next_free = self.free_head;
         self.free_head = head;
         self.free_count += 1;
         Completed::Done {
             tag: h.tag,
             status: h.status,
+            cdw0,
+            slot: head,
             buffer: h.buffer.take(),
         }
     }
+    /// One timeout check: every outstanding command ages by one check; returns the first
+    /// that has now lived through more than `checks` of them (its age saturates there), or
+    /// `None`. Control path: O(trackers), run at most once per check interval.
+    pub fn age(&mut self, checks: u8) -> Option<Overdue> {
+        let limit = checks.clamp(1, ABORT_SENT - 2);
+        let mut overdue = None;
+        for t in self.slots.iter_mut() {
+            if t.busy == 0 {
+                continue;
+            }
+            let abort_sent = t.busy & ABORT_SENT != 0;
+            let age = (t.busy & !ABORT_SENT)
+                .saturating_add(1)
+                .min(limit + FRESH + 1);
+            t.busy = age | (t.busy & ABORT_SENT);
+            if age > limit + FRESH && overdue.is_none() {
+                overdue = Some(Overdue {
+                    cid: t.cid,
+                    abort_sent,
+                });
+            }
+        }
+        overdue
+    }
+    /// Marks that an Abort was sent for command `cid` and restarts its age, so that it gets a
+    /// second timeout to complete before the next step.
+    pub fn mark_abort_sent(&mut self, cid: u16) {
+        let idx = cid & self.idx_mask;
+        if let Some(t) = self
+            .slots
+            .get_mut(idx as usize)
+            .filter(|t| t.busy != 0 && t.cid == cid)
+        {
+            t.busy = FRESH | ABORT_SENT;
+        }
+    }
+    /// Ends every outstanding request with `status`, calling `f` with each head's payload and
+    /// buffer (`None` if `keep_buffers` is false: the caller leaks them), and frees every
+    /// tracker. For after the device provably stopped (a reset's disable) or can't be reached.
+    pub fn fail_all(
+        &mut self,
+        status: Status,
+        mut f: impl FnMut(u16, T, Option<DmaBuffer>),
+    ) -> usize {
+        let mut failed = 0;
+        for idx in 0..self.slots.len() {
+            let Some(t) = self.slots.get_mut(idx) else {
+                break;
+            };
+            if t.busy == 0 {
+                continue;
+            }
+            if usize::from(t.parent) == idx {
+                t.status = status;
+                f(idx as u16, t.tag, t.buffer.take());
+                failed += 1;
+            }
+        }
+        for idx in 0..self.slots.len() {
+            self.release(idx as u16);
+        }
+        failed
+    }
+    /// The index of the busy tracker whose current command is `cid`, if any.
+    pub fn busy_index(&self, cid: u16) -> Option<u16> {
+        let idx = cid & self.idx_mask;
+        self.slots
+            .get(idx as usize)
+            .filter(|t| t.busy != 0 && t.cid == cid)
+            .map(|_| idx)
+    }
+    /// Tracker `idx`'s command is sent again: a new identifier (the next generation, so that a
+    /// late completion of the earlier attempt is ignored), returned, and a fresh age. The
+    /// Abort flag is kept.
+    pub fn renew(&mut self, idx: u16) -> u16 {
+        let step = self.gen_step;
+        match self.slots.get_mut(idx as usize) {
+            Some(t) => {
+                t.cid = t.cid.wrapping_add(step);
+                t.busy = FRESH | (t.busy & ABORT_SENT);
+                t.cid
+            }
+            None => 0,
+        }
+    }
+    /// The command identifier of tracker `idx`'s current command (0 if there is no such
+    /// tracker).
+    #[inline(always)]
+    pub fn cid(&self, idx: u16) -> u16 {
+        self.slots.get(idx as usize).map_or(0, |t| t.cid)
+    }
     /// The tracker `idx`, if it exists.
     #[inline(always)]
-    pub fn get_mut(&mut self, idx: u16) -> Option<&mut Tracker> {
+    pub fn get_mut(&mut self, idx: u16) -> Option<&mut Tracker<T>> {
         self.slots.get_mut(idx as usize)
     }
     /// The tracker `idx`, if it exists.
     #[inline(always)]
-    pub fn get(&self, idx: u16) -> Option<&Tracker> {
+    pub fn get(&self, idx: u16) -> Option<&Tracker<T>> {
         self.slots.get(idx as usize)
     }
 }
@@ -189,7 +341,7 @@ mod tests {
     #[test]
     fn lifo_and_no_double_free() {
         let pool = test_pool();
-        let mut t = Trackers::new(&pool, 3).unwrap();
+        let mut t = Trackers::<u64>::new(&pool, 3).unwrap();
         assert_eq!(t.alloc(), Some(0));
         assert_eq!(t.alloc(), Some(1));
         t.release(0);
@@ -202,8 +354,52 @@ mod tests {
         assert_eq!(t.free_count(), 0);
     }
 
+    #[test]
+    fn a_late_duplicate_of_a_previous_command_does_not_end_the_next_one() {
+        let pool = test_pool();
+        let mut t = Trackers::<u64>::new(&pool, 255).unwrap();
+        let idx = t.alloc().unwrap();
+        let first = t.cid(idx);
+        assert_eq!(first, idx, "the first command's identifier is its index");
+        request(&mut t, &[idx], 1);
+        assert!(matches!(
+            t.complete(first, 0, 0),
+            Completed::Done { tag: 1, .. }
+        ));
+        // The tracker is reused at once (LIFO) for another request, with a new identifier.
+        assert_eq!(t.alloc(), Some(idx));
+        let second = t.cid(idx);
+        assert_ne!(second, first);
+        assert_eq!(second & 0xff, idx, "the index stays in the low bits");
+        request(&mut t, &[idx], 2);
+        // The device posts the first completion again: ignored, the second request goes on.
+        assert!(matches!(t.complete(first, 0, 0), Completed::Unknown));
+        assert!(matches!(
+            t.complete(second, 0, 0),
+            Completed::Done { tag: 2, .. }
+        ));
+        // 256 generations later the identifier comes round again (8 index bits, 8 generation).
+        for _ in 0..254 {
+            let i = t.alloc().unwrap();
+            t.release(i);
+        }
+        assert_eq!(t.alloc(), Some(idx));
+        assert_eq!(t.cid(idx), first);
+    }
+
+    #[test]
+    fn with_more_than_32768_trackers_the_identifier_is_the_index() {
+        let pool = test_pool();
+        let mut t = Trackers::<u64>::new(&pool, 40_000).unwrap();
+        for _ in 0..3 {
+            let i = t.alloc().unwrap();
+            assert_eq!(t.cid(i), i);
+            t.release(i);
+        }
+    }
+
     /// Sets up a request of `cids.len()` commands headed by `cids[0]`.
-    fn request(t: &mut Trackers, cids: &[u16], tag: u64) {
+    fn request(t: &mut Trackers<u64>, cids: &[u16], tag: u64) {
         let head = cids[0];
         for &c in cids {
             t.get_mut(c).unwrap().parent = head;
@@ -217,20 +413,21 @@ mod tests {
     #[test]
     fn complete_counts_commands_keeps_first_error_and_frees_everything() {
         let pool = test_pool();
-        let mut t = Trackers::new(&pool, 4).unwrap();
+        let mut t = Trackers::<u64>::new(&pool, 4).unwrap();
         let cids: Vec<u16> = (0..3).map(|_| t.alloc().unwrap()).collect();
         request(&mut t, &cids, 42);
         assert_eq!(t.free_count(), 1);
         // A child fails first (SCT 0, SC 0x80), then another error: the first one is kept.
-        assert!(matches!(t.complete(cids[2], 0x80), Completed::Pending));
+        assert!(matches!(t.complete(cids[2], 0x80, 0), Completed::Pending));
         assert_eq!(t.free_count(), 2, "the child's tracker is free at once");
-        assert!(matches!(t.complete(cids[2], 0x81), Completed::Unknown));
-        assert!(matches!(t.complete(cids[0], 0x02), Completed::Pending));
-        match t.complete(cids[1], 0) {
+        assert!(matches!(t.complete(cids[2], 0x81, 0), Completed::Unknown));
+        assert!(matches!(t.complete(cids[0], 0x02, 0), Completed::Pending));
+        match t.complete(cids[1], 0, 0) {
             Completed::Done {
                 tag,
                 status,
                 buffer,
+                ..
             } => {
                 assert_eq!(tag, 42);
                 assert_eq!(status, Status::from_field(0x80));
@@ -239,12 +436,12 @@ mod tests {
             other => panic!("expected the request to finish, got {other:?}"),
         }
         assert_eq!(t.free_count(), 4);
-        assert!(matches!(t.complete(cids[0], 0), Completed::Unknown));
-        assert!(matches!(t.complete(9, 0), Completed::Unknown));
+        assert!(matches!(t.complete(cids[0], 0, 0), Completed::Unknown));
+        assert!(matches!(t.complete(9, 0, 0), Completed::Unknown));
         // Success bits other than SCT/SC (e.g. DNR alone) do not count as an error.
         let c = t.alloc().unwrap();
         request(&mut t, &[c], 7);
-        match t.complete(c, 1 << 14) {
+        match t.complete(t.cid(c), 1 << 14, 0) {
             Completed::Done { status, .. } => assert!(status.is_success()),
             other => panic!("expected the request to finish, got {other:?}"),
         }

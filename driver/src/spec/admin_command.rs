@@ -2,7 +2,7 @@
 //!
 //! An [`AdminCommand`] has no PRP, SGL or metadata pointer fields and no CDW0 flags (PSDT,
 //! fused), so it can't aim the device at an address. The driver fills in the data pointer from a
-//! [`DmaBuffer`](vfnvme_dma::DmaBuffer) it owns for the command's lifetime (see
+//! [`DmaBuffer`](vfnvme_hal::DmaBuffer) it owns for the command's lifetime (see
 //! [`Controller::admin_with_data`](crate::Controller::admin_with_data)).
 //!
 //! The driver must also know how many bytes the command moves, because the device follows the
@@ -89,6 +89,7 @@ pub enum DataTransfer {
 
 /// Why an admin command can't go through the safe API.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum AdminCommandError {
     /// The command would give the device memory to keep using after it completes, or it
     /// manages a queue the driver owns.

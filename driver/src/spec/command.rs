@@ -192,6 +192,25 @@ impl Command {
             pair(self.cdw14, self.cdw15),
         ]
     }
+    /// The entry from eight quadwords in memory order (the inverse of
+    /// [`Command::to_qwords`]).
+    pub const fn from_qwords(q: [u64; 8]) -> Self {
+        Command {
+            cdw0: q[0] as u32,
+            nsid: (q[0] >> 32) as u32,
+            cdw2: q[1] as u32,
+            cdw3: (q[1] >> 32) as u32,
+            mptr: q[2],
+            prp1: q[3],
+            prp2: q[4],
+            cdw10: q[5] as u32,
+            cdw11: (q[5] >> 32) as u32,
+            cdw12: q[6] as u32,
+            cdw13: (q[6] >> 32) as u32,
+            cdw14: q[7] as u32,
+            cdw15: (q[7] >> 32) as u32,
+        }
+    }
     /// The 64 bytes as the controller reads them.
     pub fn to_bytes(&self) -> [u8; 64] {
         let mut b = [0u8; 64];

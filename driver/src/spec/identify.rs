@@ -8,6 +8,7 @@ pub const IDENTIFY_SIZE: usize = 4096;
 
 /// Malformed Identify data.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum ParseError {
     /// Fewer bytes than the structure needs.
     #[error("identify data is {len} bytes, but {what} needs {needed}: the controller returned a short transfer; retry, or report the device as broken")]
@@ -363,8 +364,11 @@ pub struct NsDescriptors {
 }
 
 /// Parses a Namespace Identification Descriptor list; unknown descriptor types are skipped.
+/// A descriptor that runs past the 4 KiB structure is an error, even when `b` is longer.
 pub fn parse_ns_descriptors(b: &[u8]) -> Result<NsDescriptors, ParseError> {
     need("Namespace Identification Descriptor list", b, IDENTIFY_SIZE)?;
+    // Bytes past the structure (a longer buffer) are not part of the list.
+    let b = b.get(..IDENTIFY_SIZE).unwrap_or(b);
     let mut out = NsDescriptors::default();
     let mut off = 0usize;
     while off + 4 <= IDENTIFY_SIZE {

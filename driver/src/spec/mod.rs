@@ -2,6 +2,7 @@
 //! identify structures, features and log pages.
 
 pub mod admin_command;
+pub mod ana;
 pub mod command;
 pub mod completion;
 pub mod features;

@@ -111,6 +111,29 @@ impl Status {
     pub const fn is_success(&self) -> bool {
         self.sct == 0 && self.sc == 0
     }
+    /// Path-related status 71h, Command Aborted By Host: the driver failed the command itself
+    /// after a controller reset (the device had stopped; its buffer is handed back). Retryable
+    /// on the same or another path.
+    pub const ABORTED_BY_RESET: Status = Status {
+        sct: sct::PATH,
+        sc: 0x71,
+        dnr: false,
+        more: false,
+    };
+    /// Path-related status 70h, Host Pathing Error: the controller is gone (removed, or it
+    /// failed and could not be reset); the driver failed the command itself. Retryable only on
+    /// another path.
+    pub const CONTROLLER_LOST: Status = Status {
+        sct: sct::PATH,
+        sc: 0x70,
+        dnr: false,
+        more: false,
+    };
+    /// Whether the driver failed the command itself because of a reset or a lost controller
+    /// ([`Status::ABORTED_BY_RESET`], [`Status::CONTROLLER_LOST`]), not the device.
+    pub const fn is_host_failure(&self) -> bool {
+        self.sct == sct::PATH && (self.sc == 0x70 || self.sc == 0x71)
+    }
     /// A generic status with `sc`.
     pub const fn generic(sc: u8) -> Self {
         Status {
@@ -158,6 +181,8 @@ impl Status {
             (3, 0x01) => "Asymmetric Access Persistent Loss",
             (3, 0x02) => "Asymmetric Access Inaccessible",
             (3, 0x03) => "Asymmetric Access Transition",
+            (3, 0x70) => "Host Pathing Error (controller lost)",
+            (3, 0x71) => "Command Aborted By Host (controller reset)",
             _ => return None,
         })
     }

@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
-use vfnvme::dma::PciAddress;
+use vfnvme::hal::PciAddress;
 
 /// The device nodes through which a process can use `addr` via VFIO.
 fn vfio_nodes(addr: &PciAddress) -> Vec<PathBuf> {

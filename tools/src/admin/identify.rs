@@ -29,19 +29,39 @@ pub struct IdNsArgs {
     pub format: Format,
 }
 
-/// Little-endian integer of `n` bytes at `off` (n ≤ 8).
+/// Little-endian integer of `n` bytes at `off` (n ≤ 8). Device data is untrusted: bytes past
+/// the end of `b` read as zero, so a short transfer decodes like a zero-filled one.
 pub fn le(b: &[u8], off: usize, n: usize) -> u64 {
-    b[off..off + n]
-        .iter()
-        .rev()
-        .fold(0, |v, &x| v << 8 | u64::from(x))
+    (0..n.min(8)).rev().fold(0, |v, i| {
+        let x = off.checked_add(i).and_then(|at| b.get(at)).copied();
+        v << 8 | u64::from(x.unwrap_or(0))
+    })
 }
 
-/// An ASCII field with its trailing blanks and NULs removed.
+/// The bytes of `b[off..off + n]` that exist (fewer, or none, when `b` is short).
+pub fn field(b: &[u8], off: usize, n: usize) -> &[u8] {
+    let start = off.min(b.len());
+    &b[start..start + n.min(b.len() - start)]
+}
+
+/// An ASCII field with its trailing blanks and NULs removed; any other byte that is not
+/// printable ASCII shows as `.` (device data must not reach a terminal as control codes).
 pub fn ascii(b: &[u8], off: usize, n: usize) -> String {
-    String::from_utf8_lossy(&b[off..off + n])
-        .trim_end_matches([' ', '\0'])
-        .to_string()
+    let raw = field(b, off, n);
+    let end = raw
+        .iter()
+        .rposition(|&c| c != b' ' && c != 0)
+        .map_or(0, |i| i + 1);
+    raw[..end]
+        .iter()
+        .map(|&c| {
+            if c.is_ascii_graphic() || c == b' ' {
+                c as char
+            } else {
+                '.'
+            }
+        })
+        .collect()
 }
 
 /// (name, byte offset, size) of Identify Controller's integer fields, nvme-cli's names.
@@ -128,14 +148,14 @@ pub fn ctrl_json(b: &[u8]) -> Value {
         }
     }
     m.insert("subnqn".into(), json!(ascii(b, 768, 256)));
-    let npss = b[263] as usize;
+    let npss = le(b, 263, 1) as usize;
     let psds: Vec<Value> = (0..=npss.min(31))
         .map(|i| {
             let p = 2048 + 32 * i;
             json!({
-                "max_power": le(b, p, 2), "flags": b[p + 3], "entry_lat": le(b, p + 4, 4),
-                "exit_lat": le(b, p + 8, 4), "read_tput": b[p + 12], "read_lat": b[p + 13],
-                "write_tput": b[p + 14], "write_lat": b[p + 15],
+                "max_power": le(b, p, 2), "flags": le(b, p + 3, 1), "entry_lat": le(b, p + 4, 4),
+                "exit_lat": le(b, p + 8, 4), "read_tput": le(b, p + 12, 1), "read_lat": le(b, p + 13, 1),
+                "write_tput": le(b, p + 14, 1), "write_lat": le(b, p + 15, 1),
             })
         })
         .collect();
@@ -213,10 +233,14 @@ pub fn ns_json(b: &[u8]) -> Value {
     ] {
         m.insert(name.into(), json!(le(b, off, n)));
     }
-    let hex = |r: &[u8]| r.iter().map(|x| format!("{x:02x}")).collect::<String>();
-    m.insert("nguid".into(), json!(hex(&b[104..120])));
-    m.insert("eui64".into(), json!(hex(&b[120..128])));
-    let lbafs: Vec<Value> = (0..=usize::from(b[25]).min(63))
+    let hex = |off: usize, n: usize| {
+        (off..off + n)
+            .map(|i| format!("{:02x}", le(b, i, 1)))
+            .collect::<String>()
+    };
+    m.insert("nguid".into(), json!(hex(104, 16)));
+    m.insert("eui64".into(), json!(hex(120, 8)));
+    let lbafs: Vec<Value> = (0..=(le(b, 25, 1) as usize).min(63))
         .map(|i| {
             let f = le(b, 128 + 4 * i, 4);
             json!({"ms": f & 0xffff, "ds": (f >> 16) & 0xff, "rp": (f >> 24) & 3})
@@ -245,7 +269,8 @@ pub fn id_ns<P: Platform>(ctrl: &Controller<P>, a: &IdNsArgs, io: &mut Io) -> Re
         m.remove("lbafs");
     }
     text(&format!("NVME Identify Namespace {}:", a.nsid), &plain, io)?;
-    let in_use = usize::from(b[26] & 0xf) | usize::from(b[26] >> 5 & 3) << 4;
+    let flbas = le(b, 26, 1) as usize;
+    let in_use = (flbas & 0xf) | (flbas >> 5 & 3) << 4;
     for (i, f) in v["lbafs"].as_array().into_iter().flatten().enumerate() {
         let mark = if i == in_use { " (in use)" } else { "" };
         put(

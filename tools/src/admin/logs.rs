@@ -85,12 +85,15 @@ fn counter(b: &[u8], off: usize) -> u64 {
 /// The SMART / Health log with nvme-cli's JSON names.
 pub fn smart_json(b: &[u8]) -> Value {
     let mut m = Map::new();
-    m.insert("critical_warning".into(), json!(b[0]));
+    m.insert("critical_warning".into(), json!(le(b, 0, 1)));
     m.insert("temperature".into(), json!(le(b, 1, 2)));
-    m.insert("avail_spare".into(), json!(b[3]));
-    m.insert("spare_thresh".into(), json!(b[4]));
-    m.insert("percent_used".into(), json!(b[5]));
-    m.insert("endurance_grp_critical_warning_summary".into(), json!(b[6]));
+    m.insert("avail_spare".into(), json!(le(b, 3, 1)));
+    m.insert("spare_thresh".into(), json!(le(b, 4, 1)));
+    m.insert("percent_used".into(), json!(le(b, 5, 1)));
+    m.insert(
+        "endurance_grp_critical_warning_summary".into(),
+        json!(le(b, 6, 1)),
+    );
     for (name, off) in [
         ("data_units_read", 32),
         ("data_units_written", 48),
@@ -120,6 +123,31 @@ pub fn smart_json(b: &[u8]) -> Value {
     Value::Object(m)
 }
 
+/// One 64-byte Error Information log entry with nvme-cli's JSON names (missing bytes read as
+/// zero).
+pub fn error_entry_json(e: &[u8]) -> Value {
+    json!({
+        "error_count": le(e, 0, 8), "sqid": le(e, 8, 2), "cmdid": le(e, 10, 2),
+        "status_field": le(e, 12, 2) >> 1, "phase_tag": le(e, 12, 1) & 1,
+        "parm_err_loc": le(e, 14, 2), "lba": le(e, 16, 8), "nsid": le(e, 24, 4),
+        "vs": le(e, 28, 1), "trtype": le(e, 29, 1), "csi": le(e, 30, 1), "opcode": le(e, 31, 1),
+        "cs": le(e, 32, 8), "trtype_spec_info": le(e, 40, 2),
+    })
+}
+
+/// The Firmware Slot Information log: AFI and the revisions of the slots that have one.
+pub fn fw_slots_json(b: &[u8]) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("afi".into(), json!(le(b, 0, 1)));
+    for slot in 1..=7 {
+        let rev = ascii(b, 8 * slot, 8);
+        if !rev.is_empty() {
+            m.insert(format!("frs{slot}"), json!(rev));
+        }
+    }
+    m
+}
+
 /// Prints `v`'s fields as `name : value` lines.
 fn lines(io: &mut Io, v: &Value) -> Result<()> {
     for (k, x) in v.as_object().into_iter().flatten() {
@@ -146,7 +174,10 @@ pub fn smart_log<P: Platform>(ctrl: &Controller<P>, a: &SmartLogArgs, io: &mut I
         ),
     )?;
     let k = le(&b, 1, 2) as i64;
-    put(io, &format!("{:<40}: {:#x}", "critical_warning", b[0]))?;
+    put(
+        io,
+        &format!("{:<40}: {:#x}", "critical_warning", le(&b, 0, 1)),
+    )?;
     put(
         io,
         &format!("{:<40}: {} °C ({k} K)", "temperature", k - 273),
@@ -171,18 +202,7 @@ pub fn error_log<P: Platform>(ctrl: &Controller<P>, a: &ErrorLogArgs, io: &mut I
         n as usize * 64,
         "Error Information log (01h)",
     )?;
-    let entries: Vec<Value> = b
-        .chunks_exact(64)
-        .map(|e| {
-            json!({
-                "error_count": le(e, 0, 8), "sqid": le(e, 8, 2), "cmdid": le(e, 10, 2),
-                "status_field": le(e, 12, 2) >> 1, "phase_tag": e[12] & 1,
-                "parm_err_loc": le(e, 14, 2), "lba": le(e, 16, 8), "nsid": le(e, 24, 4),
-                "vs": e[28], "trtype": e[29], "csi": e[30], "opcode": e[31],
-                "cs": le(e, 32, 8), "trtype_spec_info": le(e, 40, 2),
-            })
-        })
-        .collect();
+    let entries: Vec<Value> = b.chunks_exact(64).map(error_entry_json).collect();
     if a.format.json() {
         return put_json(io, &json!({ "errors": entries }));
     }
@@ -207,14 +227,7 @@ pub fn fw_log<P: Platform>(ctrl: &Controller<P>, a: &FwLogArgs, io: &mut Io) -> 
         512,
         "Firmware Slot Information log (03h)",
     )?;
-    let mut m = Map::new();
-    m.insert("afi".into(), json!(b[0]));
-    for slot in 1..=7 {
-        let rev = ascii(&b, 8 * slot, 8);
-        if !rev.is_empty() {
-            m.insert(format!("frs{slot}"), json!(rev));
-        }
-    }
+    let m = fw_slots_json(&b);
     if a.format.json() {
         return put_json(
             io,
@@ -222,13 +235,13 @@ pub fn fw_log<P: Platform>(ctrl: &Controller<P>, a: &FwLogArgs, io: &mut Io) -> 
         );
     }
     put(io, &format!("Firmware Log for device:{}", io.name))?;
+    let afi = le(&b, 0, 1);
     put(
         io,
         &format!(
-            "afi  : {:#x} (active slot {}, next {})",
-            b[0],
-            b[0] & 7,
-            b[0] >> 4 & 7
+            "afi  : {afi:#x} (active slot {}, next {})",
+            afi & 7,
+            afi >> 4 & 7
         ),
     )?;
     for (k, v) in m.iter().skip(1) {

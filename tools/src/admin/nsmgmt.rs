@@ -162,8 +162,9 @@ pub fn attach_ns<P: Platform>(
     put(io, &format!("{verb}: Success, nsid:{}", a.nsid))
 }
 
-fn id_list(b: &[u8], width: usize) -> Vec<u64> {
-    b.chunks_exact(width)
+/// A list of `width`-byte little-endian ids (width 1..=8), up to the first zero.
+pub(super) fn id_list(b: &[u8], width: usize) -> Vec<u64> {
+    b.chunks_exact(width.clamp(1, 8))
         .map(|c| c.iter().rev().fold(0u64, |v, &x| v << 8 | u64::from(x)))
         .take_while(|&v| v != 0)
         .collect()
@@ -195,6 +196,24 @@ pub fn list_ns<P: Platform>(ctrl: &Controller<P>, a: &ListNsArgs, io: &mut Io) -
     Ok(())
 }
 
+/// A Controller List (Identify CNS 12h/13h): the count it states (at most 2047) and the ids
+/// that follow it, no more than the count nor than the bytes given.
+pub(super) fn ctrl_list(b: &[u8]) -> (usize, Vec<u16>) {
+    let n = usize::from(u16::from_le_bytes([
+        b.first().copied().unwrap_or(0),
+        b.get(1).copied().unwrap_or(0),
+    ]))
+    .min(2047);
+    let ids = b
+        .get(2..)
+        .unwrap_or(&[])
+        .chunks_exact(2)
+        .take(n)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect();
+    (n, ids)
+}
+
 /// `vfnvme list-ctrl`.
 pub fn list_ctrl<P: Platform>(ctrl: &Controller<P>, a: &ListCtrlArgs, io: &mut Io) -> Result<()> {
     let cmd = match a.nsid {
@@ -207,12 +226,7 @@ pub fn list_ctrl<P: Platform>(ctrl: &Controller<P>, a: &ListCtrlArgs, io: &mut I
     let (_, b) = ctrl
         .admin_read(cmd, 4096)
         .map_err(|e| failed(e, "Identify controller list"))?;
-    let b = b.as_slice();
-    let n = usize::from(u16::from_le_bytes([b[0], b[1]])).min(2047);
-    let ids: Vec<u16> = b[2..2 + 2 * n]
-        .chunks_exact(2)
-        .map(|c| u16::from_le_bytes([c[0], c[1]]))
-        .collect();
+    let (n, ids) = ctrl_list(b.as_slice());
     if a.format.json() {
         let list: Vec<_> = ids.iter().map(|c| json!({"ctrl_id": c})).collect();
         return put_json(io, &json!({"num_ctrl": n, "ctrl_list": list}));

@@ -1,7 +1,7 @@
 //! `reset`, `admin-passthru` and `io-passthru`.
 
 use super::logs::hex_dump;
-use super::{failed, put, read_file, Io, Target};
+use super::{failed, put, put_json, read_file, Format, Io, Target};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::PathBuf;
@@ -14,6 +14,8 @@ use vfnvme::{Controller, QpairOptions};
 pub struct ResetArgs {
     #[command(flatten)]
     pub target: Target,
+    #[command(flatten)]
+    pub format: Format,
 }
 
 /// Arguments of `admin-passthru` and `io-passthru`.
@@ -122,13 +124,62 @@ impl PassthruArgs {
 }
 
 /// `vfnvme reset`: a controller reset through the driver (see `Controller::reset`).
-pub fn reset<P: Platform>(ctrl: &Controller<P>, io: &mut Io) -> Result<()> {
-    ctrl.reset().map_err(|e| failed(e, "controller reset"))?;
+pub fn reset<P: Platform>(ctrl: &Controller<P>, a: &ResetArgs, io: &mut Io) -> Result<()> {
+    use vfnvme::platform::RegisterIo;
+    use vfnvme::spec::registers::{Csts, CSTS};
+    let events = ctrl.subscribe_controller_events();
+    let csts = || Csts(ctrl.platform().regs().read32(CSTS));
+    let before = csts();
+    let start = std::time::Instant::now();
+    let result = ctrl.reset();
+    let ms = start.elapsed().as_secs_f64() * 1000.0;
+    let after = csts();
+    let seen: Vec<String> = events.try_iter().map(|e| format!("{e:?}")).collect();
+    let state = |c: Csts| {
+        if c.is_all_ones() {
+            "gone (CSTS reads all ones)".to_string()
+        } else {
+            format!(
+                "CSTS {:#x}: RDY={} CFS={}",
+                c.0,
+                u8::from(c.rdy()),
+                u8::from(c.cfs())
+            )
+        }
+    };
+    if let Err(e) = result {
+        return Err(failed(e, "controller reset").context(format!(
+            "{}: controller reset failed after {ms:.1} ms; now {}; events: {}",
+            io.name,
+            state(after),
+            seen.join(", ")
+        )));
+    }
+    let namespaces = ctrl.namespaces().len();
+    if a.format.json() {
+        return put_json(
+            io,
+            &serde_json::json!({
+                "device": io.name,
+                "reset": "done",
+                "duration_ms": ms,
+                "csts_before": before.0,
+                "csts_after": after.0,
+                "ready": after.rdy(),
+                "fatal": after.cfs(),
+                "events": seen,
+                "namespaces": namespaces,
+            }),
+        );
+    }
+    let name = io.name.clone();
     put(
         io,
         &format!(
-            "{}: controller reset done (CC.EN 1 -> 0 -> 1, CSTS.RDY back to 1)",
-            io.name
+            "{name}: controller reset done in {ms:.1} ms (CC.EN 1 -> 0 -> 1)\n  before: {}\n  after:  {}\n  events: {}\n  namespaces after the rescan: {namespaces}",
+            state(before),
+            state(after),
+            seen.join(", ")
         ),
     )
 }

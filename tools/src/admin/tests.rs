@@ -3,8 +3,8 @@
 
 use super::{exec, model_config, AdminCmd, Io, ModelCtrl};
 use clap::Parser;
-use vfnvme::model::ModelPlatform;
 use vfnvme::{Controller, ControllerOptions};
+use vfnvme_model::ModelPlatform;
 
 #[derive(Parser)]
 struct Line {
@@ -260,7 +260,7 @@ fn passthru_with_files_and_unsupported_opcodes() {
 /// the same block size without metadata, and refuses one with metadata.
 #[test]
 fn format_takes_a_metadata_namespace_to_its_block_size_without_metadata() {
-    use vfnvme::model::ModelMetadata;
+    use vfnvme_model::ModelMetadata;
     let mut cfg = model_config();
     cfg.namespace_metadata = vec![(
         2,

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
-use vfnvme::namespace::NamespaceEvent;
+use vfnvme::namespaces::NamespaceEvent;
 use vfnvme::platform::Platform;
 use vfnvme::Controller;
 
@@ -66,11 +66,11 @@ pub fn watch<P: Platform>(watched: &[Watched<'_, P>], done: &AtomicBool) -> Vec<
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "model"))]
 mod tests {
     use super::*;
-    use vfnvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
     use vfnvme::ControllerOptions;
+    use vfnvme_model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 
     #[test]
     fn a_detach_during_the_run_is_reported() {

@@ -4,7 +4,9 @@
 pub mod clock;
 pub mod cpus;
 pub mod events;
+pub mod multipath;
 pub mod options;
+pub mod path_counts;
 pub mod percentiles;
 pub mod progress;
 pub mod report;
@@ -27,10 +29,11 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
-use vfnvme::dma::DmaBuffer;
-use vfnvme::model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
+use vfnvme::hal::DmaBuffer;
 use vfnvme::platform::Platform;
 use vfnvme::{Controller, ControllerOptions, Namespace, QpairOptions, QueuePair};
+#[cfg(feature = "model")]
+use vfnvme_model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 use worker::{WorkerPlan, WorkerResult};
 
 /// Arguments of `vfnvme perf`.
@@ -45,6 +48,20 @@ pub struct PerfArgs {
     /// Measure the in-memory controller model (two null namespaces, 4 KiB LBAs) instead of a device.
     #[arg(long, conflicts_with_all = ["devices", "positional"])]
     pub model: bool,
+    /// With --model: measure a multipath head of a model subsystem of N controllers (paths)
+    /// sharing the namespaces, every path ANA optimized; the report adds the I/Os per path.
+    #[arg(long, value_name = "N", requires = "model")]
+    pub paths: Option<u16>,
+    /// Measure a multipath head through these controllers of one NVM subsystem (bound to
+    /// vfio-pci; opened in one VFIO container), e.g. 0000:00:10.0+0000:00:11.0; --nsid picks
+    /// the namespace (default: the first head). The report adds the I/Os per path.
+    #[arg(long, value_name = "BDF+BDF", conflicts_with_all = ["devices", "positional", "model"])]
+    pub head: Option<String>,
+    /// Path selection policy on a multipath head (--head, or --model --paths N): numa (the
+    /// first optimized path on the thread's node), round-robin, or queue-depth (fewest
+    /// outstanding); default numa.
+    #[arg(long, value_parser = multipath::parse_policy)]
+    pub policy: Option<vfnvme::multipath::PathPolicy>,
     /// Namespace ID (default: the first active namespace); repeatable: each namespace gets
     /// its own threads and queue pairs.
     #[arg(long)]
@@ -190,10 +207,21 @@ impl PerfArgs {
 }
 
 /// Checks what needs no device.
-fn check_args(args: &PerfArgs) -> Result<u8, PerfInputError> {
-    if !args.model && args.devices.is_empty() && args.positional.is_empty() {
-        return Err(PerfInputError::NoTarget);
+fn check_args(args: &PerfArgs) -> Result<u8> {
+    if !args.model && args.devices.is_empty() && args.positional.is_empty() && args.head.is_none() {
+        return Err(PerfInputError::NoTarget.into());
     }
+    if let (Some(p), None, None) = (args.policy, args.paths, &args.head) {
+        return Err(multipath::HeadInputError::PolicyWithoutHead {
+            policy: p.to_string(),
+        }
+        .into());
+    }
+    Ok(check_io_args(args)?)
+}
+
+/// Checks the I/O parameters.
+fn check_io_args(args: &PerfArgs) -> Result<u8, PerfInputError> {
     if args.qd == 0 {
         return Err(PerfInputError::ZeroQueueDepth);
     }
@@ -351,20 +379,7 @@ fn prepare_jobs<P: Platform>(
                 qp,
                 ns: ns.clone(),
                 buffers,
-                plan: WorkerPlan {
-                    qd: args.qd,
-                    io_size: args.io_size,
-                    pattern: args.pattern,
-                    read_pct,
-                    ramp: Duration::from_secs(args.ramp),
-                    time: Duration::from_secs(args.time),
-                    seed: first_seed.wrapping_add(n),
-                    lat_sample: args.lat_sample,
-                    stop: Some(&**STOP),
-                    ios_limit: args.ios.unwrap_or(0),
-                    zipf: args.zipf,
-                    continue_on_error: args.continue_on_error,
-                },
+                plan: plan_for(args, read_pct, first_seed.wrapping_add(n)),
                 id: RowId {
                     target: name.to_string(),
                     nsid: ns.nsid(),
@@ -444,6 +459,24 @@ fn run_workers<P: Platform>(
     })
 }
 
+/// What each worker does, with its own seed.
+fn plan_for(args: &PerfArgs, read_pct: u8, seed: u64) -> WorkerPlan {
+    WorkerPlan {
+        qd: args.qd,
+        io_size: args.io_size,
+        pattern: args.pattern,
+        read_pct,
+        ramp: Duration::from_secs(args.ramp),
+        time: Duration::from_secs(args.time),
+        seed,
+        lat_sample: args.lat_sample,
+        stop: Some(&**STOP),
+        ios_limit: args.ios.unwrap_or(0),
+        zipf: args.zipf,
+        continue_on_error: args.continue_on_error,
+    }
+}
+
 fn controller_options(args: &PerfArgs) -> ControllerOptions {
     ControllerOptions {
         shadow_doorbells: args.shadow_doorbells,
@@ -453,6 +486,7 @@ fn controller_options(args: &PerfArgs) -> ControllerOptions {
 }
 
 /// The model `--model` measures: two null namespaces of 4 KiB LBAs (reads move no data).
+#[cfg(feature = "model")]
 pub fn model_config() -> ModelConfig {
     ModelConfig {
         namespaces: (1..=2)
@@ -515,17 +549,24 @@ pub fn run(args: &PerfArgs) -> Result<()> {
         zipf: args.zipf,
         continue_on_error: args.continue_on_error,
         queue_size: 0,
+        paths: None,
     };
     let clock = Clock::start(args.clock);
-    let results = if args.model {
-        let platform = ModelPlatform::new(model_config()).context("creating the model")?;
-        let ctrl = open::open_platform(platform, "model", controller_options(args))?;
-        let jobs = prepare_jobs(&ctrl, "model", args, read_pct, args.seed)?;
-        describe(&mut summary, "model".into(), &jobs);
-        run_jobs(
-            jobs,
+    let results = if let (true, Some(paths)) = (args.model, args.paths) {
+        run_on_model_head(args, paths, read_pct, &mut summary, &clock, show_progress)?
+    } else if args.model {
+        run_on_model(args, read_pct, &mut summary, &clock, show_progress)?
+    } else if let Some(head) = &args.head {
+        let (mp, name) = open::open_head(head, controller_options(args))?;
+        let policy = args.policy.unwrap_or_default();
+        multipath::run_head(
+            &mp,
+            &name,
+            args,
+            policy,
+            read_pct,
+            &mut summary,
             &clock,
-            vec![events::Watched::new(&ctrl, "model")],
             show_progress,
         )?
     } else {
@@ -592,6 +633,90 @@ pub fn run(args: &PerfArgs) -> Result<()> {
     Ok(())
 }
 
+/// `--model`: the run on the in-memory controller.
+#[cfg(feature = "model")]
+fn run_on_model(
+    args: &PerfArgs,
+    read_pct: u8,
+    summary: &mut Summary,
+    clock: &Clock,
+    show_progress: bool,
+) -> Result<Vec<(RowId, WorkerResult)>> {
+    let platform = ModelPlatform::new(model_config()).context("creating the model")?;
+    let ctrl = open::open_platform(platform, "model", controller_options(args))?;
+    let jobs = prepare_jobs(&ctrl, "model", args, read_pct, args.seed)?;
+    describe(summary, "model".into(), &jobs);
+    run_jobs(
+        jobs,
+        clock,
+        vec![events::Watched::new(&ctrl, "model")],
+        show_progress,
+    )
+}
+
+/// `--model --paths N`: the run on a head of a model subsystem of N controllers.
+#[cfg(feature = "model")]
+fn run_on_model_head(
+    args: &PerfArgs,
+    paths: u16,
+    read_pct: u8,
+    summary: &mut Summary,
+    clock: &Clock,
+    show_progress: bool,
+) -> Result<Vec<(RowId, WorkerResult)>> {
+    use vfnvme::multipath::{HeadOptions, Subsystem};
+    let model = crate::model_subsys::build(paths, &[])?;
+    let ctrls = crate::model_subsys::bring_up(&model, &controller_options(args))?;
+    let policy = args.policy.unwrap_or_default();
+    let mp = Subsystem::from_controllers(
+        ctrls,
+        HeadOptions {
+            policy,
+            ..HeadOptions::default()
+        },
+    )
+    .context("forming the model subsystem's heads")?;
+    let name = format!("model head ({paths} paths)");
+    multipath::run_head(
+        &mp,
+        &name,
+        args,
+        policy,
+        read_pct,
+        summary,
+        clock,
+        show_progress,
+    )
+}
+
+/// `--model` in a build without the model: a typed refusal saying how to get it.
+#[cfg(not(feature = "model"))]
+fn run_on_model_head(
+    _args: &PerfArgs,
+    _paths: u16,
+    _read_pct: u8,
+    _summary: &mut Summary,
+    _clock: &Clock,
+    _show_progress: bool,
+) -> Result<Vec<(RowId, WorkerResult)>> {
+    run_on_model(_args, _read_pct, _summary, _clock, _show_progress)
+}
+
+/// `--model` in a build without the model: a typed refusal saying how to get it.
+#[cfg(not(feature = "model"))]
+fn run_on_model(
+    _args: &PerfArgs,
+    _read_pct: u8,
+    _summary: &mut Summary,
+    _clock: &Clock,
+    _show_progress: bool,
+) -> Result<Vec<(RowId, WorkerResult)>> {
+    anyhow::bail!(
+        "--model: this vfnvme was built without the in-memory model; rebuild with \
+         `cargo build -p vfnvme-tools --features model` (on by default)"
+    )
+}
+
 fn describe<P: Platform>(summary: &mut Summary, target: String, jobs: &[Job<P>]) {
     summary.targets.push(target);
     summary.workers += jobs.len();
@@ -602,10 +727,10 @@ fn describe<P: Platform>(summary: &mut Summary, target: String, jobs: &[Job<P>])
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "model"))]
 mod namespace_tests {
     use super::*;
-    use vfnvme::model::ModelMetadata;
+    use vfnvme_model::ModelMetadata;
 
     /// Namespace 1 formatted with 8 B of extended metadata, namespace 2 without.
     fn ctrl() -> Controller<ModelPlatform> {

@@ -219,7 +219,7 @@ pub enum PerfInputError {
         max: u32,
     },
     /// Neither or both of `--device` and `--model`.
-    #[error("say what to measure: --device BDF (a controller on vfio-pci; repeatable) or --model (the in-memory model)")]
+    #[error("say what to measure: --device BDF (a controller on vfio-pci; repeatable), --head BDF+BDF (a multipath head of one subsystem's controllers) or --model (the in-memory model)")]
     NoTarget,
 }
 

@@ -1,5 +1,6 @@
 //! Adding up the workers' results, and printing them as text and JSON.
 
+use super::path_counts::PathCounts;
 use super::percentiles;
 use super::rows::{self, Detail, Line, Row, RowId};
 use super::worker::WorkerResult;
@@ -60,6 +61,8 @@ pub struct Summary {
     pub continue_on_error: bool,
     /// Entries of each queue pair's rings.
     pub queue_size: u32,
+    /// On a multipath head: the policy and the I/Os per path.
+    pub paths: Option<PathCounts>,
 }
 
 impl Summary {
@@ -78,6 +81,9 @@ impl Summary {
                 self.first_error = r.first_error.map(|s| s.to_string());
             }
             self.latency.add(&r.latency)?;
+            if let Some(p) = self.paths.as_mut() {
+                p.add(&r.per_path);
+            }
         }
         Ok(self)
     }
@@ -154,6 +160,10 @@ Summary latency data for Total:
                 self.ns_per_unit,
             ));
         }
+        if let Some(p) = &self.paths {
+            s += "\n";
+            s += &p.text();
+        }
         if self.detail.transport {
             s += "
 PCIE transport statistics (per queue pair, whole run):
@@ -178,6 +188,7 @@ PCIE transport statistics (per queue pair, whole run):
             stopped: false,
             ended_early: false,
             transport: Default::default(),
+            per_path: Vec::new(),
         };
         Line::of(&all, self.time_s, self.io_size, self.ns_per_unit)
     }
@@ -285,6 +296,9 @@ PCIE transport statistics (per queue pair, whole run):
                 .collect(),
         );
         v["total"] = self.total_line().json();
+        if let Some(p) = &self.paths {
+            v["multipath"] = p.json();
+        }
         if d.latency >= 1 {
             v["percentiles"] = percentiles::percentiles_json(&percentiles::percentiles(
                 &self.latency,
@@ -378,6 +392,7 @@ mod tests {
             clock: "instant".into(),
             interrupted: false,
             rows: Vec::new(),
+            paths: None,
             detail: Detail::default(),
             ios_limit: 0,
             zipf: None,
@@ -403,6 +418,7 @@ mod tests {
             stopped: false,
             ended_early: false,
             transport: Default::default(),
+            per_path: Vec::new(),
         };
         let id = |thread| RowId {
             target: "model".into(),

@@ -16,11 +16,12 @@ use anyhow::{bail, Result};
 use hdrhistogram::Histogram;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use vfnvme::dma::DmaBuffer;
+use vfnvme::hal::DmaBuffer;
+use vfnvme::multipath::ChannelError;
 use vfnvme::platform::Platform;
 use vfnvme::spec::Status;
 use vfnvme::SubmitErrorKind;
-use vfnvme::{Namespace, QueuePair};
+use vfnvme::{DoorbellStats, Namespace, QueuePair};
 
 /// Empty polls between two clock reads.
 const IDLE_POLLS_PER_CLOCK_READ: u32 = 1 << 14;
@@ -72,8 +73,8 @@ pub struct WorkerResult {
     pub writes: u64,
     /// I/Os that completed with an error status.
     pub errors: u64,
-    /// The first error status seen.
-    pub first_error: Option<Status>,
+    /// The first failure seen.
+    pub first_error: Option<IoFailure>,
     /// Latency of every measured I/O, in clock units (see `Clock::ns_per_unit`).
     pub latency: Histogram<u64>,
     /// Completion batches reaped (for I/Os per doorbell).
@@ -86,6 +87,116 @@ pub struct WorkerResult {
     pub ended_early: bool,
     /// Polls, completions, submissions and doorbells of the queue pair.
     pub transport: TransportStats,
+    /// Commands sent per path (controller index) of a multipath head, failovers included;
+    /// empty for a plain queue pair.
+    pub per_path: Vec<u64>,
+}
+
+/// Why an I/O failed: the device's status, or a multipath channel's error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IoFailure {
+    /// The completion status of a queue pair's command.
+    Status(Status),
+    /// A multipath channel's error (device status, no path, head removed, ...).
+    Channel(ChannelError),
+}
+
+impl std::fmt::Display for IoFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IoFailure::Status(s) => s.fmt(f),
+            IoFailure::Channel(e) => e.fmt(f),
+        }
+    }
+}
+
+/// What the measuring loop drives: a queue pair on a namespace, or a multipath channel on a
+/// head.
+pub trait IoTarget {
+    /// Queues a read (or write) of `blocks` blocks at `lba`; `Ok(Some(buf))` hands the buffer
+    /// back when the queue is full (perf holds the I/O and submits it later).
+    fn submit(
+        &mut self,
+        read: bool,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        tag: u64,
+    ) -> Result<Option<DmaBuffer>>;
+    /// Rings the doorbell(s) of what was queued.
+    fn commit(&mut self);
+    /// Reaps up to `max` completions: (tag, failure, buffer) each.
+    fn poll<F: FnMut(u64, Option<IoFailure>, Option<DmaBuffer>)>(
+        &mut self,
+        max: usize,
+        f: F,
+    ) -> usize;
+    /// I/Os submitted and not yet reaped.
+    fn outstanding(&self) -> usize;
+    /// The queue ID shown in transport statistics (0 for a channel).
+    fn qid(&self) -> u16;
+    /// The driver's doorbell counters, if any.
+    fn doorbell_stats(&self) -> Option<DoorbellStats>;
+    /// Commands per path (multipath only).
+    fn per_path(&self) -> Vec<u64> {
+        Vec::new()
+    }
+}
+
+/// A queue pair on one namespace.
+struct QpTarget<'a, P: Platform> {
+    qp: &'a mut QueuePair<P>,
+    ns: &'a Namespace,
+}
+
+impl<P: Platform> IoTarget for QpTarget<'_, P> {
+    #[inline]
+    fn submit(
+        &mut self,
+        read: bool,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        tag: u64,
+    ) -> Result<Option<DmaBuffer>> {
+        let r = if read {
+            self.qp.read(self.ns, lba, blocks, buf, tag)
+        } else {
+            self.qp.write(self.ns, lba, blocks, buf, tag)
+        };
+        match r {
+            Ok(()) => Ok(None),
+            Err(e) if matches!(e.kind, SubmitErrorKind::QueueFull { .. }) => match e.buffer {
+                Some(buf) => Ok(Some(buf)),
+                None => bail!("the driver kept no buffer of a refused I/O"),
+            },
+            Err(e) => Err(vfnvme::Error::from(e).into()),
+        }
+    }
+    #[inline]
+    fn commit(&mut self) {
+        self.qp.commit();
+    }
+    #[inline]
+    fn poll<F: FnMut(u64, Option<IoFailure>, Option<DmaBuffer>)>(
+        &mut self,
+        max: usize,
+        mut f: F,
+    ) -> usize {
+        self.qp.poll(max, |c| {
+            let failure = (!c.status.is_success()).then_some(IoFailure::Status(c.status));
+            f(c.tag, failure, c.buffer)
+        })
+    }
+    fn outstanding(&self) -> usize {
+        self.qp.outstanding()
+    }
+    fn qid(&self) -> u16 {
+        self.qp.qid()
+    }
+    fn doorbell_stats(&self) -> Option<DoorbellStats> {
+        self.qp.doorbell_stats()
+    }
 }
 
 /// A small, fast, seeded random number generator (xorshift64*).
@@ -185,6 +296,28 @@ pub fn run<P: Platform>(
     clock: &Clock,
     progress: Option<&Counter>,
 ) -> Result<WorkerResult> {
+    let (blocks, shift) = (ns.blocks(), u32::from(ns.lba_shift()));
+    run_on(
+        &mut QpTarget { qp, ns },
+        blocks,
+        shift,
+        buffers,
+        plan,
+        clock,
+        progress,
+    )
+}
+
+/// [`run`] on any [`IoTarget`] over `ns_blocks` blocks of `1 << lba_shift` bytes.
+pub fn run_on<T: IoTarget>(
+    qp: &mut T,
+    ns_blocks: u64,
+    lba_shift: u32,
+    buffers: Vec<DmaBuffer>,
+    plan: &WorkerPlan,
+    clock: &Clock,
+    progress: Option<&Counter>,
+) -> Result<WorkerResult> {
     let qd = buffers.len();
     if qd != plan.qd as usize || qd == 0 {
         bail!(
@@ -193,9 +326,9 @@ pub fn run<P: Platform>(
             plan.qd
         );
     }
-    let blocks_per_io = plan.io_size >> ns.lba_shift();
+    let blocks_per_io = plan.io_size >> lba_shift;
     let blocks = u32::try_from(blocks_per_io)?;
-    let mut offsets = Offsets::new(plan, ns.blocks(), blocks_per_io);
+    let mut offsets = Offsets::new(plan, ns_blocks, blocks_per_io);
     let mut latency = Histogram::<u64>::new_with_bounds(1, MAX_TRACKED_UNITS, 3)?;
     let doorbells_before = qp.doorbell_stats();
     let mut res = WorkerResult {
@@ -212,6 +345,7 @@ pub fn run<P: Platform>(
             qid: qp.qid(),
             ..TransportStats::default()
         },
+        per_path: Vec::new(),
     };
     // Per slot: submission time in ns since `start`, or UNTIMED.
     const UNTIMED: u64 = u64::MAX;
@@ -219,7 +353,7 @@ pub fn run<P: Platform>(
     let sample_every = u64::from(plan.lat_sample.max(1));
     let mut batch_no: u64 = 0;
     // Completions of one poll; capacity qd, so pushing never allocates.
-    let mut reaped: Vec<(u64, Status, Option<DmaBuffer>)> = Vec::with_capacity(qd);
+    let mut reaped: Vec<(u64, Option<IoFailure>, Option<DmaBuffer>)> = Vec::with_capacity(qd);
     // I/Os held back while the submission queue is full (capacity qd: never allocates).
     let mut held: std::collections::VecDeque<(u64, DmaBuffer)> =
         std::collections::VecDeque::with_capacity(qd);
@@ -239,31 +373,23 @@ pub fn run<P: Platform>(
     let mut now = start;
 
     // Submits one I/O from `slot`; a full queue hands the buffer back to be held.
-    let submit = |qp: &mut QueuePair<P>,
+    let submit = |qp: &mut T,
                   offsets: &mut Offsets,
                   stats: &mut TransportStats,
                   slot: u64,
                   buf: DmaBuffer|
      -> Result<Option<(u64, DmaBuffer)>> {
         let (lba, read) = offsets.next_io();
-        let r = if read {
-            qp.read(ns, lba, blocks, buf, slot)
-        } else {
-            qp.write(ns, lba, blocks, buf, slot | WRITE_TAG)
-        };
-        match r {
-            Ok(()) => {
+        let tag = if read { slot } else { slot | WRITE_TAG };
+        match qp.submit(read, lba, blocks, buf, tag)? {
+            None => {
                 stats.submitted += 1;
                 Ok(None)
             }
-            Err(e) if matches!(e.kind, SubmitErrorKind::QueueFull { .. }) => {
+            Some(buf) => {
                 stats.queued += 1;
-                match e.buffer {
-                    Some(buf) => Ok(Some((slot, buf))),
-                    None => bail!("the driver kept no buffer of a refused I/O"),
-                }
+                Ok(Some((slot, buf)))
             }
-            Err(e) => Err(vfnvme::Error::from(e).into()),
         }
     };
 
@@ -289,7 +415,7 @@ pub fn run<P: Platform>(
     let mut idle: u32 = 0;
     loop {
         stats.polls += 1;
-        let n = qp.poll(qd, |c| reaped.push((c.tag, c.status, c.buffer)));
+        let n = qp.poll(qd, |tag, failure, buf| reaped.push((tag, failure, buf)));
         if n == 0 {
             stats.idle_polls += 1;
             idle += 1;
@@ -341,7 +467,7 @@ pub fn run<P: Platform>(
         if measuring {
             res.batches += 1;
         }
-        for (tag, status, buf) in reaped.drain(..) {
+        for (tag, failure, buf) in reaped.drain(..) {
             let slot = tag & !WRITE_TAG;
             if measuring {
                 let t0 = submitted_at.get(slot as usize).copied().unwrap_or(UNTIMED);
@@ -354,9 +480,11 @@ pub fn run<P: Platform>(
                     res.reads += 1;
                 }
             }
-            if !status.is_success() {
+            if let Some(failure) = failure {
                 res.errors += 1;
-                res.first_error.get_or_insert(status);
+                if res.first_error.is_none() {
+                    res.first_error = Some(failure);
+                }
                 if !plan.continue_on_error {
                     draining = true;
                 }
@@ -404,13 +532,14 @@ pub fn run<P: Platform>(
     res.measured_units = end.saturating_sub(ramp_end);
     stats.doorbells = doorbell_delta(doorbells_before, qp.doorbell_stats());
     res.transport = stats;
+    res.per_path = qp.per_path();
     if let Some(p) = progress {
         p.publish(res.reads + res.writes);
     }
     Ok(res)
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "model"))]
 mod tests {
     use super::*;
 
@@ -471,8 +600,8 @@ mod tests {
 
     #[test]
     fn a_stop_request_ends_an_hour_long_run_with_what_was_measured() {
-        use vfnvme::model::ModelPlatform;
         use vfnvme::{Controller, ControllerOptions, QpairOptions};
+        use vfnvme_model::ModelPlatform;
         static STOP: AtomicBool = AtomicBool::new(true);
         let ctrl = Controller::new(
             ModelPlatform::new(super::super::model_config()).unwrap(),
@@ -508,12 +637,12 @@ mod tests {
     fn model_qpair(
         depth: u32,
     ) -> (
-        vfnvme::Controller<vfnvme::model::ModelPlatform>,
-        std::sync::Arc<vfnvme::model::ModelPlatform>,
-        QueuePair<vfnvme::model::ModelPlatform>,
+        vfnvme::Controller<vfnvme_model::ModelPlatform>,
+        std::sync::Arc<vfnvme_model::ModelPlatform>,
+        QueuePair<vfnvme_model::ModelPlatform>,
     ) {
-        use vfnvme::model::ModelPlatform;
         use vfnvme::{Controller, ControllerOptions, QpairOptions};
+        use vfnvme_model::ModelPlatform;
         let platform = ModelPlatform::new(super::super::model_config()).unwrap();
         let ctrl = Controller::new(platform.clone(), ControllerOptions::default()).unwrap();
         let qp = ctrl

@@ -14,9 +14,17 @@
 //! - `VFNVME_OTHER_DEVICES`: comma-separated PCI addresses of devices that are not NVMe
 //!   controllers (e.g. the `safety` scenario's e1000).
 //!
+//! - `VFNVME_QEMU_IDS`: `id=bdf` of every controller, joined by commas (`c0=0000:01:00.0`): the
+//!   QEMU device id a host-side QMP command such as `device_del` takes.
+//! - `VFNVME_REMOVABLE_DEVICES`: comma-separated PCI addresses of the controllers behind a
+//!   `pcie-root-port` (QMP `device_del` can hot-remove them).
+//! - `VFNVME_EXPECT_MEDIA_ERRORS`: the first vfio-pci controller's namespaces on `blkdebug`, as
+//!   `nsid:read_error_sector:write_error_sector` items (512-byte sectors) joined by commas.
+//!
 //! A namespace list is `nsid:blocks:lba_size` items joined by commas.
 
-use super::scenarios::{Binding, Controller, Scenario, QEMU_DEFAULT_MDTS, QEMU_MODEL};
+use super::devices::qemu_id;
+use super::scenarios::{Backing, Binding, Controller, Scenario, QEMU_DEFAULT_MDTS, QEMU_MODEL};
 
 /// The environment variables describing `scenario`, with `extra_vfio` (from `--vfio`) added
 /// to the vfio-pci device list.
@@ -57,6 +65,10 @@ pub fn scenario_env(scenario: &Scenario, extra_vfio: &[String]) -> Vec<(String, 
             "VFNVME_EXPECT_METADATA".into(),
             metadata_list(scenario, first),
         ));
+        env.push((
+            "VFNVME_EXPECT_MEDIA_ERRORS".into(),
+            media_error_list(scenario, first),
+        ));
         if let Some(n) = first.max_ioqpairs {
             env.push(("VFNVME_EXPECT_IOQPAIRS".into(), n.to_string()));
         }
@@ -71,6 +83,20 @@ pub fn scenario_env(scenario: &Scenario, extra_vfio: &[String]) -> Vec<(String, 
             ns_list(scenario, c),
         ));
     }
+    let ids: Vec<String> = scenario
+        .controllers
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{}={}", qemu_id(i), c.bdf()))
+        .collect();
+    env.push(("VFNVME_QEMU_IDS".into(), ids.join(",")));
+    let removable: Vec<String> = scenario
+        .controllers
+        .iter()
+        .filter(|c| c.bus != 0)
+        .map(Controller::bdf)
+        .collect();
+    env.push(("VFNVME_REMOVABLE_DEVICES".into(), removable.join(",")));
     if let Some(s) = &scenario.subsystem {
         env.push((
             "VFNVME_EXPECT_SUBNQN".into(),
@@ -87,6 +113,25 @@ fn metadata_list(scenario: &Scenario, c: &Controller) -> String {
         .iter()
         .filter(|n| n.ms != 0 || n.pi != 0)
         .map(|n| format!("{}:{}:{}:{}", n.nsid, n.ms, u8::from(n.mset), n.pi))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `nsid:read_error_sector:write_error_sector` of each namespace of `c` on `blkdebug`.
+fn media_error_list(scenario: &Scenario, c: &Controller) -> String {
+    scenario
+        .namespaces_of(c)
+        .iter()
+        .filter_map(|n| match n.backing {
+            Backing::FaultyRaw {
+                read_error_sector,
+                write_error_sector,
+            } => Some(format!(
+                "{}:{read_error_sector}:{write_error_sector}",
+                n.nsid
+            )),
+            _ => None,
+        })
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -132,6 +177,49 @@ mod tests {
         assert_eq!(get(&env, "VFNVME_KERNEL_DEVICES"), "0000:00:11.0");
         assert_eq!(get(&env, "VFNVME_EXPECT_SERIAL_11"), "VFNVME-SBS-KERNEL");
         assert_eq!(get(&env, "VFNVME_EXPECT_NS_11"), "1:262144:4096");
+    }
+
+    #[test]
+    fn hotplug_ids_removable_devices_and_media_errors() {
+        let env = scenario_env(find("hotplug").unwrap(), &[]);
+        assert_eq!(
+            get(&env, "VFNVME_VFIO_DEVICES"),
+            "0000:01:00.0,0000:00:11.0"
+        );
+        assert_eq!(
+            get(&env, "VFNVME_QEMU_IDS"),
+            "c0=0000:01:00.0,c1=0000:00:11.0"
+        );
+        assert_eq!(get(&env, "VFNVME_REMOVABLE_DEVICES"), "0000:01:00.0");
+        assert_eq!(get(&env, "VFNVME_EXPECT_SERIAL_10"), "VFNVME-HOTPLUG");
+        assert_eq!(get(&env, "VFNVME_EXPECT_MEDIA_ERRORS"), "");
+        let env = scenario_env(find("media").unwrap(), &[]);
+        assert_eq!(get(&env, "VFNVME_EXPECT_MEDIA_ERRORS"), "1:2048:4096");
+        assert_eq!(get(&env, "VFNVME_EXPECT_NS"), "1:32768:512,2:4096:4096");
+        assert_eq!(get(&env, "VFNVME_REMOVABLE_DEVICES"), "");
+    }
+
+    #[test]
+    fn mphotplug_names_the_removable_controller_and_the_subsystem() {
+        let env = scenario_env(find("mphotplug").unwrap(), &[]);
+        assert_eq!(
+            get(&env, "VFNVME_VFIO_DEVICES"),
+            "0000:01:00.0,0000:00:11.0"
+        );
+        assert_eq!(
+            get(&env, "VFNVME_QEMU_IDS"),
+            "c0=0000:01:00.0,c1=0000:00:11.0"
+        );
+        assert_eq!(get(&env, "VFNVME_REMOVABLE_DEVICES"), "0000:01:00.0");
+        assert_eq!(get(&env, "VFNVME_EXPECT_NS"), "1:32768:512,2:2048:4096");
+        assert_eq!(
+            get(&env, "VFNVME_EXPECT_NS_10"),
+            get(&env, "VFNVME_EXPECT_NS_11")
+        );
+        assert_eq!(
+            get(&env, "VFNVME_EXPECT_SUBNQN"),
+            "nqn.2019-08.org.qemu:vfnvme-mphp"
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod initramfs;
 mod install;
 mod paths;
 mod qemu;
+mod qmp;
 mod run_script;
 mod scenarios;
 
@@ -284,6 +285,10 @@ impl Guest<'_> {
             self.verbose,
             !self.qemu_defaults,
         );
+        // QMP for the guest's host-side requests (device_del, ...): see qmp.rs.
+        let qmp_socket = qmp::socket_path(&run.nonce);
+        let relay = qmp::Relay::start(qmp_socket.clone(), run.out.join("qmp"), boot.echo)
+            .context("starting the QMP relay")?;
         let args = qemu::qemu_args(&qemu::GuestConfig {
             accel: boot.accel,
             memory_mib: self.memory_mib,
@@ -294,13 +299,14 @@ impl Guest<'_> {
             out_dir: &self.dirs.out,
             devices: boot.devices,
             extra: boot.extra_qemu,
+            qmp_socket: Some(&qmp_socket),
         });
         fs::write(
             run.out.join("qemu-args.txt"),
             format!("{} {}\n", qemu::QEMU, args.join(" ")),
         )
         .context("recording the QEMU command line")?;
-        run_guest(
+        let result = run_guest(
             qemu::QEMU,
             &args,
             &run.nonce,
@@ -308,7 +314,9 @@ impl Guest<'_> {
             &run.console_log(),
             boot.echo,
             !self.qemu_defaults,
-        )
+        );
+        relay.stop();
+        result
     }
 }
 
@@ -346,6 +354,7 @@ fn command_env(
     }
     env.insert("VFNVME_GUEST".into(), "1".into());
     env.insert("VFNVME_OUT_DIR".into(), path_str(out)?);
+    env.insert("VFNVME_QMP_DIR".into(), path_str(&out.join("qmp"))?);
     for kv in user {
         let (k, v) = kv
             .split_once('=')

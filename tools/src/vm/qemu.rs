@@ -27,6 +27,8 @@ pub struct GuestConfig<'a> {
     pub devices: &'a [String],
     /// Raw arguments from `--qemu-arg`, last.
     pub extra: &'a [String],
+    /// Unix socket QEMU serves QMP on (`qmp.rs` relays the guest's requests to it).
+    pub qmp_socket: Option<&'a Path>,
 }
 
 /// QEMU's arguments (without the binary).
@@ -72,6 +74,13 @@ pub fn qemu_args(cfg: &GuestConfig<'_>) -> Vec<String> {
             cfg.out_dir.to_string_lossy().replace(',', ",,")
         ),
     ]);
+    if let Some(sock) = cfg.qmp_socket {
+        args.push("-qmp".into());
+        args.push(format!(
+            "unix:{},server=on,wait=off",
+            sock.to_string_lossy().replace(',', ",,")
+        ));
+    }
     args.extend(cfg.devices.iter().cloned());
     args.extend(cfg.extra.iter().cloned());
     args
@@ -95,6 +104,7 @@ mod tests {
             out_dir: Path::new("/o"),
             devices: &devices,
             extra: &extra,
+            qmp_socket: Some(Path::new("/tmp/q.sock")),
         });
         let iommu = args
             .iter()
@@ -104,5 +114,8 @@ mod tests {
         assert!(iommu < nvme);
         assert_eq!(args.last().unwrap(), "-S");
         assert!(args.windows(2).any(|w| w[0] == "-accel" && w[1] == "tcg"));
+        assert!(args
+            .windows(2)
+            .any(|w| w[0] == "-qmp" && w[1] == "unix:/tmp/q.sock,server=on,wait=off"));
     }
 }

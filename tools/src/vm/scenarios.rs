@@ -22,6 +22,23 @@ pub enum Backing {
     Raw,
     /// QEMU's `null-co` with `read-zeroes=on`: fast, keeps nothing, reads return zeroes.
     Null,
+    /// QEMU's `null-co` with `read-zeroes=on` and `latency-ns`: every I/O takes `latency_ms`
+    /// (to force I/O timeouts); keeps nothing, reads return zeroes.
+    SlowNull {
+        /// How long each I/O takes, in milliseconds.
+        latency_ms: u32,
+    },
+    /// A sparse raw image behind QEMU's `blkdebug` driver, whose `[inject-error]` rules (a file
+    /// the harness writes next to the image) fail with EIO every read covering the 512-byte
+    /// sector `read_error_sector` and every write covering `write_error_sector`: QEMU's NVMe
+    /// device completes those with media errors (SCT 2h, SC 81h Unrecovered Read Error for
+    /// reads, SC 80h Write Fault for writes). Everything else keeps data like [`Backing::Raw`].
+    FaultyRaw {
+        /// The 512-byte sector whose reads fail.
+        read_error_sector: u64,
+        /// The 512-byte sector whose writes fail.
+        write_error_sector: u64,
+    },
 }
 
 /// One namespace.
@@ -122,12 +139,20 @@ pub struct Controller {
     pub mdts: Option<u8>,
     /// QEMU `max_ioqpairs`; `None` = QEMU's default (64).
     pub max_ioqpairs: Option<u16>,
+    /// 0: the controller sits on the root bus (pcie.0) at `slot`. N > 0: it sits alone behind a
+    /// `pcie-root-port` at `slot` (so that QMP `device_del` can hot-remove it), and the guest
+    /// finds it at `0000:<N>:00.0`; the firmware numbers root ports' buses from 1 in slot order.
+    pub bus: u8,
 }
 
 impl Controller {
-    /// PCI address in the guest, e.g. `0000:00:10.0`.
+    /// PCI address in the guest, e.g. `0000:00:10.0` (or `0000:01:00.0` behind a root port).
     pub fn bdf(&self) -> String {
-        format!("0000:00:{:02x}.0", self.slot)
+        if self.bus == 0 {
+            format!("0000:00:{:02x}.0", self.slot)
+        } else {
+            format!("0000:{:02x}:00.0", self.bus)
+        }
     }
 }
 
@@ -189,6 +214,7 @@ const fn one(serial: &'static str, binding: Binding, ns: &'static [Namespace]) -
         namespaces: Namespaces::List(ns),
         mdts: None,
         max_ioqpairs: None,
+        bus: 0,
     }
 }
 
@@ -246,6 +272,19 @@ pub const SCENARIOS: &[Scenario] = &[
         )],
     },
     Scenario {
+        name: "slowns",
+        description: "one controller on vfio-pci: ns 1 = 16 MiB raw image, 512 B LBAs (fast); ns 2 = 64 MiB null-co, 4096 B LBAs, every I/O takes 3 s (latency-ns: forces I/O timeouts)",
+        subsystem: None,
+        controllers: &[one(
+            "VFNVME-SLOWNS",
+            Binding::Vfio,
+            &[
+                Namespace::new(1, Backing::Raw, 16 * MIB, 512),
+                Namespace::new(2, Backing::SlowNull { latency_ms: 3000 }, 64 * MIB, 4096),
+            ],
+        )],
+    },
+    Scenario {
         name: "sidebyside",
         description: "two identical null-co 4 KiB controllers: 00:10.0 on vfio-pci, 00:11.0 on the kernel nvme driver",
         subsystem: None,
@@ -257,6 +296,7 @@ pub const SCENARIOS: &[Scenario] = &[
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
                 mdts: None,
                 max_ioqpairs: None,
+                bus: 0,
             },
             Controller {
                 slot: 0x11,
@@ -265,6 +305,7 @@ pub const SCENARIOS: &[Scenario] = &[
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
                 mdts: None,
                 max_ioqpairs: None,
+                bus: 0,
             },
         ],
     },
@@ -280,6 +321,7 @@ pub const SCENARIOS: &[Scenario] = &[
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
                 mdts: None,
                 max_ioqpairs: None,
+                bus: 0,
             },
             Controller {
                 slot: 0x11,
@@ -288,6 +330,7 @@ pub const SCENARIOS: &[Scenario] = &[
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
                 mdts: None,
                 max_ioqpairs: None,
+                bus: 0,
             },
             Controller {
                 slot: 0x12,
@@ -296,6 +339,7 @@ pub const SCENARIOS: &[Scenario] = &[
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
                 mdts: None,
                 max_ioqpairs: None,
+                bus: 0,
             },
             Controller {
                 slot: 0x13,
@@ -304,6 +348,7 @@ pub const SCENARIOS: &[Scenario] = &[
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
                 mdts: None,
                 max_ioqpairs: None,
+                bus: 0,
             },
             Controller {
                 slot: 0x14,
@@ -312,6 +357,7 @@ pub const SCENARIOS: &[Scenario] = &[
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Null, GIB, 4096)]),
                 mdts: None,
                 max_ioqpairs: None,
+                bus: 0,
             },
         ],
     },
@@ -327,6 +373,7 @@ pub const SCENARIOS: &[Scenario] = &[
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Raw, 64 * MIB, 512)]),
                 mdts: None,
                 max_ioqpairs: None,
+                bus: 0,
             },
             Controller {
                 slot: 0x11,
@@ -335,8 +382,55 @@ pub const SCENARIOS: &[Scenario] = &[
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Raw, 64 * MIB, 512)]),
                 mdts: None,
                 max_ioqpairs: None,
+                bus: 0,
             },
         ],
+    },
+    Scenario {
+        name: "hotplug",
+        description: "two raw-image controllers (64 MiB, 512 B LBAs) on vfio-pci: 0000:01:00.0 alone behind a pcie-root-port at 00:10.0 (QEMU id c0: QMP device_del hot-removes it) and 00:11.0 on the root bus",
+        subsystem: None,
+        controllers: &[
+            Controller {
+                slot: 0x10,
+                serial: "VFNVME-HOTPLUG",
+                binding: Binding::Vfio,
+                namespaces: Namespaces::List(&[Namespace::new(1, Backing::Raw, 64 * MIB, 512)]),
+                mdts: None,
+                max_ioqpairs: None,
+                bus: 1,
+            },
+            Controller {
+                slot: 0x11,
+                serial: "VFNVME-STAYS",
+                binding: Binding::Vfio,
+                namespaces: Namespaces::List(&[Namespace::new(1, Backing::Raw, 64 * MIB, 512)]),
+                mdts: None,
+                max_ioqpairs: None,
+                bus: 0,
+            },
+        ],
+    },
+    Scenario {
+        name: "media",
+        description: "one controller on vfio-pci: ns 1 = 16 MiB raw image behind blkdebug, 512 B LBAs, where reads covering sector 2048 and writes covering sector 4096 fail (media errors); ns 2 = 16 MiB raw, 4096 B, no faults",
+        subsystem: None,
+        controllers: &[one(
+            "VFNVME-MEDIA",
+            Binding::Vfio,
+            &[
+                Namespace::new(
+                    1,
+                    Backing::FaultyRaw {
+                        read_error_sector: 2048,
+                        write_error_sector: 4096,
+                    },
+                    16 * MIB,
+                    512,
+                ),
+                Namespace::new(2, Backing::Raw, 16 * MIB, 4096),
+            ],
+        )],
     },
     Scenario {
         name: "crosscheck",
@@ -366,6 +460,7 @@ pub const SCENARIOS: &[Scenario] = &[
                 namespaces: NONE,
                 mdts: None,
                 max_ioqpairs: None,
+                bus: 0,
             },
             Controller {
                 slot: 0x11,
@@ -374,6 +469,38 @@ pub const SCENARIOS: &[Scenario] = &[
                 namespaces: NONE,
                 mdts: None,
                 max_ioqpairs: None,
+                bus: 0,
+            },
+        ],
+    },
+    Scenario {
+        name: "mphotplug",
+        description: "nvme-subsys with two controllers sharing 2 raw namespaces, both on vfio-pci: 0000:01:00.0 alone behind a pcie-root-port at 00:10.0 (QEMU id c0: QMP device_del hot-removes it) and 00:11.0 on the root bus",
+        subsystem: Some(Subsystem {
+            nqn: "vfnvme-mphp",
+            namespaces: Namespaces::List(&[
+                Namespace::new(1, Backing::Raw, 16 * MIB, 512),
+                Namespace::new(2, Backing::Raw, 8 * MIB, 4096),
+            ]),
+        }),
+        controllers: &[
+            Controller {
+                slot: 0x10,
+                serial: "VFNVME-MPHP",
+                binding: Binding::Vfio,
+                namespaces: NONE,
+                mdts: None,
+                max_ioqpairs: None,
+                bus: 1,
+            },
+            Controller {
+                slot: 0x11,
+                serial: "VFNVME-MPHP",
+                binding: Binding::Vfio,
+                namespaces: NONE,
+                mdts: None,
+                max_ioqpairs: None,
+                bus: 0,
             },
         ],
     },
@@ -409,6 +536,7 @@ pub const SCENARIOS: &[Scenario] = &[
             ]),
             mdts: Some(2),
             max_ioqpairs: Some(1),
+            bus: 0,
         }],
     },
     Scenario {
@@ -427,6 +555,7 @@ pub const SCENARIOS: &[Scenario] = &[
             },
             mdts: None,
             max_ioqpairs: None,
+            bus: 0,
         }],
     },
     Scenario {
@@ -441,6 +570,7 @@ pub const SCENARIOS: &[Scenario] = &[
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Raw, 16 * MIB, 512)]),
                 mdts: None,
                 max_ioqpairs: None,
+                bus: 0,
             },
             Controller {
                 slot: 0x11,
@@ -449,6 +579,7 @@ pub const SCENARIOS: &[Scenario] = &[
                 namespaces: Namespaces::List(&[Namespace::new(1, Backing::Raw, 16 * MIB, 512)]),
                 mdts: None,
                 max_ioqpairs: None,
+                bus: 0,
             },
         ],
     },
@@ -605,6 +736,62 @@ mod tests {
             assert_eq!(ns[0].lba_size, 4096);
             assert_eq!(ns[0].blocks(), first[0].blocks());
         }
+    }
+
+    #[test]
+    fn root_port_buses_follow_slot_order_and_sectors_fit() {
+        for s in SCENARIOS {
+            let mut behind: Vec<&Controller> =
+                s.controllers.iter().filter(|c| c.bus != 0).collect();
+            behind.sort_by_key(|c| c.slot);
+            for (i, c) in behind.iter().enumerate() {
+                assert_eq!(usize::from(c.bus), i + 1, "{}", s.name);
+            }
+            for c in s.controllers {
+                for n in s.namespaces_of(c) {
+                    if let Backing::FaultyRaw {
+                        read_error_sector,
+                        write_error_sector,
+                    } = n.backing
+                    {
+                        assert!(read_error_sector * 512 < n.bytes, "{}", s.name);
+                        assert!(write_error_sector * 512 < n.bytes, "{}", s.name);
+                        assert_eq!(n.ms, 0, "{}", s.name);
+                    }
+                }
+            }
+        }
+        let hp = find("hotplug").unwrap();
+        assert_eq!(hp.controllers[0].bdf(), "0000:01:00.0");
+        assert_eq!(hp.controllers[1].bdf(), "0000:00:11.0");
+    }
+
+    #[test]
+    fn mphotplug_is_multipath_with_controller_0_behind_a_root_port() {
+        let mp = find("mphotplug").unwrap();
+        let plain = find("multipath").unwrap();
+        assert!(!mp.name.contains('_'), "test-all splits file names at '_'");
+        assert_eq!(mp.controllers[0].bdf(), "0000:01:00.0");
+        assert_eq!(mp.controllers[1].bdf(), "0000:00:11.0");
+        assert!(mp.controllers.iter().all(|c| c.binding == Binding::Vfio));
+        let sub = mp.subsystem.expect("a subsystem");
+        assert_ne!(sub.nqn, plain.subsystem.unwrap().nqn);
+        // Both controllers show exactly the shared namespaces, the same as `multipath`'s.
+        for c in mp.controllers {
+            assert!(c.namespaces.expand().is_empty());
+            let got: Vec<(u32, u64, u32)> = mp
+                .namespaces_of(c)
+                .iter()
+                .map(|n| (n.nsid, n.blocks(), n.lba_size))
+                .collect();
+            let want: Vec<(u32, u64, u32)> = plain
+                .namespaces_of(&plain.controllers[0])
+                .iter()
+                .map(|n| (n.nsid, n.blocks(), n.lba_size))
+                .collect();
+            assert_eq!(got, want);
+        }
+        assert!(listing().contains("0000:01:00.0 serial VFNVME-MPHP on vfio-pci, 2 namespace(s)"));
     }
 
     #[test]

@@ -1,0 +1,655 @@
+//! The I/O API: a queue pair owned by one thread at a time.
+
+use super::ControllerInfo;
+use crate::admin::recovery::{ControllerEvent, Settled};
+use crate::admin::Shared;
+use crate::error::{Error, OptionalCommand, SubmitError, SubmitErrorKind};
+use crate::namespace::Namespace;
+use crate::platform::Platform;
+use crate::platform::RegisterIo;
+use crate::queue::tracker::Overdue;
+use crate::queue::{Direction, DoorbellStats, IoCompletion, IoQueue};
+use crate::quirks::Quirks;
+use crate::spec::command::DsmRange;
+use crate::spec::identify::{ONCS_DSM, ONCS_WRITE_ZEROES};
+use crate::spec::registers::{Csts, CSTS};
+use crate::spec::{Command, Status};
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+use std::sync::Arc;
+use vfnvme_hal::DmaBuffer;
+
+/// Options of a new queue pair.
+#[derive(Debug, Clone, Copy)]
+pub struct QpairOptions {
+    /// Entries per ring (2..=CAP.MQES+1); at most `depth - 1` commands are in flight.
+    pub depth: u32,
+    /// How long the `*_sync` helpers wait for a completion.
+    pub sync_timeout_ms: u64,
+    /// Doorbell batching for callers that commit after every submission (SPDK's
+    /// `delay_cmd_submit`): [`QueuePair::commit`] then writes the SQ doorbell only once at
+    /// least half of the commands in flight wait for it (so always when the controller would
+    /// otherwise sit idle), and leaves it to a later `commit` or the next `poll` otherwise.
+    /// Polling always rings. Off: `commit` always rings.
+    pub defer_sq_doorbell: bool,
+}
+
+impl Default for QpairOptions {
+    fn default() -> Self {
+        QpairOptions {
+            depth: 256,
+            sync_timeout_ms: 30_000,
+            defer_sq_doorbell: false,
+        }
+    }
+}
+
+/// An I/O submission queue and its completion queue.
+///
+/// `Send` but not `Sync`: one thread at a time submits and polls, without locks. The I/O path
+/// (submit, `commit`, `poll`) allocates nothing and writes at most one doorbell per batch.
+///
+/// `T` is the payload each request carries from submission to its [`IoCompletion`], kept in the
+/// driver's command tracker: a `u64` tag by default (SPDK's `cb_arg`, libvfn's `opaque`); the C
+/// ABI keeps its callback and argument there.
+pub struct QueuePair<P: Platform, T: Copy + Default = u64> {
+    /// Taken out only in `drop`, to be freed once the device is done with it (or leaked).
+    io: ManuallyDrop<IoQueue<T>>,
+    platform: Arc<P>,
+    shared: Arc<Shared<P>>,
+    qid: u16,
+    sync_timeout_ns: u64,
+    /// The reset epoch the queues were created in (see `admin/recovery.rs`).
+    epoch: u32,
+    /// Whether the queues exist on the controller (false after a reset until they are created
+    /// again, and for good once the controller is lost).
+    created: bool,
+    /// The controller could not be disabled: the device may still use this queue's memory.
+    stuck: bool,
+    /// Polls so far, wrapping at 256: the poll that wraps it looks at resets and timeouts.
+    polls: u8,
+    /// When the next timeout check is due (platform clock, ns).
+    next_check_ns: u64,
+    /// The timeout check interval: a quarter of the I/O timeout (0: timeouts off).
+    check_interval_ns: u64,
+    /// [`QpairOptions::defer_sq_doorbell`].
+    defer_sq_doorbell: bool,
+    /// Write Zeroes refused: `Some(quirk)` (`None`: the controller supports it).
+    no_write_zeroes: Option<bool>,
+    /// Dataset Management refused: `Some(quirk)` (`None`: the controller supports it).
+    no_dsm: Option<bool>,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+impl<P: Platform, T: Copy + Default> std::fmt::Debug for QueuePair<P, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueuePair")
+            .field("qid", &self.qid)
+            .field("depth", &self.io.depth())
+            .field("outstanding", &self.io.outstanding())
+            .finish()
+    }
+}
+
+impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
+    pub(crate) fn create(
+        shared: &Arc<Shared<P>>,
+        info: &ControllerInfo,
+        options: QpairOptions,
+    ) -> Result<Self, Error> {
+        let max = shared.cap.max_queue_entries();
+        if options.depth > max {
+            return Err(Error::QueueDepthTooLarge {
+                requested: options.depth,
+                max,
+            });
+        }
+        if options.depth < 2 {
+            return Err(Error::QueueDepthTooSmall {
+                requested: options.depth,
+            });
+        }
+        let qid = shared.reserve_qid()?;
+        let mut io = match IoQueue::new(
+            shared.platform.dma(),
+            shared.platform.regs(),
+            qid,
+            options.depth,
+            shared.cap.dstrd(),
+            shared.shadow.as_ref(),
+            info.max_transfer_bytes,
+        ) {
+            Ok(io) => io,
+            Err(e) => {
+                shared.unreserve_qid(qid);
+                return Err(e.into());
+            }
+        };
+        io.enable_retries(shared.io_retries, shared.io_retry_count.clone());
+        let (create_cq, create_sq) = create_commands(qid, &io);
+        let epoch = shared.epoch();
+        // A create command that timed out may still take effect: its queue may exist.
+        let may_exist = |e: &Error| matches!(e, Error::AdminTimeout { .. });
+        let abandon = |io: IoQueue<T>, sq: bool, cq: bool| {
+            if !shared.abandon_qpair(qid, sq, cq) {
+                log::error!("queue pair {qid}: leaked its DMA memory (the controller could not be disabled)");
+                shared.platform.dma().leak(io);
+            }
+        };
+        // SAFETY: (both creates) the rings belong to `io`, which the queue pair keeps until
+        // the queues are deleted on drop; if a create fails or times out, `abandon` frees them
+        // only once the queue is deleted or the controller disabled (or leaks them).
+        if let Err(e) = unsafe { shared.admin_sync_raw(create_cq) } {
+            abandon(io, false, may_exist(&e));
+            return Err(e);
+        }
+        // SAFETY: as for the CQ above.
+        if let Err(e) = unsafe { shared.admin_sync_raw(create_sq) } {
+            abandon(io, may_exist(&e), true);
+            return Err(e);
+        }
+        Ok(QueuePair {
+            io: ManuallyDrop::new(io),
+            platform: shared.platform.clone(),
+            shared: shared.clone(),
+            qid,
+            sync_timeout_ns: options.sync_timeout_ms.saturating_mul(1_000_000),
+            epoch,
+            created: true,
+            stuck: false,
+            polls: 0,
+            next_check_ns: 0,
+            check_interval_ns: shared.io_timeout_ns / u64::from(TIMEOUT_CHECKS),
+            defer_sq_doorbell: options.defer_sq_doorbell,
+            no_write_zeroes: if info.quirks.contains(Quirks::DISABLE_WRITE_ZEROES) {
+                Some(true)
+            } else if info.identify.oncs & ONCS_WRITE_ZEROES == 0 {
+                Some(false)
+            } else {
+                None
+            },
+            no_dsm: (info.identify.oncs & ONCS_DSM == 0).then_some(false),
+            _not_sync: PhantomData,
+        })
+    }
+
+    /// The slot the next submitted request will occupy ([`IoCompletion::slot`] gives it back),
+    /// or `None` when the queue pair is full: for side tables indexed per request that must be
+    /// filled before the submission (the C ABI's in-flight buffer marks).
+    #[inline(always)]
+    pub fn next_slot(&self) -> Option<u16> {
+        self.io.next_slot()
+    }
+
+    /// The queue id (SQ and CQ).
+    pub fn qid(&self) -> u16 {
+        self.qid
+    }
+    /// Ring depth.
+    pub fn depth(&self) -> u32 {
+        self.io.depth()
+    }
+    /// Commands in flight (a split request counts each of its commands).
+    #[inline]
+    pub fn outstanding(&self) -> usize {
+        self.io.outstanding()
+    }
+    /// Free command slots.
+    #[inline]
+    pub fn free_slots(&self) -> usize {
+        self.io.free_slots()
+    }
+    /// Largest data transfer per command; larger I/O is split.
+    pub fn max_transfer(&self) -> usize {
+        self.io.max_transfer()
+    }
+    /// Completion entries ignored because their command identifier named no command in flight
+    /// (a device that posts a completion twice, or one with an identifier it was never given):
+    /// each is logged and never ends another request.
+    pub fn spurious_completions(&self) -> u64 {
+        self.io.spurious_completions()
+    }
+    /// I/O commands this queue pair sent again (see
+    /// [`ControllerOptions::io_retries`](crate::ControllerOptions::io_retries)).
+    pub fn retries(&self) -> u64 {
+        self.io.retries()
+    }
+    /// Whether shadow doorbells are in use on this queue pair.
+    pub fn uses_shadow_doorbells(&self) -> bool {
+        self.io.uses_shadow()
+    }
+
+    /// Doorbell updates (MMIO and shadow, SQ and CQ) since the queue pair was created, counted
+    /// in plain fields when the crate's `doorbell-stats` feature is on (`vfnvme perf` turns it
+    /// on); `None` without it.
+    pub fn doorbell_stats(&self) -> Option<DoorbellStats> {
+        self.io.doorbell_stats()
+    }
+
+    /// Queues a read of `blocks` blocks at `lba` into `buf`; the buffer comes back in the
+    /// [`IoCompletion`] (or inside the error).
+    #[inline]
+    pub fn read(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        tag: T,
+    ) -> Result<(), SubmitError> {
+        self.io.read(ns, lba, blocks, buf, tag)
+    }
+
+    /// Queues a write of `blocks` blocks at `lba` from `buf`.
+    #[inline]
+    pub fn write(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        tag: T,
+    ) -> Result<(), SubmitError> {
+        self.io.write(ns, lba, blocks, buf, tag)
+    }
+
+    /// Queues a read or write on borrowed memory (the C ABI's entry point): `span` is a range
+    /// of one live allocation of this controller's [`vfnvme_hal::DmaPool`], checked when it was
+    /// made ([`vfnvme_hal::DmaPool::span`], [`vfnvme_hal::DmaRegion::span`] or
+    /// [`DmaBuffer::span`]), so the device never touches memory past it. A span shorter than
+    /// the transfer fails with [`crate::SubmitErrorKind::BufferTooSmall`]. The completion
+    /// carries no buffer.
+    ///
+    /// # Safety
+    /// `span` must come from this controller's pool ([`crate::Controller::dma`]), and its
+    /// allocation must stay allocated and untouched until the request completes or the queue
+    /// pair is dropped.
+    #[inline(always)]
+    pub unsafe fn submit_raw(
+        &mut self,
+        ns: &Namespace,
+        dir: Direction,
+        lba: u64,
+        blocks: u32,
+        span: vfnvme_hal::DmaSpan,
+        tag: T,
+    ) -> Result<(), SubmitError> {
+        // SAFETY: the caller upholds the contract documented above.
+        unsafe { self.io.submit_raw(ns, dir, lba, blocks, span, tag) }
+    }
+
+    /// Queues a flush.
+    #[inline]
+    pub fn flush(&mut self, ns: &Namespace, tag: T) -> Result<(), SubmitError> {
+        self.io.flush(ns, tag)
+    }
+
+    /// Queues Write Zeroes.
+    #[inline]
+    pub fn write_zeroes(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        tag: T,
+    ) -> Result<(), SubmitError> {
+        if let Some(quirk) = self.no_write_zeroes {
+            return Err(Self::unsupported(OptionalCommand::WriteZeroes, quirk));
+        }
+        self.io.write_zeroes(ns, lba, blocks, tag)
+    }
+
+    /// Queues a deallocate (Dataset Management) of 1..=256 ranges.
+    #[inline]
+    pub fn deallocate(
+        &mut self,
+        ns: &Namespace,
+        ranges: &[DsmRange],
+        tag: T,
+    ) -> Result<(), SubmitError> {
+        if let Some(quirk) = self.no_dsm {
+            return Err(Self::unsupported(OptionalCommand::DatasetManagement, quirk));
+        }
+        self.io.deallocate(ns, ranges, tag)
+    }
+
+    #[cold]
+    fn unsupported(command: OptionalCommand, quirk: bool) -> SubmitError {
+        SubmitError::new(SubmitErrorKind::CommandUnsupported { command, quirk }, None)
+    }
+
+    /// Rings the SQ doorbell once for everything queued, then the CQ head doorbell for what
+    /// earlier polls reaped; with [`QpairOptions::defer_sq_doorbell`], only once at least half
+    /// of the commands in flight wait for the doorbell (else the next `commit` or `poll` does).
+    #[inline]
+    pub fn commit(&mut self) {
+        if self.defer_sq_doorbell {
+            self.io.commit_when_due(self.platform.regs());
+        } else {
+            self.io.commit(self.platform.regs());
+        }
+    }
+
+    /// Commits pending submissions (and the CQ head of earlier polls), then delivers up to `max`
+    /// completions to `f`. Returns how many were delivered; their CQ head doorbell is written by
+    /// the next `commit` or `poll`, after the SQ doorbell of whatever is resubmitted (or at once
+    /// when the queue is too shallow for that: at most `depth / 2` commands in flight defer).
+    #[inline]
+    pub fn poll<F: FnMut(IoCompletion<T>)>(&mut self, max: usize, f: F) -> usize {
+        self.polls = self.polls.wrapping_add(1);
+        if self.polls == 0 && self.check() {
+            return self.recover(f);
+        }
+        self.io.commit(self.platform.regs());
+        self.platform.before_poll(self.qid);
+        self.io.reap(self.platform.regs(), max, f)
+    }
+
+    /// The slow part of [`poll`](Self::poll), every 256 polls: whether a
+    /// reset or the loss of the controller calls for [`recover`](Self::recover) (see
+    /// `admin/recovery.rs`), after a look at the I/O timeouts.
+    #[cold]
+    #[inline(never)]
+    fn check(&mut self) -> bool {
+        if self.platform.removed() {
+            self.shared.mark_removed();
+        }
+        if self.stuck || !self.created || self.shared.epoch() != self.epoch {
+            return true;
+        }
+        if self.check_interval_ns == 0 || self.io.outstanding() == 0 {
+            return false;
+        }
+        let now = self.platform.now_ns();
+        if now < self.next_check_ns {
+            return false;
+        }
+        self.next_check_ns = now.saturating_add(self.check_interval_ns);
+        match self.io.age(TIMEOUT_CHECKS) {
+            Some(overdue) => self.timed_out(overdue),
+            None => false,
+        }
+    }
+
+    /// A command outlived the I/O timeout: first an Abort (after a health check of the
+    /// controller); if it outlives another timeout, a controller reset. Returns whether the
+    /// queue pair must now recover.
+    #[cold]
+    fn timed_out(&mut self, overdue: Overdue) -> bool {
+        let (qid, cid) = (self.qid, overdue.cid);
+        let name = self.platform.name();
+        let csts = Csts(self.platform.regs().read32(CSTS));
+        if csts.is_all_ones() {
+            self.shared.mark_removed();
+            return true;
+        }
+        if !overdue.abort_sent && !csts.cfs() {
+            log::warn!("{name}: I/O command {cid} on queue {qid} timed out; sending Abort");
+            self.shared
+                .events
+                .publish(ControllerEvent::TimedOut { qid, cid });
+            match self.shared.admin_sync(Command::abort(qid, cid)) {
+                Ok(_) => {
+                    self.shared
+                        .events
+                        .publish(ControllerEvent::AbortSent { qid, cid });
+                    self.io.mark_abort_sent(cid);
+                    return false;
+                }
+                Err(e) => log::warn!("{name}: Abort of command {cid} on queue {qid}: {e}"),
+            }
+        }
+        log::warn!(
+            "{name}: I/O command {cid} on queue {qid} still outstanding (CSTS {:#x}); resetting the controller",
+            csts.0
+        );
+        if let Err(e) = self.shared.reset(Some(self.epoch)) {
+            log::error!("{name}: {e}");
+        }
+        true
+    }
+
+    /// After a reset or the loss of the controller: ends every request in flight with
+    /// [`Status::ABORTED_BY_RESET`] (or [`Status::CONTROLLER_LOST`]), buffers handed back as
+    /// the device stopped (leaked if it could not be stopped), then creates the queues again
+    /// if the controller is back. With retries on
+    /// ([`ControllerOptions::io_retries`](crate::ControllerOptions::io_retries)) and the
+    /// controller back, the requests are sent again on the new queues instead (but for those
+    /// out of retries or timed out). Returns how many requests ended.
+    #[cold]
+    #[inline(never)]
+    fn recover(&mut self, mut f: impl FnMut(IoCompletion<T>)) -> usize {
+        let settled = self.shared.settled();
+        let epoch = self.shared.epoch();
+        if settled == Settled::Stuck && epoch == self.epoch && self.created {
+            // Not after a disable: only a timeout brings us here. The device may still use
+            // the buffers; end the requests without them.
+            self.stuck = true;
+        }
+        let status = match settled {
+            Settled::Live => Status::ABORTED_BY_RESET,
+            _ => Status::CONTROLLER_LOST,
+        };
+        let leak = self.stuck || settled == Settled::Stuck;
+        let requeue = settled == Settled::Live && !leak && self.io.retries_enabled();
+        let mut n = 0;
+        if !requeue {
+            n = self.io.fail_all(status, self.platform.dma(), leak, &mut f);
+        }
+        self.created = false;
+        self.stuck |= settled == Settled::Stuck;
+        if settled == Settled::Live {
+            let (cq, sq) = create_commands(self.qid, &self.io);
+            // SAFETY: the rings belong to `self.io`, which this queue pair keeps until the
+            // queues are deleted on drop (or the controller is disabled).
+            let created = unsafe { self.shared.admin_sync_raw(cq) }
+                // SAFETY: as for the CQ.
+                .and_then(|_| unsafe { self.shared.admin_sync_raw(sq) });
+            match created {
+                Ok(_) => {
+                    self.created = true;
+                    self.epoch = epoch;
+                    self.next_check_ns = 0;
+                }
+                Err(e) => log::error!(
+                    "{}: queue pair {} could not be created again after the reset: {e}; its requests fail",
+                    self.platform.name(),
+                    self.qid
+                ),
+            }
+        }
+        if requeue {
+            n = if self.created {
+                self.io.requeue_after_reset(status, &mut f)
+            } else {
+                // The queues are not there; the device was disabled by the reset.
+                self.io.fail_all(status, self.platform.dma(), false, &mut f)
+            };
+        }
+        n
+    }
+
+    /// Polls until the single outstanding request completes (bounded by the sync timeout).
+    fn wait_one(&mut self) -> Result<IoCompletion<T>, Error> {
+        let start = self.platform.now_ns();
+        let mut got = None;
+        loop {
+            if self.poll(1, |c| got = Some(c)) > 0 {
+                break;
+            }
+            let waited = self.platform.now_ns().saturating_sub(start);
+            if waited > self.sync_timeout_ns {
+                return Err(Error::IoTimeout {
+                    waited_ms: waited / 1_000_000,
+                });
+            }
+            self.platform.relax();
+        }
+        got.ok_or(Error::IoTimeout { waited_ms: 0 })
+    }
+
+    /// Before a synchronous command: the queue pair must be idle, and a reset it has not yet
+    /// noticed is handled first (so that the command goes to queues that exist).
+    fn ensure_idle(&mut self) -> Result<(), Error> {
+        match self.io.outstanding() {
+            0 => {}
+            outstanding => return Err(Error::QueueBusy { outstanding }),
+        }
+        if self.check() {
+            self.recover(drop);
+        }
+        if !self.created {
+            return Err(self.shared.not_live_error());
+        }
+        Ok(())
+    }
+
+    fn finish(c: IoCompletion<T>) -> Result<Option<DmaBuffer>, Error> {
+        if c.status == Status::SUCCESS || c.status.is_success() {
+            Ok(c.buffer)
+        } else {
+            Err(Error::IoFailed { status: c.status })
+        }
+    }
+
+    /// Reads synchronously; returns the buffer filled. The queue pair must be idle.
+    pub fn read_sync(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+    ) -> Result<DmaBuffer, Error> {
+        self.ensure_idle()?;
+        self.read(ns, lba, blocks, buf, T::default())?;
+        let c = self.wait_one()?;
+        Self::finish(c)?.ok_or(Error::IoTimeout { waited_ms: 0 })
+    }
+
+    /// Writes synchronously; returns the buffer. The queue pair must be idle.
+    pub fn write_sync(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+    ) -> Result<DmaBuffer, Error> {
+        self.ensure_idle()?;
+        self.write(ns, lba, blocks, buf, T::default())?;
+        let c = self.wait_one()?;
+        Self::finish(c)?.ok_or(Error::IoTimeout { waited_ms: 0 })
+    }
+
+    /// Runs one NVM command set I/O command on `ns` with `buf` as its data (either direction)
+    /// and waits; returns the completion status and the buffer. The driver builds the data
+    /// pointer from `buf` and sets the nsid, so `cmd`'s pointer fields and CDW0 flags must be
+    /// zero. The length the device moves is read from the command (NLB of Read, Write and
+    /// Compare; NR of Dataset Management) and must fit in `buf`; other opcodes with data, and
+    /// namespaces with metadata or another command set, are refused
+    /// (`IoQueue::submit_single` is the unsafe form). The queue pair must be idle.
+    pub fn passthru_sync(
+        &mut self,
+        ns: &Namespace,
+        mut cmd: Command,
+        buf: Option<DmaBuffer>,
+    ) -> Result<(Status, Option<DmaBuffer>), Error> {
+        let opcode = cmd.opcode();
+        let refuse = |what: String| Err(Error::IoPassthru { opcode, what });
+        if cmd.prp1 != 0 || cmd.prp2 != 0 || cmd.mptr != 0 || cmd.cdw0 & !0xff != 0 {
+            return refuse(
+                "leave PRP1, PRP2, MPTR and the CDW0 flags zero: the data goes in a DmaBuffer"
+                    .into(),
+            );
+        }
+        let id = ns.identity();
+        if id.csi != 0 || id.metadata_size != 0 {
+            return refuse(
+                "the namespace has metadata or is not an NVM command set namespace".into(),
+            );
+        }
+        let bytes: u64 = match opcode {
+            0x00 | 0x04 | 0x08 | 0x0c => 0,
+            0x01 | 0x02 | 0x05 => ((cmd.cdw12 & 0xffff) as u64 + 1) << id.lba_shift,
+            0x09 => ((cmd.cdw10 & 0xff) as u64 + 1) * 16,
+            _ => return refuse("the driver can't tell how many bytes it moves; known: 00h flush, 01h write, 02h read, 04h write uncorrectable, 05h compare, 08h write zeroes, 09h dataset management, 0Ch verify".into()),
+        };
+        let len = buf.as_ref().map_or(0, |b| b.len() as u64);
+        if bytes > len {
+            return refuse(format!("it moves {bytes} bytes but the buffer holds {len}"));
+        }
+        if bytes > self.max_transfer() as u64 {
+            return refuse(format!(
+                "it moves {bytes} bytes, more than the {} one command may carry",
+                self.max_transfer()
+            ));
+        }
+        self.ensure_idle()?;
+        cmd.nsid = ns.nsid();
+        self.io
+            .submit_owned(cmd, buf, bytes as usize, T::default())?;
+        let c = self.wait_one()?;
+        Ok((c.status, c.buffer))
+    }
+
+    /// Flushes synchronously. The queue pair must be idle.
+    pub fn flush_sync(&mut self, ns: &Namespace) -> Result<(), Error> {
+        self.ensure_idle()?;
+        self.flush(ns, T::default())?;
+        Self::finish(self.wait_one()?).map(|_| ())
+    }
+}
+
+impl<P: Platform, T: Copy + Default> Drop for QueuePair<P, T> {
+    /// Deletes the queues (SQ, reap, CQ) and frees the rings, trackers and buffers in flight
+    /// only once the device is done with them: after successful deletes, or after disabling the
+    /// controller when a delete failed. If even that fails they are leaked (logged, and counted
+    /// by [`DmaPool::leaks`](vfnvme_hal::DmaPool::leaks)).
+    fn drop(&mut self) {
+        // SAFETY: `io` is taken exactly once, here, and `self.io` is not used afterwards.
+        let mut io = unsafe { ManuallyDrop::take(&mut self.io) };
+        let (platform, qid) = (&self.platform, self.qid);
+        if self.stuck {
+            log::error!(
+                "{}: queue pair {qid}: leaked its DMA memory (the controller could not be disabled)",
+                platform.name()
+            );
+            platform.dma().leak(io);
+            return;
+        }
+        if !self.created || self.shared.epoch() != self.epoch {
+            // A reset (or the loss of the controller) disabled it since the queues were
+            // created, and they were not created again: the device no longer has them.
+            self.shared.unreserve_qid(qid);
+            drop(io);
+            return;
+        }
+        let reap = || {
+            platform.before_poll(qid);
+            io.reap(platform.regs(), usize::MAX, drop);
+        };
+        if !self.shared.release_qpair(qid, reap) {
+            log::error!(
+                "{}: queue pair {qid}: leaked its DMA memory (the controller could not be disabled)",
+                platform.name()
+            );
+            platform.dma().leak(io);
+        }
+    }
+}
+
+/// Timeout checks a command lives through before it counts as timed out: the check interval is
+/// the I/O timeout divided by this.
+const TIMEOUT_CHECKS: u8 = 4;
+
+/// The Create I/O CQ and SQ commands of queue pair `qid` over the rings of `io`.
+fn create_commands<T: Copy + Default>(qid: u16, io: &IoQueue<T>) -> (Command, Command) {
+    let depth = io.depth();
+    let qsize = depth.clamp(2, 65536) - 1;
+    let mut cq = Command::create_io_cq(qid, 2, io.cq_iova());
+    let mut sq = Command::create_io_sq(qid, 2, qid, io.sq_iova());
+    // QSIZE is 0's based (CAP.MQES + 1 may be 65536, encoded 0xffff).
+    cq.cdw10 = u32::from(qid) | (qsize << 16);
+    sq.cdw10 = u32::from(qid) | (qsize << 16);
+    (cq, sq)
+}

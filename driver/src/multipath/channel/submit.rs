@@ -1,0 +1,357 @@
+//! Submission: the fast path (head unchanged, a usable path with its queue pair open) and
+//! everything else (a changed head, a path to open, no usable path: queue or refuse).
+
+use super::types::{ChannelSubmitError, IoOp};
+use super::{Dispatch, IoChannel, Pending, Req, Tag};
+use crate::error::{SubmitError, SubmitErrorKind};
+use crate::multipath::error::ChannelError;
+use crate::multipath::paths::MAX_PATHS;
+use crate::platform::Platform;
+use crate::queue::Direction;
+use vfnvme_hal::{DmaBuffer, DmaSpan};
+
+impl<P: Platform> IoChannel<P> {
+    /// Queues a read of `blocks` blocks at `lba` into `buf`.
+    #[inline(always)]
+    pub fn read(
+        &mut self,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        tag: u64,
+    ) -> Result<(), ChannelSubmitError> {
+        self.submit_data::<false>(lba, blocks, buf, tag)
+    }
+
+    /// Queues a write of `blocks` blocks at `lba` from `buf`.
+    #[inline(always)]
+    pub fn write(
+        &mut self,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        tag: u64,
+    ) -> Result<(), ChannelSubmitError> {
+        self.submit_data::<true>(lba, blocks, buf, tag)
+    }
+
+    /// Queues a read (`write` false) or write of `blocks` blocks at `lba` on borrowed memory
+    /// (the C ABI's entry point), like [`read`](Self::read) / [`write`](Self::write): same
+    /// path choice, failover (the same span is sent again on another path) and queueing. The
+    /// completion carries no buffer; a refused submission hands none back.
+    ///
+    /// # Safety
+    /// `span` must come from the DMA pool the subsystem's controllers share (every
+    /// controller's [`crate::Controller::dma`]), and its allocation must stay allocated and
+    /// untouched until [`poll`](Self::poll) delivers this request (or the channel is dropped).
+    #[inline(always)]
+    pub unsafe fn submit_raw(
+        &mut self,
+        write: bool,
+        lba: u64,
+        blocks: u32,
+        span: DmaSpan,
+        tag: u64,
+    ) -> Result<(), ChannelSubmitError> {
+        let op = if write { IoOp::Write } else { IoOp::Read };
+        let whole = Tag {
+            user: tag,
+            lba,
+            blocks,
+            op,
+            failovers: 0,
+            span: Some(span),
+        };
+        if self.head.paths.generation() == self.generation {
+            if let Some(i) = self.choose() {
+                let i = i & (MAX_PATHS - 1);
+                let (Some(qp), Some(ns)) = (self.qpairs[i].as_mut(), self.namespaces[i].as_deref())
+                else {
+                    return self.open_and_send(i, whole, None);
+                };
+                let slot = usize::from(qp.next_slot().unwrap_or(0));
+                let dir = if write {
+                    Direction::Write
+                } else {
+                    Direction::Read
+                };
+                // SAFETY: the caller's contract: `span` is from the pool every path's
+                // controller shares and stays allocated until the request is delivered.
+                let sent = unsafe { qp.submit_raw(ns, dir, lba, blocks, span, tag) };
+                return match sent {
+                    Ok(()) => {
+                        if let Some(r) = self.side[i].get_mut(slot) {
+                            *r = Req::of(&whole);
+                        }
+                        self.sent[i] += 1;
+                        self.busy |= 1 << i;
+                        Ok(())
+                    }
+                    Err(e) => self.after_refusal(i, whole, e),
+                };
+            }
+        }
+        self.submit_slow(whole, None)
+    }
+
+    /// Queues a flush.
+    pub fn flush(&mut self, tag: u64) -> Result<(), ChannelSubmitError> {
+        self.submit_slow(
+            Tag {
+                user: tag,
+                op: IoOp::Flush,
+                ..Tag::default()
+            },
+            None,
+        )
+    }
+
+    /// Queues a read (`WRITE` false) or write on the path the head's policy picks, or in the
+    /// channel's queue if no path is usable and the head queues. Nothing reaches the device
+    /// before [`commit`](Self::commit) or [`poll`](Self::poll). The fast path (head unchanged,
+    /// a path usable, its queue pair open) costs a generation check, the route and the queue
+    /// pair's own submission.
+    #[inline(always)]
+    fn submit_data<const WRITE: bool>(
+        &mut self,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        tag: u64,
+    ) -> Result<(), ChannelSubmitError> {
+        let op = if WRITE { IoOp::Write } else { IoOp::Read };
+        let whole = |user| Tag {
+            user,
+            lba,
+            blocks,
+            op,
+            failovers: 0,
+            span: None,
+        };
+        if self.head.paths.generation() == self.generation {
+            if let Some(i) = self.choose() {
+                let i = i & (MAX_PATHS - 1);
+                let (Some(qp), Some(ns)) = (self.qpairs[i].as_mut(), self.namespaces[i].as_deref())
+                else {
+                    return self.open_and_send(i, whole(tag), Some(buf));
+                };
+                let slot = usize::from(qp.next_slot().unwrap_or(0));
+                let sent = if WRITE {
+                    qp.write(ns, lba, blocks, buf, tag)
+                } else {
+                    qp.read(ns, lba, blocks, buf, tag)
+                };
+                return match sent {
+                    Ok(()) => {
+                        if let Some(r) = self.side[i].get_mut(slot) {
+                            *r = Req {
+                                lba,
+                                blocks,
+                                op,
+                                failovers: 0,
+                                span: None,
+                            };
+                        }
+                        self.sent[i] += 1;
+                        self.busy |= 1 << i;
+                        Ok(())
+                    }
+                    Err(e) => self.after_refusal(i, whole(tag), e),
+                };
+            }
+        }
+        self.submit_slow(whole(tag), Some(buf))
+    }
+
+    /// The path the fast path chose has no queue pair yet: open it and send there (or
+    /// elsewhere if it can't be opened).
+    #[cold]
+    #[inline(never)]
+    fn open_and_send(
+        &mut self,
+        i: usize,
+        tag: Tag,
+        buf: Option<DmaBuffer>,
+    ) -> Result<(), ChannelSubmitError> {
+        if self.qpairs[i].is_none() && !self.open_path(i) {
+            self.exclude(i);
+            return self.submit_slow(tag, buf);
+        }
+        match self.send(i, tag, buf) {
+            Ok(()) => Ok(()),
+            Err(e) => self.after_refusal(i, tag, e),
+        }
+    }
+
+    /// The fast path's queue pair refused the request: retry through the slow path.
+    #[cold]
+    #[inline(never)]
+    fn after_refusal(
+        &mut self,
+        i: usize,
+        tag: Tag,
+        e: SubmitError,
+    ) -> Result<(), ChannelSubmitError> {
+        match e.kind {
+            SubmitErrorKind::QueueFull { .. } => {
+                if self.pending.len() >= self.capacity {
+                    let capacity = self.capacity;
+                    return Err(refuse(ChannelError::ChannelFull { capacity }, e.buffer));
+                }
+                self.pending.push_back(Pending {
+                    tag,
+                    buffer: e.buffer,
+                });
+                Ok(())
+            }
+            SubmitErrorKind::NamespaceNotActive { .. } => {
+                self.exclude(i);
+                self.submit_slow(tag, e.buffer)
+            }
+            kind => Err(ChannelSubmitError {
+                error: ChannelError::Refused(kind),
+                buffer: e.buffer,
+            }),
+        }
+    }
+
+    /// Everything but the fast path: a changed head, a path without a queue pair yet, no
+    /// usable path (queue or refuse), a full channel.
+    #[cold]
+    #[inline(never)]
+    fn submit_slow(
+        &mut self,
+        tag: Tag,
+        buffer: Option<DmaBuffer>,
+    ) -> Result<(), ChannelSubmitError> {
+        if self.pending.len() >= self.capacity {
+            let capacity = self.capacity;
+            return Err(refuse(ChannelError::ChannelFull { capacity }, buffer));
+        }
+        self.sync();
+        let nsid = self.head.nsid();
+        match self.dispatch(tag, buffer) {
+            Dispatch::Sent => {}
+            Dispatch::Busy(buffer) => self.pending.push_back(Pending { tag, buffer }),
+            Dispatch::NoPath(buffer) => {
+                if self.head.is_removed() {
+                    return Err(refuse(ChannelError::HeadRemoved { nsid }, buffer));
+                }
+                if !self.may_queue() {
+                    return Err(refuse(ChannelError::NoPath { nsid }, buffer));
+                }
+                self.stats.queued += 1;
+                self.pending.push_back(Pending { tag, buffer });
+            }
+            Dispatch::Refused(kind, buffer) => {
+                return Err(refuse(ChannelError::Refused(kind), buffer))
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether requests without a path wait: the head queues, or a path is in ANA transition.
+    pub(super) fn may_queue(&self) -> bool {
+        !self.head.is_removed() && (self.head.queue_if_no_path() || self.changing)
+    }
+
+    /// Sends `tag` on the best path, skipping paths that refuse it for path reasons.
+    pub(super) fn dispatch(&mut self, tag: Tag, mut buffer: Option<DmaBuffer>) -> Dispatch {
+        loop {
+            let Some(i) = self.choose() else {
+                return Dispatch::NoPath(buffer);
+            };
+            if self.qpairs[i].is_none() && !self.open_path(i) {
+                self.exclude(i);
+                continue;
+            }
+            match self.send(i, tag, buffer) {
+                Ok(()) => return Dispatch::Sent,
+                Err(e) => match e.kind {
+                    SubmitErrorKind::QueueFull { .. } => return Dispatch::Busy(e.buffer),
+                    SubmitErrorKind::NamespaceNotActive { .. } => {
+                        self.exclude(i);
+                        buffer = e.buffer;
+                    }
+                    kind => return Dispatch::Refused(kind, e.buffer),
+                },
+            }
+        }
+    }
+
+    /// Creates path `i`'s queue pair.
+    #[cold]
+    fn open_path(&mut self, i: usize) -> bool {
+        let Some(ctrl) = self.subsystem.controller(i) else {
+            return false;
+        };
+        match ctrl.alloc_qpair(self.options.qpair) {
+            Ok(qp) => {
+                // Room for every request of this queue pair to be failed over at once.
+                self.pending.reserve(qp.depth() as usize);
+                self.side[i] = vec![Req::default(); qp.depth() as usize].into_boxed_slice();
+                self.qpairs[i] = Some(qp);
+                true
+            }
+            Err(e) => {
+                log::warn!(
+                    "namespace {}: no queue pair on path {i} ({e}); trying other paths",
+                    self.head.nsid()
+                );
+                false
+            }
+        }
+    }
+
+    fn send(&mut self, i: usize, tag: Tag, buffer: Option<DmaBuffer>) -> Result<(), SubmitError> {
+        let (Some(qp), Some(ns)) = (self.qpairs[i].as_mut(), self.namespaces[i].as_deref()) else {
+            return Err(SubmitError::new(
+                SubmitErrorKind::NamespaceNotActive {
+                    nsid: self.head.nsid(),
+                    state: crate::namespace::NamespaceState::Removed,
+                },
+                buffer,
+            ));
+        };
+        let slot = usize::from(qp.next_slot().unwrap_or(0));
+        match (tag.op, buffer, tag.span) {
+            (IoOp::Read, Some(b), _) => qp.read(ns, tag.lba, tag.blocks, b, tag.user)?,
+            (IoOp::Write, Some(b), _) => qp.write(ns, tag.lba, tag.blocks, b, tag.user)?,
+            (op @ (IoOp::Read | IoOp::Write), None, Some(span)) => {
+                let dir = if op == IoOp::Write {
+                    Direction::Write
+                } else {
+                    Direction::Read
+                };
+                // SAFETY: a raw request: `submit_raw`'s caller guaranteed that the span is from
+                // the pool every path shares and stays allocated until the request is
+                // delivered; its previous command on another path has ended.
+                unsafe { qp.submit_raw(ns, dir, tag.lba, tag.blocks, span, tag.user)? }
+            }
+            (IoOp::Flush, b, _) => {
+                qp.flush(ns, tag.user)
+                    .map_err(|e| SubmitError::new(e.kind, b))?;
+            }
+            (_, None, None) => {
+                return Err(SubmitError::new(
+                    SubmitErrorKind::BufferTooSmall {
+                        needed: u64::from(tag.blocks) << ns.lba_shift(),
+                        len: 0,
+                    },
+                    None,
+                ))
+            }
+        }
+        if let Some(r) = self.side[i].get_mut(slot) {
+            *r = Req::of(&tag);
+        }
+        self.busy |= 1 << i;
+        self.sent[i & (MAX_PATHS - 1)] += 1;
+        Ok(())
+    }
+}
+
+#[cold]
+fn refuse(error: ChannelError, buffer: Option<DmaBuffer>) -> ChannelSubmitError {
+    ChannelSubmitError { error, buffer }
+}

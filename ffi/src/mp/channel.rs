@@ -1,0 +1,439 @@
+//! Channels through the C ABI: one thread's I/O handle on a multipath head. Submissions take
+//! memory from vfnvme_subsys_dma_alloc (bounds checked on every submission, as on a queue
+//! pair); completions are polled into a C array.
+
+use super::backend::ChannelOps;
+use super::registry;
+use super::subsys::{no_head, sub, Subsys};
+use super::types::{ChannelOpts, ChannelStats, MpCompletion, MpFail};
+use crate::ctrl::out_ptr;
+use crate::driver_ops::{status_field, status_of_submit};
+use crate::error::{guard, FfiError, FfiResult, Status};
+use crate::types::Cpl;
+use std::ffi::c_void;
+use std::sync::atomic::Ordering;
+use vfnvme::hal::DmaRegion;
+use vfnvme::multipath::{ChannelCompletion, ChannelError, ChannelOptions};
+use vfnvme::QpairOptions;
+
+/// One thread's I/O handle on a multipath head (opaque): one queue pair per path, made on
+/// first use; path choice by the head's policy; failover with the same buffer; requests wait
+/// (bounded) while no path is usable and the head queues. Use it from one thread at a time
+/// (it may move between threads).
+pub struct Channel {
+    inner: Box<dyn ChannelOps>,
+    sub: *const Subsys,
+    /// The DMA region of the last data buffer (regions stay mapped while the subsystem lives).
+    region: DmaRegion,
+    lba_shift: u8,
+    /// Completions delivered by the driver past the caller's `max` (queued requests fail all
+    /// at once), handed out first at the next poll. Preallocated for everything the channel
+    /// can hold, so the I/O path does not allocate.
+    overflow: std::collections::VecDeque<MpCompletion>,
+}
+
+impl Channel {
+    fn sub(&self) -> &Subsys {
+        // SAFETY: the subsystem outlives its channels: vfnvme_subsys_close refuses while any
+        // exists (counted in `Subsys::channels`).
+        unsafe { &*self.sub }
+    }
+}
+
+fn ch_mut<'a>(ch: *mut Channel) -> FfiResult<&'a mut Channel> {
+    // SAFETY: a pointer from vfnvme_channel_open, used by one thread at a time (header
+    // contract).
+    unsafe { ch.as_mut() }.ok_or_else(|| {
+        FfiError::new(
+            Status::VfnvmeErrInvalidArgument,
+            "channel is NULL; pass one from vfnvme_channel_open",
+        )
+    })
+}
+
+/// The status of a refused submission.
+#[cold]
+#[inline(never)]
+fn refused(e: ChannelError) -> FfiError {
+    match e {
+        // Hot under load: no formatting.
+        ChannelError::ChannelFull { .. } => FfiError::new(Status::VfnvmeErrQueueFull, ""),
+        ChannelError::NoPath { .. }
+        | ChannelError::QueueingOff { .. }
+        | ChannelError::NoPathTimeout { .. } => {
+            FfiError::new(Status::VfnvmeErrNoPath, e.to_string())
+        }
+        ChannelError::HeadRemoved { .. } => FfiError::new(Status::VfnvmeErrNotFound, e.to_string()),
+        ChannelError::Refused(ref k) => FfiError::new(status_of_submit(k), e.to_string()),
+        _ => FfiError::new(Status::VfnvmeErrDevice, e.to_string()),
+    }
+}
+
+/// A finished request as C sees it.
+#[inline(always)]
+fn completion(c: &ChannelCompletion) -> MpCompletion {
+    let (cpl, reason) = match &c.result {
+        Ok(()) => (Cpl::default(), MpFail::VfnvmeMpFailNone),
+        Err(e) => failure(e),
+    };
+    MpCompletion {
+        arg: c.tag as usize as *mut c_void,
+        cpl,
+        path: c.path.map_or(-1, |p| i32::try_from(p).unwrap_or(-1)),
+        failovers: u32::from(c.failovers),
+        reason,
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn failure(e: &ChannelError) -> (Cpl, MpFail) {
+    let rc = |s: Status| Cpl {
+        rc: s.code(),
+        ..Cpl::default()
+    };
+    match e {
+        ChannelError::Device { status } => (
+            Cpl::from_status(status_field(*status), 0),
+            MpFail::VfnvmeMpFailNone,
+        ),
+        ChannelError::NoPath { .. } => (rc(Status::VfnvmeErrNoPath), MpFail::VfnvmeMpFailNoPath),
+        ChannelError::QueueingOff { .. } => {
+            (rc(Status::VfnvmeErrNoPath), MpFail::VfnvmeMpFailQueueingOff)
+        }
+        ChannelError::NoPathTimeout { .. } => (
+            rc(Status::VfnvmeErrNoPath),
+            MpFail::VfnvmeMpFailNoPathTimeout,
+        ),
+        ChannelError::HeadRemoved { .. } => (
+            rc(Status::VfnvmeErrNotFound),
+            MpFail::VfnvmeMpFailHeadRemoved,
+        ),
+        ChannelError::Refused(k) => (rc(status_of_submit(k)), MpFail::VfnvmeMpFailRefused),
+        _ => (rc(Status::VfnvmeErrDevice), MpFail::VfnvmeMpFailRefused),
+    }
+}
+
+/// Opens a channel on the head of namespace `nsid` of the subsystem and stores it in `*out`
+/// (`opts` may be NULL). VFNVME_ERR_NOT_FOUND if the subsystem has no head for `nsid`. Open
+/// one per thread that does I/O.
+///
+/// Thread safety: thread-safe. The channel itself must then be used by one thread at a time.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_channel_open(
+    subsys: *const Subsys,
+    nsid: u32,
+    opts: *const ChannelOpts,
+    out: *mut *mut Channel,
+) -> i32 {
+    guard("vfnvme_channel_open", || {
+        let s = sub(subsys)?;
+        let out = out_ptr(out, "out")?;
+        // SAFETY: NULL or a valid ChannelOpts (header contract).
+        let o = unsafe { opts.as_ref() }.copied().unwrap_or_default();
+        let head = s.ops.head(nsid).ok_or_else(|| no_head(s, nsid))?;
+        let lba_shift = head
+            .paths()
+            .paths
+            .first()
+            .map(|p| p.namespace.lba_shift())
+            .ok_or_else(|| {
+                FfiError::new(
+                    Status::VfnvmeErrNoPath,
+                    format!("namespace {nsid} has no path now; poll the subsystem and retry"),
+                )
+            })?;
+        let depth = if o.qpair_depth == 0 {
+            256
+        } else {
+            o.qpair_depth
+        };
+        if !(2..=65536).contains(&depth) {
+            return Err(FfiError::new(
+                Status::VfnvmeErrInvalidArgument,
+                format!("qpair_depth {depth} is out of range; use 2..=65536"),
+            ));
+        }
+        let copts = ChannelOptions {
+            qpair: QpairOptions {
+                depth,
+                ..QpairOptions::default()
+            },
+            capacity: if o.capacity == 0 {
+                1024
+            } else {
+                o.capacity as usize
+            },
+            numa_node: (o.numa_known && o.numa_node >= 0).then_some(o.numa_node as u32),
+        };
+        let holds = copts.capacity + depth as usize * s.ops.controllers().len().max(1);
+        let inner = s.ops.open_channel(head, copts)?;
+        let ch = Box::into_raw(Box::new(Channel {
+            inner,
+            sub: subsys,
+            region: DmaRegion::default(),
+            lba_shift,
+            overflow: std::collections::VecDeque::with_capacity(holds),
+        }));
+        s.channels.fetch_add(1, Ordering::AcqRel);
+        registry::add(ch);
+        *out = ch;
+        Ok(0)
+    })
+}
+
+/// Closes a channel (deleting its queue pairs). Fails with VFNVME_ERR_BUSY while requests
+/// are outstanding: poll them to completion first. NULL is a no-op; a channel already closed
+/// fails with VFNVME_ERR_INVALID_ARGUMENT.
+///
+/// Thread safety: the thread using the channel calls it.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_channel_close(channel: *mut Channel) -> i32 {
+    guard("vfnvme_channel_close", || {
+        if channel.is_null() {
+            return Ok(0);
+        }
+        registry::check(channel, "channel")?;
+        let ch = ch_mut(channel)?;
+        let n = ch.inner.outstanding() + ch.overflow.len();
+        if n != 0 {
+            return Err(FfiError::new(
+                Status::VfnvmeErrBusy,
+                format!("channel has {n} request(s) outstanding; poll them with vfnvme_channel_poll first"),
+            ));
+        }
+        if !registry::remove(channel) {
+            return Err(FfiError::new(
+                Status::VfnvmeErrInvalidArgument,
+                "channel was closed concurrently",
+            ));
+        }
+        ch.sub().channels.fetch_sub(1, Ordering::AcqRel);
+        // SAFETY: from Box::into_raw in vfnvme_channel_open, live until now (just removed
+        // from the registry, so no second close frees it again).
+        drop(unsafe { Box::from_raw(channel) });
+        Ok(0)
+    })
+}
+
+/// A read or write: the buffer checked and translated, then handed to the channel.
+#[inline(always)]
+fn submit(
+    ch: *mut Channel,
+    write: bool,
+    buf: *const c_void,
+    lba: u64,
+    blocks: u32,
+    arg: *mut c_void,
+) -> FfiResult<i32> {
+    let ch = ch_mut(ch)?;
+    let len = u64::from(blocks) << ch.lba_shift;
+    let Ok(len) = usize::try_from(len) else {
+        return Err(FfiError::new(
+            Status::VfnvmeErrBadBuffer,
+            format!("a transfer of {len} bytes does not fit this machine's address space"),
+        ));
+    };
+    let span = match ch.region.span(buf.cast(), len) {
+        Some(span) => span,
+        None => new_region(ch, buf, len)?,
+    };
+    // SAFETY: `span` lies inside a live allocation of the pool every path shares (checked
+    // just now); the C caller keeps it allocated and untouched until the completion (header
+    // contract).
+    unsafe {
+        ch.inner
+            .submit_raw(write, lba, blocks, span, arg as usize as u64)
+    }
+    .map_err(refused)?;
+    Ok(0)
+}
+
+#[cold]
+#[inline(never)]
+fn new_region(ch: &mut Channel, buf: *const c_void, len: usize) -> FfiResult<vfnvme::hal::DmaSpan> {
+    // SAFETY: the subsystem outlives its channels (see Channel::sub); borrowed apart from
+    // `ch` so that the cached region can be replaced.
+    let sub: &Subsys = unsafe { &*ch.sub };
+    let pool = sub.ops.dma();
+    if let Some(r) = pool.region_of(buf.cast()) {
+        ch.region = r;
+        if let Some(span) = ch.region.span(buf.cast(), len) {
+            return Ok(span);
+        }
+    }
+    Err(crate::qpair::bad_buffer(
+        pool,
+        buf,
+        len,
+        "vfnvme_subsys_dma_alloc",
+    ))
+}
+
+/// Queues a read of `blocks` logical blocks at `lba` into `buf` on the head's best path (or
+/// in the channel's queue while no path is usable and the head queues); `arg` comes back in
+/// the completion. `buf` must lie inside a buffer from vfnvme_subsys_dma_alloc of this
+/// channel's subsystem, `blocks * lba_size` bytes long (VFNVME_ERR_BAD_BUFFER otherwise), and
+/// stay allocated and untouched until the completion. Nothing reaches the device before
+/// vfnvme_channel_commit or vfnvme_channel_poll. Errors: VFNVME_ERR_QUEUE_FULL (the channel
+/// holds its capacity: poll), VFNVME_ERR_NO_PATH (no usable path and the head does not
+/// queue), VFNVME_ERR_NOT_FOUND (the head was removed), VFNVME_ERR_OUT_OF_RANGE.
+///
+/// Thread safety: the channel's thread. Lock-free and allocation-free.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_channel_read(
+    channel: *mut Channel,
+    buf: *mut c_void,
+    lba: u64,
+    blocks: u32,
+    arg: *mut c_void,
+) -> i32 {
+    guard("vfnvme_channel_read", || {
+        submit(channel, false, buf, lba, blocks, arg)
+    })
+}
+
+/// Queues a write of `blocks` logical blocks at `lba` from `buf`, as vfnvme_channel_read
+/// does. A write acknowledged once is never written again by a late failover.
+///
+/// Thread safety: the channel's thread. Lock-free and allocation-free.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_channel_write(
+    channel: *mut Channel,
+    buf: *const c_void,
+    lba: u64,
+    blocks: u32,
+    arg: *mut c_void,
+) -> i32 {
+    guard("vfnvme_channel_write", || {
+        submit(channel, true, buf, lba, blocks, arg)
+    })
+}
+
+/// Queues a flush on the head's best path; `arg` comes back in the completion.
+///
+/// Thread safety: the channel's thread.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_channel_flush(channel: *mut Channel, arg: *mut c_void) -> i32 {
+    guard("vfnvme_channel_flush", || {
+        let ch = ch_mut(channel)?;
+        ch.inner.flush(arg as usize as u64).map_err(refused)?;
+        Ok(0)
+    })
+}
+
+/// Rings the doorbell of every path with new requests (one write per path).
+///
+/// Thread safety: the channel's thread.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_channel_commit(channel: *mut Channel) -> i32 {
+    guard("vfnvme_channel_commit", || {
+        ch_mut(channel)?.inner.commit();
+        Ok(0)
+    })
+}
+
+/// Commits, then writes up to `max` finished requests to `out[0..n]` and returns `n` (or a
+/// negative status). Path errors are failed over here (the request is sent again, same
+/// buffer, on another path) and do not come out; requests waiting for a path are sent when
+/// one is usable, or all fail at once (`reason` says why) when the head is removed, queueing
+/// was switched off or the head's delayed removal ran out. The subsystem must be polled
+/// (vfnvme_subsys_poll) for path changes to be seen.
+///
+/// Thread safety: the channel's thread. Lock-free and allocation-free.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_channel_poll(
+    channel: *mut Channel,
+    out: *mut MpCompletion,
+    max: u32,
+) -> i32 {
+    guard("vfnvme_channel_poll", || {
+        let ch = ch_mut(channel)?;
+        if max == 0 {
+            return Ok(0);
+        }
+        if out.is_null() {
+            return Err(FfiError::new(
+                Status::VfnvmeErrInvalidArgument,
+                "out is NULL but max > 0; pass an array of max entries",
+            ));
+        }
+        // SAFETY: `max` writable entries at `out` (header contract).
+        let dst = unsafe { std::slice::from_raw_parts_mut(out, max as usize) };
+        let mut n = 0usize;
+        while n < dst.len() {
+            let Some(c) = ch.overflow.pop_front() else {
+                break;
+            };
+            dst[n] = c;
+            n += 1;
+        }
+        if n < dst.len() {
+            let Channel {
+                inner, overflow, ..
+            } = ch;
+            // The driver may deliver more than asked (every queued request failing at once):
+            // what does not fit waits in `overflow`.
+            inner.poll(dst.len() - n, &mut |c| match dst.get_mut(n) {
+                Some(d) => {
+                    *d = completion(&c);
+                    n += 1;
+                }
+                None => overflow.push_back(completion(&c)),
+            });
+        }
+        Ok(i32::try_from(n).unwrap_or(i32::MAX))
+    })
+}
+
+/// Fills `*out` with the channel's counters: commands sent per path (the I/O per path),
+/// failovers, requests queued and failed for want of a path, requests outstanding.
+///
+/// Thread safety: the channel's thread.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_channel_stats(
+    channel: *const Channel,
+    out: *mut ChannelStats,
+) -> i32 {
+    guard("vfnvme_channel_stats", || {
+        let ch = crate::ctrl::deref(channel, "channel")?;
+        let out = out_ptr(out, "out")?;
+        let s = ch.inner.stats();
+        let mut c = ChannelStats {
+            failovers: s.failovers,
+            queued: s.queued,
+            failed_no_path: s.failed_no_path,
+            outstanding: (ch.inner.outstanding() + ch.overflow.len()) as u64,
+            ..ChannelStats::default()
+        };
+        for (d, v) in c.per_path.iter_mut().zip(s.per_path.iter()) {
+            *d = *v;
+        }
+        *out = c;
+        Ok(0)
+    })
+}

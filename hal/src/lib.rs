@@ -1,0 +1,31 @@
+//! vfnvme-hal: the hardware edge of vfnvme, one folder per concern.
+//!
+//! - [`pci`]: PCI addresses ([`pci::address`]), the sysfs tree ([`pci::paths`],
+//!   [`pci::sysfs`]) and driver bindings ([`pci::bind`]).
+//! - [`vfio`]: the VFIO type1 container/group flow, the PCI device, BAR mmap and config space.
+//!   Hot removal: the device request eventfd ([`vfio::RemovalNotice`]) and a SIGBUS handler
+//!   scoped to BAR mappings ([`vfio::sigbus`]); see docs/hot-removal.md.
+//! - [`iommu`]: the small IOMMU interface (reserve IOVA, map, unmap) that every backend
+//!   implements, and the allocation of IOVA space inside its usable ranges
+//!   ([`iommu::iova_allocator`]).
+//! - [`mem`]: DMA memory: hugepage-backed regions carved into owned buffers that know their
+//!   IOVA ([`mem::pool`]), hugepage reservations and the locked-memory limit
+//!   ([`mem::hugepages`], [`mem::memlock`]), and CPU/device ordering ([`mem::barrier`]: DMA
+//!   barriers, MMIO accessors for x86_64 and aarch64).
+//! - [`error`]: [`HalError`], the one error type of this layer.
+//!
+//! All `unsafe` code of vfnvme that touches mmap, ioctl or MMIO lives in this crate.
+
+pub mod error;
+pub mod iommu;
+pub mod mem;
+pub mod pci;
+pub mod vfio;
+
+pub use error::HalError;
+pub use iommu::iova_allocator::IovaAllocator;
+pub use iommu::{Iommu, IovaRange};
+pub use mem::pool::{Allocation, DmaBuffer, DmaPool, DmaRegion, DmaSpan, PageSize, WeakDmaPool};
+pub use pci::address::PciAddress;
+pub use pci::paths::SysPaths;
+pub use vfio::{Bar, MmioDoorbell, VfioDevice};

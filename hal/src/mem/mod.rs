@@ -1,0 +1,7 @@
+//! DMA memory: the pool of IOMMU-mapped buffers, hugepages, the locked-memory limit, and the
+//! barriers that order memory the device reads or writes.
+
+pub mod barrier;
+pub mod hugepages;
+pub mod memlock;
+pub mod pool;
