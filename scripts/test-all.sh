@@ -47,6 +47,18 @@ check() {
     fi
 }
 
+# With VFNVME_PRUNE_TARGET=1 (.ci/run sets it), a target directory that no later step uses is
+# removed once its step is done, so that one run fits on a CI machine's disk.
+prune() {
+    if [ "${VFNVME_PRUNE_TARGET:-0}" = 1 ]; then
+        local dir
+        for dir in "$@"; do
+            echo "==> prune $dir ($(du -sh "$dir" 2>/dev/null | cut -f1) freed)"
+            rm -rf "$dir"
+        done
+    fi
+}
+
 if [ "$guest_only" -eq 0 ]; then
     # --all-features turns on vfnvme-ffi's `model` feature, which the C ABI's tests run on.
     step "host tests: cargo test --workspace --all-features (guest tests print SKIPPED (host) here)"
@@ -54,12 +66,16 @@ if [ "$guest_only" -eq 0 ]; then
     check "host tests in release mode (optimiser-sensitive UB shows here)" \
         cargo test --workspace --all-features --release
     check "C ABI: the product library exports no model symbol (nm -D)" ffi/check-product-symbols.sh
+    prune target/product
     check "docs: every crate documents (no collision, no broken link)" \
         env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
+    prune target/doc
     check "Miri: spec, PRPs, registry, C ABI on the model" scripts/miri.sh
+    prune target/miri
     check "loom: model-check the namespace registry" \
         env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
         cargo test -p vfnvme --lib namespace --release
+    prune target/loom
     check "C ABI: header up to date" ffi/check-header.sh
     check "C ABI: example on the model" ffi/build-example.sh --run
     check "fio engine: host jobs on the model" scripts/fio-host-check.sh

@@ -107,11 +107,16 @@ pub(super) fn process<P: Platform>(ctrl: &Controller<P>) -> Result<AdminEventRep
             Err(status) => {
                 report.failed_aers += 1;
                 log::warn!("Asynchronous Event Request failed ({status}); not re-armed");
-                let _ = ctrl.shared.aer_target.fetch_update(
+                let target = &ctrl.shared.aer_target;
+                let mut now = target.load(Ordering::Relaxed);
+                while let Err(seen) = target.compare_exchange_weak(
+                    now,
+                    now.saturating_sub(1),
                     Ordering::Relaxed,
                     Ordering::Relaxed,
-                    |t| Some(t.saturating_sub(1)),
-                );
+                ) {
+                    now = seen;
+                }
             }
         }
     }
