@@ -6,7 +6,8 @@
 //! allocations per I/O of the driver, and with `--instructions` the driver's instructions per
 //! I/O from callgrind (this binary re-run under valgrind, model entry points split off). The
 //! `+instr` column is a head row's instructions minus the queue pair row's at the same QD
-//! (goal: at most 20).
+//! (goal: at most 20), split into the submission's share (`+submit`: inside `submit_one`) and
+//! the rest (`+complete`: the poll and the delivery of the completion).
 //!
 //! Run: `cargo bench -p vfnvme --bench multipath_io -- [--ios N] [--qd 1,128] [--instructions]
 //! [--json PATH]`
@@ -83,6 +84,21 @@ fn setup(mode: usize, qd: usize) -> Setup {
     }
 }
 
+/// One read, out of line so that callgrind can tell the submission's cost from the rest (the
+/// same call for both targets).
+#[inline(never)]
+fn submit_one(
+    target: &mut Target,
+    lba: u64,
+    buf: DmaBuffer,
+    tag: u64,
+) -> Result<(), Option<DmaBuffer>> {
+    match target {
+        Target::Qpair(qp, ns) => qp.read(ns, lba, 1, buf, tag).map_err(|e| e.buffer),
+        Target::Head(ch) => ch.read(lba, 1, buf, tag).map_err(|e| e.buffer),
+    }
+}
+
 /// Keeps `qd` reads in flight until `ios` completed.
 #[inline(never)]
 fn measured_loop(s: &mut Setup, ios: u64) -> u64 {
@@ -103,15 +119,9 @@ fn measured_loop(s: &mut Setup, ios: u64) -> u64 {
                 break;
             }
             let lba = next_lba();
-            let refused = match &mut s.target {
-                Target::Qpair(qp, ns) => {
-                    qp.read(ns, lba, 1, buf, submitted).err().map(|e| e.buffer)
-                }
-                Target::Head(ch) => ch.read(lba, 1, buf, submitted).err().map(|e| e.buffer),
-            };
-            match refused {
-                None => submitted += 1,
-                Some(b) => {
+            match submit_one(&mut s.target, lba, buf, submitted) {
+                Ok(()) => submitted += 1,
+                Err(b) => {
                     errors += 1;
                     ready.extend(b);
                     break;
@@ -148,6 +158,8 @@ struct Row {
     model_ns_per_io: f64,
     driver_allocs_per_io: f64,
     driver_instr_per_io: Option<f64>,
+    /// Of those, the submission's (`submit_one`).
+    submit_instr_per_io: Option<f64>,
 }
 
 fn run_wall(mode: usize, qd: usize, ios: u64) -> Row {
@@ -170,11 +182,12 @@ fn run_wall(mode: usize, qd: usize, ios: u64) -> Row {
         model_ns_per_io: model / n,
         driver_allocs_per_io: allocs as f64 / n,
         driver_instr_per_io: None,
+        submit_instr_per_io: None,
     }
 }
 
 /// Instructions per I/O of the driver, from one run under callgrind.
-fn run_callgrind(mode: usize, qd: usize, ios: u64) -> Option<f64> {
+fn run_callgrind(mode: usize, qd: usize, ios: u64) -> Option<common::PerIo> {
     let args: Vec<String> = [
         "--child".to_string(),
         "--mode".to_string(),
@@ -185,7 +198,7 @@ fn run_callgrind(mode: usize, qd: usize, ios: u64) -> Option<f64> {
         ios.to_string(),
     ]
     .into();
-    callgrind_per_io(&format!("{mode}.{qd}"), &args, ios).map(|p| p.driver)
+    callgrind_per_io(&format!("{mode}.{qd}"), &args, ios)
 }
 
 fn main() {
@@ -212,35 +225,46 @@ fn main() {
         for mode in 0..MODES.len() {
             let mut row = run_wall(mode, qd, ios);
             if instructions {
-                row.driver_instr_per_io = run_callgrind(mode, qd, 200_000);
+                let per_io = run_callgrind(mode, qd, 200_000);
+                row.driver_instr_per_io = per_io.map(|p| p.driver);
+                row.submit_instr_per_io = per_io.map(|p| p.submit);
             }
             rows.push(row);
         }
     }
-    let base = |qd: usize| {
-        rows.iter()
-            .find(|r| r.qd == qd && r.mode == 0)
-            .and_then(|r| r.driver_instr_per_io)
-    };
-    let delta = |r: &Row| match (r.driver_instr_per_io, base(r.qd)) {
+    let base = |qd: usize| rows.iter().find(|r| r.qd == qd && r.mode == 0);
+    let delta = |r: &Row, of: fn(&Row) -> Option<f64>| match (of(r), base(r.qd).and_then(of)) {
         (Some(a), Some(b)) if r.mode != 0 => Some(a - b),
         _ => None,
     };
+    let total = |r: &Row| r.driver_instr_per_io;
+    let submit = |r: &Row| r.submit_instr_per_io;
     println!("4 KiB random reads, model null namespace, 2-controller subsystem, one thread ({ios} I/Os per row)");
     println!(
-        "{:>17} | {:>4} | {:>10} | {:>11} | {:>10} | {:>9} | {:>10}",
-        "path", "QD", "ns/IO drv", "ns/IO model", "instr drv", "+instr", "allocs drv"
+        "{:>17} | {:>4} | {:>10} | {:>11} | {:>10} | {:>9} | {:>9} | {:>9} | {:>10}",
+        "path",
+        "QD",
+        "ns/IO drv",
+        "ns/IO model",
+        "instr drv",
+        "+instr",
+        "+submit",
+        "+complete",
+        "allocs drv"
     );
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
     for r in &rows {
+        let (plus, plus_submit) = (delta(r, total), delta(r, submit));
         println!(
-            "{:>17} | {:>4} | {:>10.1} | {:>11.1} | {:>10} | {:>9} | {:>10.4}",
+            "{:>17} | {:>4} | {:>10.1} | {:>11.1} | {:>10} | {:>9} | {:>9} | {:>9} | {:>10.4}",
             MODES[r.mode],
             r.qd,
             r.driver_ns_per_io,
             r.model_ns_per_io,
             opt(r.driver_instr_per_io),
-            opt(delta(r)),
+            opt(plus),
+            opt(plus_submit),
+            opt(plus.zip(plus_submit).map(|(a, b)| a - b)),
             r.driver_allocs_per_io
         );
     }
@@ -250,9 +274,9 @@ fn main() {
             .iter()
             .map(|r| {
                 format!(
-                    "{{\"path\":\"{}\",\"qd\":{},\"ios\":{},\"ns_per_io_driver\":{:.2},\"ns_per_io_model\":{:.2},\"instructions_per_io_driver\":{},\"extra_instructions_per_io\":{},\"allocs_per_io_driver\":{:.4}}}",
+                    "{{\"path\":\"{}\",\"qd\":{},\"ios\":{},\"ns_per_io_driver\":{:.2},\"ns_per_io_model\":{:.2},\"instructions_per_io_driver\":{},\"extra_instructions_per_io\":{},\"extra_submit_instructions_per_io\":{},\"allocs_per_io_driver\":{:.4}}}",
                     MODES[r.mode], r.qd, r.ios, r.driver_ns_per_io, r.model_ns_per_io,
-                    o(r.driver_instr_per_io), o(delta(r)), r.driver_allocs_per_io
+                    o(r.driver_instr_per_io), o(delta(r, total)), o(delta(r, submit)), r.driver_allocs_per_io
                 )
             })
             .collect();

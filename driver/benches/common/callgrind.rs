@@ -9,6 +9,8 @@ pub struct PerIo {
     pub driver: f64,
     /// Inside the model's entry points.
     pub model: f64,
+    /// Inside the benchmark's `submit_one` (its submission step, where it has one; 0 if not).
+    pub submit: f64,
 }
 
 /// Runs this binary under callgrind with `child_args` (which must make it run `ios` I/Os
@@ -38,16 +40,18 @@ pub fn callgrind_per_io(tag: &str, child_args: &[String], ios: u64) -> Option<Pe
         .output()
         .ok()?;
     let _ = std::fs::remove_dir_all(&dir);
-    let (total, model) = split(&String::from_utf8_lossy(&annotate.stdout))?;
+    let (total, model, submit) = split(&String::from_utf8_lossy(&annotate.stdout))?;
     let n = ios as f64;
     Some(PerIo {
         driver: (total - model) as f64 / n,
         model: model as f64 / n,
+        submit: submit as f64 / n,
     })
 }
 
-/// The program total and the model's inclusive cost from `callgrind_annotate --inclusive=yes`.
-fn split(text: &str) -> Option<(u64, u64)> {
+/// The program total, the model's inclusive cost and `submit_one`'s inclusive cost from
+/// `callgrind_annotate --inclusive=yes`.
+fn split(text: &str) -> Option<(u64, u64, u64)> {
     let cost = |line: &str| -> Option<u64> {
         line.split_whitespace()
             .next()?
@@ -55,13 +59,15 @@ fn split(text: &str) -> Option<(u64, u64)> {
             .parse()
             .ok()
     };
-    let (mut total, mut model) = (None, 0u64);
+    let (mut total, mut model, mut submit) = (None, 0u64, 0u64);
     for line in text.lines() {
         if line.contains("PROGRAM TOTALS") {
             total = cost(line);
         } else if line.contains("common::marked::in_model [") {
             model += cost(line).unwrap_or(0);
+        } else if line.contains("::submit_one [") {
+            submit += cost(line).unwrap_or(0);
         }
     }
-    Some((total?, model))
+    Some((total?, model, submit))
 }

@@ -652,7 +652,7 @@ impl<T: Copy + Default> IoQueue<T> {
     /// The CQ head goes second on purpose: after a batch of completions the caller usually
     /// resubmits, and the controller starts on the new commands sooner when their doorbell is
     /// not queued behind the CQ head write (each is a trapped MMIO write under emulation).
-    #[inline]
+    #[inline(always)]
     pub fn commit<R: RegisterIo>(&mut self, regs: &R) {
         if self.rings.sq_pending() {
             // With retries on, a copy of each new command before the controller may read it

@@ -28,7 +28,7 @@ mod submit;
 mod types;
 
 pub use types::{ChannelCompletion, ChannelOptions, ChannelStats, ChannelSubmitError, IoOp};
-use types::{Pending, Req, Tag};
+use types::{Pending, Tag};
 
 enum Dispatch {
     Sent,
@@ -49,10 +49,9 @@ const NO_PATH: u8 = u8::MAX - 1;
 pub struct IoChannel<P: Platform> {
     subsystem: Arc<Subsystem<P>>,
     head: Arc<Head>,
-    qpairs: [Option<QueuePair<P>>; MAX_PATHS],
+    /// Per path: its queue pair, whose trackers keep each request's [`Tag`].
+    qpairs: [Option<QueuePair<P, Tag>>; MAX_PATHS],
     namespaces: [Option<Arc<Namespace>>; MAX_PATHS],
-    /// Per path, by request slot: what is needed to send the request again.
-    side: [Box<[Req]>; MAX_PATHS],
     /// The head generation the fields below were computed for.
     generation: usize,
     policy: PathPolicy,
@@ -117,7 +116,6 @@ impl<P: Platform> IoChannel<P> {
             head,
             qpairs: std::array::from_fn(|_| None),
             namespaces: std::array::from_fn(|_| None),
-            side: std::array::from_fn(|_| Box::default()),
             generation: 0,
             policy: PathPolicy::Numa,
             optimized: 0,
@@ -264,23 +262,25 @@ impl<P: Platform> IoChannel<P> {
     /// The path for the next request (`None`: no usable path).
     #[inline(always)]
     fn choose(&mut self) -> Option<usize> {
-        match self.route {
-            NO_PATH => None,
-            DYNAMIC => {
-                let qpairs = &self.qpairs;
-                Some(pick(
-                    self.policy,
-                    self.tier,
-                    self.local,
-                    &mut self.cursor,
-                    |i| {
-                        qpairs[i & (MAX_PATHS - 1)]
-                            .as_ref()
-                            .map_or(0, |q| q.outstanding() as u32)
-                    },
-                ))
-            }
-            i => Some(usize::from(i)),
+        let route = usize::from(self.route);
+        // One compare for the fixed route of the numa policy.
+        if route < MAX_PATHS {
+            return Some(route);
         }
+        if self.route == NO_PATH {
+            return None;
+        }
+        let qpairs = &self.qpairs;
+        Some(pick(
+            self.policy,
+            self.tier,
+            self.local,
+            &mut self.cursor,
+            |i| {
+                qpairs[i & (MAX_PATHS - 1)]
+                    .as_ref()
+                    .map_or(0, |q| q.outstanding() as u32)
+            },
+        ))
     }
 }

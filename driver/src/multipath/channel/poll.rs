@@ -1,15 +1,14 @@
 //! Polling: completions delivered, path errors failed over with the same buffer, queued
 //! requests resubmitted or failed all at once.
 
-use super::types::{ChannelCompletion, ChannelStats, IoOp};
-use super::{Dispatch, IoChannel, Pending, Req, Tag, NO_PATH};
+use super::types::{ChannelCompletion, IoOp};
+use super::{Dispatch, IoChannel, Pending, Tag, NO_PATH};
 use crate::multipath::error::ChannelError;
 use crate::multipath::paths::MAX_PATHS;
 use crate::platform::Platform;
 use crate::queue::IoCompletion;
 use crate::spec::status::{generic, sct};
 use crate::spec::Status;
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
 impl<P: Platform> IoChannel<P> {
@@ -43,7 +42,6 @@ impl<P: Platform> IoChannel<P> {
             delivered += self.settle_pending(&mut f);
         }
         let excluded = self.excluded;
-        let tier = self.tier;
         let mut busy = self.busy;
         while busy != 0 {
             if delivered >= max {
@@ -54,56 +52,127 @@ impl<P: Platform> IoChannel<P> {
             let i = busy.trailing_zeros() as usize & (MAX_PATHS - 1);
             busy &= busy - 1;
             let IoChannel {
-                qpairs,
-                side,
-                pending,
-                excluded,
-                stats,
-                ..
+                qpairs, pending, ..
             } = self;
             let Some(qp) = qpairs[i].as_mut() else {
                 continue;
             };
-            // One pointer for the closure to carry: what the (cold) failure path needs.
-            let mut ctx = FailCtx {
-                i,
-                others: tier & !(1 << i),
-                side: &side[i],
-                pending,
-                excluded,
-                stats,
-            };
-            // The queue pair's poll commits what was queued on it first.
-            let got = qp.poll(max - delivered, |c: IoCompletion| {
+            let waiting = pending.len();
+            // The queue pair's poll commits what was queued on it first. A failed request
+            // goes to the back of `pending` (room is reserved for every slot) and is triaged
+            // below, off the fast path.
+            let got = qp.poll(max - delivered, |c: IoCompletion<Tag>| {
                 if c.status.is_success() {
-                    let failovers = ctx.side.get(usize::from(c.slot)).map_or(0, |r| r.failovers);
                     f(ChannelCompletion {
-                        tag: c.tag,
+                        tag: c.tag.user,
                         result: Ok(()),
                         buffer: c.buffer,
-                        path: Some(ctx.i),
-                        failovers,
+                        path: Some(i),
+                        failovers: c.tag.failovers,
                     });
-                } else if let Some(failed) = path_failure(&mut ctx, c) {
-                    f(failed);
+                } else {
+                    pending.push_back(Pending {
+                        tag: c.tag,
+                        buffer: c.buffer,
+                        failed: c.status,
+                    });
                 }
             });
+            let idle = qp.outstanding() == 0;
+            let failed = self.pending.len() - waiting;
             delivered += got;
-            if qp.outstanding() == 0 {
+            if failed != 0 {
+                delivered -= failed;
+                delivered += self.triage(i, excluded, failed, &mut f);
+            }
+            if idle {
                 self.busy &= !(1 << i);
             }
         }
+        // One branch for the three rare cases.
+        if (self.excluded ^ excluded) | self.dead | self.pending.len() as u32 != 0 {
+            delivered += self.after_poll(excluded, &mut f);
+        }
+        delivered
+    }
+
+    /// The rare end of a poll: a path was excluded, requests wait, or a released controller's
+    /// queue pair can go.
+    #[cold]
+    #[inline(never)]
+    fn after_poll<F: FnMut(ChannelCompletion)>(&mut self, excluded: u32, f: &mut F) -> usize {
+        let mut delivered = 0;
         if self.excluded != excluded {
             self.route();
         }
         if !self.pending.is_empty() {
-            delivered += self.settle_pending(&mut f);
+            delivered += self.settle_pending(f);
             self.commit();
         }
         if self.dead != 0 {
             self.release_dead();
         }
         delivered
+    }
+
+    /// The last `n` entries of `pending` failed on path `i` during its poll (in completion
+    /// order). A path error with the buffer back stays queued, to be sent again (same buffer)
+    /// on another path; anything else is delivered with its status. `excluded` is the
+    /// exclusion mask as the poll began. Returns how many were delivered.
+    #[cold]
+    #[inline(never)]
+    fn triage<F: FnMut(ChannelCompletion)>(
+        &mut self,
+        i: usize,
+        excluded: u32,
+        n: usize,
+        f: &mut F,
+    ) -> usize {
+        let others = self.usable_besides(i, excluded);
+        // [waiting…, failed…] → [failed…, waiting…]; each failed one is then taken from the
+        // front and either put back at the end (failover) or delivered: the waiting requests
+        // keep their order and the failed-over ones follow them.
+        self.pending.rotate_right(n);
+        let mut delivered = 0;
+        for _ in 0..n {
+            let Some(mut p) = self.pending.pop_front() else {
+                break;
+            };
+            let status = std::mem::replace(&mut p.failed, Status::SUCCESS);
+            let has_buffer = p.buffer.is_some() || p.tag.span.is_some() || p.tag.op == IoOp::Flush;
+            if (status.sct == sct::PATH || namespace_gone(&status, &p.tag, others)) && has_buffer {
+                // The command ended on this path: send it again, same buffer, on another
+                // path; after a finished reset this path is fine again (its queues were
+                // recreated), so only other path errors exclude it until the head changes.
+                if status != Status::ABORTED_BY_RESET {
+                    self.excluded |= 1 << i;
+                }
+                p.tag.failovers = p.tag.failovers.saturating_add(1);
+                self.stats.failovers += 1;
+                self.pending.push_back(p);
+            } else {
+                delivered += 1;
+                f(ChannelCompletion {
+                    tag: p.tag.user,
+                    result: Err(ChannelError::Device { status }),
+                    buffer: p.buffer,
+                    path: Some(i),
+                    failovers: p.tag.failovers,
+                });
+            }
+        }
+        delivered
+    }
+
+    /// The usable paths other than `i` (under the exclusion mask `excluded`).
+    fn usable_besides(&self, i: usize, excluded: u32) -> u32 {
+        let opt = self.optimized & !excluded;
+        let tier = if opt != 0 {
+            opt
+        } else {
+            self.non_optimized & !excluded
+        };
+        tier & !(1 << i)
     }
 
     /// Drops the queue pairs of released controllers once nothing is outstanding on them (their
@@ -118,7 +187,6 @@ impl<P: Platform> IoChannel<P> {
             dead &= dead - 1;
             if self.qpairs[i].as_ref().is_none_or(|q| q.outstanding() == 0) {
                 self.qpairs[i] = None;
-                self.side[i] = Box::default();
                 self.namespaces[i] = None;
                 self.busy &= !(1 << i);
                 self.dead &= !(1 << i);
@@ -155,7 +223,7 @@ impl<P: Platform> IoChannel<P> {
             match self.dispatch(p.tag, p.buffer) {
                 Dispatch::Sent => {}
                 Dispatch::NoPath(buffer) | Dispatch::Busy(buffer) => {
-                    self.pending.push_front(Pending { tag: p.tag, buffer });
+                    self.pending.push_front(Pending::waiting(p.tag, buffer));
                     break;
                 }
                 Dispatch::Refused(kind, buffer) => {
@@ -196,18 +264,6 @@ impl<P: Platform> IoChannel<P> {
     }
 }
 
-/// What a failed completion on path `i` needs: the path's side table, the queue to resend
-/// from, the exclusion mask and the counters.
-struct FailCtx<'a> {
-    i: usize,
-    /// The usable paths other than `i` when the poll began.
-    others: u32,
-    side: &'a [Req],
-    pending: &'a mut VecDeque<Pending>,
-    excluded: &'a mut u32,
-    stats: &'a mut ChannelStats,
-}
-
 /// Whether a failure looks like the namespace having been detached from this path's
 /// controller before the driver heard of it (the device then ends I/O to it with Invalid
 /// Namespace or, as QEMU does, Invalid Field): the first such failure of a request is failed
@@ -224,53 +280,4 @@ fn namespace_gone(status: &Status, tag: &Tag, others: u32) -> bool {
         )
         && tag.failovers == 0
         && others != 0
-}
-
-/// A request that failed on path `i`: on a path error with its buffer back, queued to be sent
-/// again (same buffer) on another path and `None` returned; otherwise the completion to
-/// deliver.
-#[cold]
-#[inline(never)]
-fn path_failure(ctx: &mut FailCtx<'_>, c: IoCompletion) -> Option<ChannelCompletion> {
-    let FailCtx {
-        i,
-        others,
-        side,
-        pending,
-        excluded,
-        stats,
-    } = ctx;
-    let i = *i;
-    let req = side.get(usize::from(c.slot)).copied().unwrap_or_default();
-    let mut tag = Tag {
-        user: c.tag,
-        lba: req.lba,
-        blocks: req.blocks,
-        op: req.op,
-        failovers: req.failovers,
-        span: req.span,
-    };
-    let has_buffer = c.buffer.is_some() || tag.span.is_some() || tag.op == IoOp::Flush;
-    if (c.status.sct == sct::PATH || namespace_gone(&c.status, &tag, *others)) && has_buffer {
-        // The command ended on this path: send it again, same buffer, on another path; after
-        // a finished reset this path is fine again (its queues were recreated), so only other
-        // path errors exclude it until the head changes.
-        if c.status != Status::ABORTED_BY_RESET {
-            **excluded |= 1 << i;
-        }
-        tag.failovers = tag.failovers.saturating_add(1);
-        stats.failovers += 1;
-        pending.push_back(Pending {
-            tag,
-            buffer: c.buffer,
-        });
-        return None;
-    }
-    Some(ChannelCompletion {
-        tag: tag.user,
-        result: Err(ChannelError::Device { status: c.status }),
-        buffer: c.buffer,
-        path: Some(i),
-        failovers: tag.failovers,
-    })
 }

@@ -2,7 +2,7 @@
 //! everything else (a changed head, a path to open, no usable path: queue or refuse).
 
 use super::types::{ChannelSubmitError, IoOp};
-use super::{Dispatch, IoChannel, Pending, Req, Tag};
+use super::{Dispatch, IoChannel, Pending, Tag};
 use crate::error::{SubmitError, SubmitErrorKind};
 use crate::multipath::error::ChannelError;
 use crate::multipath::paths::MAX_PATHS;
@@ -69,7 +69,6 @@ impl<P: Platform> IoChannel<P> {
                 else {
                     return self.open_and_send(i, whole, None);
                 };
-                let slot = usize::from(qp.next_slot().unwrap_or(0));
                 let dir = if write {
                     Direction::Write
                 } else {
@@ -77,12 +76,9 @@ impl<P: Platform> IoChannel<P> {
                 };
                 // SAFETY: the caller's contract: `span` is from the pool every path's
                 // controller shares and stays allocated until the request is delivered.
-                let sent = unsafe { qp.submit_raw(ns, dir, lba, blocks, span, tag) };
+                let sent = unsafe { qp.submit_raw(ns, dir, lba, blocks, span, whole) };
                 return match sent {
                     Ok(()) => {
-                        if let Some(r) = self.side[i].get_mut(slot) {
-                            *r = Req::of(&whole);
-                        }
                         self.sent[i] += 1;
                         self.busy |= 1 << i;
                         Ok(())
@@ -135,23 +131,13 @@ impl<P: Platform> IoChannel<P> {
                 else {
                     return self.open_and_send(i, whole(tag), Some(buf));
                 };
-                let slot = usize::from(qp.next_slot().unwrap_or(0));
                 let sent = if WRITE {
-                    qp.write(ns, lba, blocks, buf, tag)
+                    qp.write(ns, lba, blocks, buf, whole(tag))
                 } else {
-                    qp.read(ns, lba, blocks, buf, tag)
+                    qp.read(ns, lba, blocks, buf, whole(tag))
                 };
                 return match sent {
                     Ok(()) => {
-                        if let Some(r) = self.side[i].get_mut(slot) {
-                            *r = Req {
-                                lba,
-                                blocks,
-                                op,
-                                failovers: 0,
-                                span: None,
-                            };
-                        }
                         self.sent[i] += 1;
                         self.busy |= 1 << i;
                         Ok(())
@@ -198,10 +184,7 @@ impl<P: Platform> IoChannel<P> {
                     let capacity = self.capacity;
                     return Err(refuse(ChannelError::ChannelFull { capacity }, e.buffer));
                 }
-                self.pending.push_back(Pending {
-                    tag,
-                    buffer: e.buffer,
-                });
+                self.pending.push_back(Pending::waiting(tag, e.buffer));
                 Ok(())
             }
             SubmitErrorKind::NamespaceNotActive { .. } => {
@@ -232,7 +215,7 @@ impl<P: Platform> IoChannel<P> {
         let nsid = self.head.nsid();
         match self.dispatch(tag, buffer) {
             Dispatch::Sent => {}
-            Dispatch::Busy(buffer) => self.pending.push_back(Pending { tag, buffer }),
+            Dispatch::Busy(buffer) => self.pending.push_back(Pending::waiting(tag, buffer)),
             Dispatch::NoPath(buffer) => {
                 if self.head.is_removed() {
                     return Err(refuse(ChannelError::HeadRemoved { nsid }, buffer));
@@ -241,7 +224,7 @@ impl<P: Platform> IoChannel<P> {
                     return Err(refuse(ChannelError::NoPath { nsid }, buffer));
                 }
                 self.stats.queued += 1;
-                self.pending.push_back(Pending { tag, buffer });
+                self.pending.push_back(Pending::waiting(tag, buffer));
             }
             Dispatch::Refused(kind, buffer) => {
                 return Err(refuse(ChannelError::Refused(kind), buffer))
@@ -285,11 +268,10 @@ impl<P: Platform> IoChannel<P> {
         let Some(ctrl) = self.subsystem.controller(i) else {
             return false;
         };
-        match ctrl.alloc_qpair(self.options.qpair) {
+        match ctrl.alloc_qpair_with_payload::<Tag>(self.options.qpair) {
             Ok(qp) => {
                 // Room for every request of this queue pair to be failed over at once.
                 self.pending.reserve(qp.depth() as usize);
-                self.side[i] = vec![Req::default(); qp.depth() as usize].into_boxed_slice();
                 self.qpairs[i] = Some(qp);
                 true
             }
@@ -313,10 +295,9 @@ impl<P: Platform> IoChannel<P> {
                 buffer,
             ));
         };
-        let slot = usize::from(qp.next_slot().unwrap_or(0));
         match (tag.op, buffer, tag.span) {
-            (IoOp::Read, Some(b), _) => qp.read(ns, tag.lba, tag.blocks, b, tag.user)?,
-            (IoOp::Write, Some(b), _) => qp.write(ns, tag.lba, tag.blocks, b, tag.user)?,
+            (IoOp::Read, Some(b), _) => qp.read(ns, tag.lba, tag.blocks, b, tag)?,
+            (IoOp::Write, Some(b), _) => qp.write(ns, tag.lba, tag.blocks, b, tag)?,
             (op @ (IoOp::Read | IoOp::Write), None, Some(span)) => {
                 let dir = if op == IoOp::Write {
                     Direction::Write
@@ -326,11 +307,10 @@ impl<P: Platform> IoChannel<P> {
                 // SAFETY: a raw request: `submit_raw`'s caller guaranteed that the span is from
                 // the pool every path shares and stays allocated until the request is
                 // delivered; its previous command on another path has ended.
-                unsafe { qp.submit_raw(ns, dir, tag.lba, tag.blocks, span, tag.user)? }
+                unsafe { qp.submit_raw(ns, dir, tag.lba, tag.blocks, span, tag)? }
             }
             (IoOp::Flush, b, _) => {
-                qp.flush(ns, tag.user)
-                    .map_err(|e| SubmitError::new(e.kind, b))?;
+                qp.flush(ns, tag).map_err(|e| SubmitError::new(e.kind, b))?;
             }
             (_, None, None) => {
                 return Err(SubmitError::new(
@@ -341,9 +321,6 @@ impl<P: Platform> IoChannel<P> {
                     None,
                 ))
             }
-        }
-        if let Some(r) = self.side[i].get_mut(slot) {
-            *r = Req::of(&tag);
         }
         self.busy |= 1 << i;
         self.sent[i & (MAX_PATHS - 1)] += 1;

@@ -3,6 +3,7 @@
 
 use super::super::error::ChannelError;
 use crate::controller::QpairOptions;
+use crate::spec::Status;
 use thiserror::Error;
 use vfnvme_hal::{DmaBuffer, DmaSpan};
 
@@ -41,9 +42,9 @@ pub enum IoOp {
     Flush = 2,
 }
 
-/// A request as the channel keeps it to send it again: the user's tag travels in the queue
-/// pair's tracker, the rest in the path's side table (indexed by the request's slot), so the
-/// tracker carries no more than a plain queue pair's.
+/// A request as the channel keeps it to send it again. It is the payload of the path's queue
+/// pair (kept in the request's tracker), so a completion brings back everything a failover
+/// needs: no side table to write on submission or to look up on completion.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Tag {
     pub(super) user: u64,
@@ -56,34 +57,26 @@ pub(crate) struct Tag {
     pub(super) span: Option<DmaSpan>,
 }
 
-/// What the side table keeps of a request in flight (the user's tag is in the tracker).
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Req {
-    pub(super) lba: u64,
-    pub(super) blocks: u32,
-    pub(super) op: IoOp,
-    pub(super) failovers: u8,
-    pub(super) span: Option<DmaSpan>,
-}
-
-impl Req {
-    #[inline(always)]
-    pub(super) fn of(tag: &Tag) -> Self {
-        Req {
-            lba: tag.lba,
-            blocks: tag.blocks,
-            op: tag.op,
-            failovers: tag.failovers,
-            span: tag.span,
-        }
-    }
-}
-
-/// A request waiting for a path (or for a free slot on its path).
+/// A request waiting for a path (or for a free slot on its path), or, for a moment during a
+/// poll, one that just failed on a path and waits to be triaged (failed over or delivered).
 #[derive(Debug)]
 pub(super) struct Pending {
     pub(super) tag: Tag,
     pub(super) buffer: Option<DmaBuffer>,
+    /// The status it failed with on its last path (success for a request that only waits).
+    pub(super) failed: Status,
+}
+
+impl Pending {
+    /// A request that waits to be sent.
+    #[inline]
+    pub(super) fn waiting(tag: Tag, buffer: Option<DmaBuffer>) -> Self {
+        Pending {
+            tag,
+            buffer,
+            failed: Status::SUCCESS,
+        }
+    }
 }
 
 /// A request the channel finished.
