@@ -724,10 +724,18 @@ int32_t vfnvme_channel_close(struct vfnvme_channel *channel);
 // in the channel's queue while no path is usable and the head queues); `arg` comes back in
 // the completion. `buf` must lie inside a buffer from vfnvme_subsys_dma_alloc of this
 // channel's subsystem, `blocks * lba_size` bytes long (VFNVME_ERR_BAD_BUFFER otherwise), and
-// stay allocated and untouched until the completion. Nothing reaches the device before
-// vfnvme_channel_commit or vfnvme_channel_poll. Errors: VFNVME_ERR_QUEUE_FULL (the channel
-// holds its capacity: poll), VFNVME_ERR_NO_PATH (no usable path and the head does not
-// queue), VFNVME_ERR_NOT_FOUND (the head was removed), VFNVME_ERR_OUT_OF_RANGE.
+// stay allocated and untouched until the completion (vfnvme_subsys_dma_free refuses it with
+// VFNVME_ERR_BUSY until vfnvme_channel_poll has returned the completion). Nothing reaches
+// the device before vfnvme_channel_commit or vfnvme_channel_poll. Errors:
+// VFNVME_ERR_QUEUE_FULL (the channel holds its capacity, or every one of its request records
+// is in use: poll), VFNVME_ERR_NO_PATH (no usable path and the head does not queue),
+// VFNVME_ERR_NOT_FOUND (the head was removed), VFNVME_ERR_OUT_OF_RANGE.
+//
+// A channel has `capacity + qpair_depth * controllers` request records (the options and
+// the subsystem's controllers at vfnvme_channel_open): one per request from its submission
+// until its completion is returned by vfnvme_channel_poll. That is all the channel's queue
+// and queue pairs hold, so VFNVME_ERR_QUEUE_FULL comes from the records only if the
+// subsystem gained controllers since, or the driver gave a queue pair more entries.
 //
 // Thread safety: the channel's thread. Lock-free and allocation-free.
 //
@@ -744,7 +752,8 @@ int32_t vfnvme_channel_read(struct vfnvme_channel *channel, void *buf, uint64_t 
 // Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_channel_write(struct vfnvme_channel *channel, const void *buf, uint64_t lba, uint32_t blocks, void *arg);
 
-// Queues a flush on the head's best path; `arg` comes back in the completion.
+// Queues a flush on the head's best path; `arg` comes back in the completion. It takes a
+// request record as vfnvme_channel_read does (VFNVME_ERR_QUEUE_FULL when none is free).
 //
 // Thread safety: the channel's thread.
 //
@@ -983,11 +992,14 @@ int32_t vfnvme_subsys_namespace_attachment(const struct vfnvme_subsys *subsys, u
 int32_t vfnvme_subsys_dma_alloc(const struct vfnvme_subsys *subsys, size_t len, void **ptr, uint64_t *iova);
 
 // Frees a buffer from vfnvme_subsys_dma_alloc. NULL is a no-op; any other pointer not from
-// vfnvme_subsys_dma_alloc of this subsystem fails with VFNVME_ERR_BAD_BUFFER. The caller must
-// not free a buffer that requests in flight on a channel use (poll them first): unlike
-// vfnvme_dma_free, this is not checked.
+// vfnvme_subsys_dma_alloc of this subsystem fails with VFNVME_ERR_BAD_BUFFER. As
+// vfnvme_dma_free does, it fails with VFNVME_ERR_BUSY (and frees nothing) while a request of
+// any channel of the subsystem uses the buffer: from the submission until
+// vfnvme_channel_poll has returned its completion, whether the request is on a path, waits
+// in the channel's queue for one, or failed and waits to be handed out. Poll first.
 //
-// Thread safety: thread-safe (takes a lock).
+// Thread safety: thread-safe (takes the subsystem's buffer lock; scans every channel's
+// request records).
 //
 // # Safety
 // Every pointer argument is NULL (where allowed) or valid as described above.

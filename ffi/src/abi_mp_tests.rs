@@ -798,3 +798,99 @@ fn namespace_attachment_takes_a_path_away_under_io_and_brings_it_back() {
     );
     close(s, ch);
 }
+
+/// Frees `buf` (a buffer from `alloc`) and returns the status.
+fn free(s: *mut Subsys, buf: *mut u8) -> i32 {
+    // SAFETY: a live subsystem; `buf` is from it (freed once it succeeds).
+    unsafe { vfnvme_subsys_dma_free(s, buf.cast()) }
+}
+
+#[test]
+fn a_buffer_a_channel_request_uses_cannot_be_freed() {
+    let busy = Status::VfnvmeErrBusy.code();
+    let s = open(2, 1, None);
+    let ch = channel(s, 1);
+    let a = alloc(s, 2);
+    let b = alloc(s, 1);
+    let c = alloc(s, 1);
+    // A read into the second block of `a`, sent to a path, not yet polled.
+    assert_eq!(read(ch, a, 1), OK, "{}", last_error());
+    // SAFETY: a live channel.
+    assert_eq!(unsafe { vfnvme_channel_commit(ch) }, OK);
+    assert_eq!(free(s, a), busy);
+    assert!(
+        last_error().contains("poll them with vfnvme_channel_poll"),
+        "{}",
+        last_error()
+    );
+    // A flush holds no buffer; another buffer is free to go; a refused submission leaves no
+    // mark behind.
+    // SAFETY: a live channel.
+    assert_eq!(unsafe { vfnvme_channel_flush(ch, 77 as *mut c_void) }, OK);
+    assert_eq!(free(s, b), OK);
+    // SAFETY: a live channel; the LBA is past the namespace's end (refused).
+    let rc = unsafe { vfnvme_channel_read(ch, c.cast(), 4096, 1, null_mut()) };
+    assert_eq!(rc, Status::VfnvmeErrOutOfRange.code());
+    assert_eq!(free(s, c), OK);
+    // Polled: the completions carry their `arg` and the buffer goes.
+    let done = drain(s, ch, 2);
+    let mut args: Vec<usize> = done.iter().map(|c| c.arg as usize).collect();
+    args.sort_unstable();
+    assert_eq!(args, [1, 77]);
+    assert!(done.iter().all(|c| c.cpl.rc == 0 && c.cpl.status == 0));
+    assert_eq!(free(s, a), OK);
+    close(s, ch);
+}
+
+#[test]
+fn a_buffer_a_queued_request_uses_cannot_be_freed_until_it_is_handed_out() {
+    let busy = Status::VfnvmeErrBusy.code();
+    let n = 4;
+    // `n` writes of `buf` wait in the channel's queue: no path is usable.
+    let (s, ch, buf) = queued(n);
+    let other = alloc(s, 1);
+    assert_eq!(free(s, buf), busy, "queued in the channel");
+    assert_eq!(free(s, other), OK);
+    // Queueing off: all fail at once at the next poll; a one-entry array takes one, the
+    // rest wait in the channel (their buffer still in use until they are handed out).
+    // SAFETY: a live subsystem.
+    let rc = unsafe { vfnvme_subsys_set_queue_if_no_path(s, 1, false) };
+    assert_eq!(rc, OK);
+    let mut one = [MpCompletion::default(); 1];
+    // SAFETY: live handles, a one-entry array.
+    assert_eq!(unsafe { vfnvme_channel_poll(ch, one.as_mut_ptr(), 1) }, 1);
+    assert_eq!(one[0].reason, MpFail::VfnvmeMpFailQueueingOff);
+    assert_eq!(stats(ch).outstanding, n - 1);
+    assert_eq!(free(s, buf), busy, "failed, not yet handed out");
+    let mut out = vec![one[0]];
+    let mut rest = [MpCompletion::default(); 8];
+    // SAFETY: live handles, an 8-entry array.
+    let got = unsafe { vfnvme_channel_poll(ch, rest.as_mut_ptr(), 8) };
+    assert_eq!(got, (n - 1) as i32);
+    out.extend_from_slice(&rest[..got as usize]);
+    exactly_once(&out, n);
+    assert!(out
+        .iter()
+        .all(|c| c.reason == MpFail::VfnvmeMpFailQueueingOff
+            && c.cpl.rc == Status::VfnvmeErrNoPath.code()));
+    assert_eq!(stats(ch).outstanding, 0);
+    assert_eq!(free(s, buf), OK, "every request failed and was handed out");
+    close(s, ch);
+}
+
+#[test]
+fn a_buffer_is_free_to_go_once_every_queued_request_failed_at_once() {
+    let n = 50;
+    let (s, ch, buf) = queued(n);
+    assert_eq!(free(s, buf), Status::VfnvmeErrBusy.code());
+    // SAFETY: a live subsystem.
+    let rc = unsafe { vfnvme_subsys_set_queue_if_no_path(s, 1, false) };
+    assert_eq!(rc, OK);
+    let mut out = [MpCompletion::default(); 64];
+    // SAFETY: live handles, a 64-entry array.
+    let got = unsafe { vfnvme_channel_poll(ch, out.as_mut_ptr(), 64) };
+    assert_eq!(got, n as i32, "all at once");
+    exactly_once(&out[..n as usize], n);
+    assert_eq!(free(s, buf), OK);
+    close(s, ch);
+}

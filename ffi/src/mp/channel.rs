@@ -3,6 +3,7 @@
 //! pair); completions are polled into a C array.
 
 use super::backend::ChannelOps;
+use super::records::Records;
 use super::registry;
 use super::subsys::{no_head, sub, Subsys};
 use super::types::{ChannelOpts, ChannelStats, MpCompletion, MpFail};
@@ -26,10 +27,14 @@ pub struct Channel {
     /// The DMA region of the last data buffer (regions stay mapped while the subsystem lives).
     region: DmaRegion,
     lba_shift: u8,
+    /// One record per request the channel holds (its index is the driver's tag): the C
+    /// `arg` and the buffer address vfnvme_subsys_dma_free checks.
+    records: Records,
     /// Completions delivered by the driver past the caller's `max` (queued requests fail all
-    /// at once), handed out first at the next poll. Preallocated for everything the channel
-    /// can hold, so the I/O path does not allocate.
-    overflow: std::collections::VecDeque<MpCompletion>,
+    /// at once), with their record (kept, buffer mark included, until handed out), handed
+    /// out first at the next poll. Preallocated for every record, so the I/O path does not
+    /// allocate.
+    overflow: std::collections::VecDeque<(u64, MpCompletion)>,
 }
 
 impl Channel {
@@ -69,7 +74,7 @@ fn refused(e: ChannelError) -> FfiError {
     }
 }
 
-/// A finished request as C sees it.
+/// A finished request as C sees it (`arg` filled in when it is handed out).
 #[inline(always)]
 fn completion(c: &ChannelCompletion) -> MpCompletion {
     let (cpl, reason) = match &c.result {
@@ -77,7 +82,7 @@ fn completion(c: &ChannelCompletion) -> MpCompletion {
         Err(e) => failure(e),
     };
     MpCompletion {
-        arg: c.tag as usize as *mut c_void,
+        arg: std::ptr::null_mut(),
         cpl,
         path: c.path.map_or(-1, |p| i32::try_from(p).unwrap_or(-1)),
         failovers: u32::from(c.failovers),
@@ -169,14 +174,21 @@ pub unsafe extern "C" fn vfnvme_channel_open(
             },
             numa_node: (o.numa_known && o.numa_node >= 0).then_some(o.numa_node as u32),
         };
-        let holds = copts.capacity + depth as usize * s.ops.controllers().len().max(1);
+        let paths = s.ops.controllers().len().max(1);
+        let capacity = copts.capacity;
+        // Validates the capacity (1..=1048576) before anything is sized by it.
         let inner = s.ops.open_channel(head, copts)?;
+        let holds = capacity + depth as usize * paths;
+        let records = Records::new(holds);
+        let overflow = std::collections::VecDeque::with_capacity(records.len());
+        s.track(records.marks().clone());
         let ch = Box::into_raw(Box::new(Channel {
             inner,
             sub: subsys,
             region: DmaRegion::default(),
             lba_shift,
-            overflow: std::collections::VecDeque::with_capacity(holds),
+            records,
+            overflow,
         }));
         s.channels.fetch_add(1, Ordering::AcqRel);
         registry::add(ch);
@@ -214,6 +226,7 @@ pub unsafe extern "C" fn vfnvme_channel_close(channel: *mut Channel) -> i32 {
                 "channel was closed concurrently",
             ));
         }
+        ch.sub().untrack(ch.records.marks());
         ch.sub().channels.fetch_sub(1, Ordering::AcqRel);
         // SAFETY: from Box::into_raw in vfnvme_channel_open, live until now (just removed
         // from the registry, so no second close frees it again).
@@ -244,15 +257,28 @@ fn submit(
         Some(span) => span,
         None => new_region(ch, buf, len)?,
     };
+    let rec = ch.records.take(arg, buf as usize).ok_or_else(no_record)?;
     // SAFETY: `span` lies inside a live allocation of the pool every path shares (checked
     // just now); the C caller keeps it allocated and untouched until the completion (header
-    // contract).
-    unsafe {
+    // contract), and vfnvme_subsys_dma_free refuses it while the record's mark is set.
+    match unsafe {
         ch.inner
-            .submit_raw(write, lba, blocks, span, arg as usize as u64)
+            .submit_raw(write, lba, blocks, span, u64::from(rec))
+    } {
+        Ok(()) => Ok(0),
+        Err(e) => {
+            ch.records.release(u64::from(rec));
+            Err(refused(e))
+        }
     }
-    .map_err(refused)?;
-    Ok(0)
+}
+
+/// Every request record is in use.
+#[cold]
+#[inline(never)]
+fn no_record() -> FfiError {
+    // Hot under load: no formatting.
+    FfiError::new(Status::VfnvmeErrQueueFull, "")
 }
 
 #[cold]
@@ -280,10 +306,18 @@ fn new_region(ch: &mut Channel, buf: *const c_void, len: usize) -> FfiResult<vfn
 /// in the channel's queue while no path is usable and the head queues); `arg` comes back in
 /// the completion. `buf` must lie inside a buffer from vfnvme_subsys_dma_alloc of this
 /// channel's subsystem, `blocks * lba_size` bytes long (VFNVME_ERR_BAD_BUFFER otherwise), and
-/// stay allocated and untouched until the completion. Nothing reaches the device before
-/// vfnvme_channel_commit or vfnvme_channel_poll. Errors: VFNVME_ERR_QUEUE_FULL (the channel
-/// holds its capacity: poll), VFNVME_ERR_NO_PATH (no usable path and the head does not
-/// queue), VFNVME_ERR_NOT_FOUND (the head was removed), VFNVME_ERR_OUT_OF_RANGE.
+/// stay allocated and untouched until the completion (vfnvme_subsys_dma_free refuses it with
+/// VFNVME_ERR_BUSY until vfnvme_channel_poll has returned the completion). Nothing reaches
+/// the device before vfnvme_channel_commit or vfnvme_channel_poll. Errors:
+/// VFNVME_ERR_QUEUE_FULL (the channel holds its capacity, or every one of its request records
+/// is in use: poll), VFNVME_ERR_NO_PATH (no usable path and the head does not queue),
+/// VFNVME_ERR_NOT_FOUND (the head was removed), VFNVME_ERR_OUT_OF_RANGE.
+///
+/// A channel has `capacity + qpair_depth * controllers` request records (the options and
+/// the subsystem's controllers at vfnvme_channel_open): one per request from its submission
+/// until its completion is returned by vfnvme_channel_poll. That is all the channel's queue
+/// and queue pairs hold, so VFNVME_ERR_QUEUE_FULL comes from the records only if the
+/// subsystem gained controllers since, or the driver gave a queue pair more entries.
 ///
 /// Thread safety: the channel's thread. Lock-free and allocation-free.
 ///
@@ -322,7 +356,8 @@ pub unsafe extern "C" fn vfnvme_channel_write(
     })
 }
 
-/// Queues a flush on the head's best path; `arg` comes back in the completion.
+/// Queues a flush on the head's best path; `arg` comes back in the completion. It takes a
+/// request record as vfnvme_channel_read does (VFNVME_ERR_QUEUE_FULL when none is free).
 ///
 /// Thread safety: the channel's thread.
 ///
@@ -332,7 +367,11 @@ pub unsafe extern "C" fn vfnvme_channel_write(
 pub unsafe extern "C" fn vfnvme_channel_flush(channel: *mut Channel, arg: *mut c_void) -> i32 {
     guard("vfnvme_channel_flush", || {
         let ch = ch_mut(channel)?;
-        ch.inner.flush(arg as usize as u64).map_err(refused)?;
+        let rec = ch.records.take(arg, 0).ok_or_else(no_record)?;
+        if let Err(e) = ch.inner.flush(u64::from(rec)) {
+            ch.records.release(u64::from(rec));
+            return Err(refused(e));
+        }
         Ok(0)
     })
 }
@@ -383,24 +422,30 @@ pub unsafe extern "C" fn vfnvme_channel_poll(
         let dst = unsafe { std::slice::from_raw_parts_mut(out, max as usize) };
         let mut n = 0usize;
         while n < dst.len() {
-            let Some(c) = ch.overflow.pop_front() else {
+            let Some((rec, mut c)) = ch.overflow.pop_front() else {
                 break;
             };
+            c.arg = ch.records.release(rec);
             dst[n] = c;
             n += 1;
         }
         if n < dst.len() {
             let Channel {
-                inner, overflow, ..
+                inner,
+                overflow,
+                records,
+                ..
             } = ch;
             // The driver may deliver more than asked (every queued request failing at once):
-            // what does not fit waits in `overflow`.
+            // what does not fit waits in `overflow`, its record (and buffer mark) kept.
             inner.poll(dst.len() - n, &mut |c| match dst.get_mut(n) {
                 Some(d) => {
-                    *d = completion(&c);
+                    let mut out = completion(&c);
+                    out.arg = records.release(c.tag);
+                    *d = out;
                     n += 1;
                 }
-                None => overflow.push_back(completion(&c)),
+                None => overflow.push_back((c.tag, completion(&c))),
             });
         }
         Ok(i32::try_from(n).unwrap_or(i32::MAX))

@@ -20,7 +20,22 @@ pub struct Subsys {
     pub(crate) ops: Box<dyn SubsysOps>,
     bufs: Mutex<HashMap<usize, DmaBuffer>>,
     pub(crate) channels: AtomicUsize,
+    /// Per open channel, per request record: the data address of the request holding it (0
+    /// for none). vfnvme_subsys_dma_free refuses a buffer that one of them points into.
+    in_flight: Mutex<Vec<Arc<[AtomicUsize]>>>,
     events: Mutex<(Snapshot, VecDeque<MpEvent>)>,
+}
+
+impl Subsys {
+    /// Registers a new channel's request marks.
+    pub(crate) fn track(&self, marks: Arc<[AtomicUsize]>) {
+        lock(&self.in_flight).push(marks);
+    }
+
+    /// Forgets a closed channel's request marks.
+    pub(crate) fn untrack(&self, marks: &Arc<[AtomicUsize]>) {
+        lock(&self.in_flight).retain(|m| !Arc::ptr_eq(m, marks));
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -68,6 +83,7 @@ pub(crate) fn publish(ops: Box<dyn SubsysOps>, out: &mut *mut Subsys) -> i32 {
         ops,
         bufs: Mutex::new(HashMap::new()),
         channels: AtomicUsize::new(0),
+        in_flight: Mutex::new(Vec::new()),
         events: Mutex::new((snapshot, VecDeque::new())),
     }));
     registry::add(sub);
@@ -484,11 +500,14 @@ pub unsafe extern "C" fn vfnvme_subsys_dma_alloc(
 }
 
 /// Frees a buffer from vfnvme_subsys_dma_alloc. NULL is a no-op; any other pointer not from
-/// vfnvme_subsys_dma_alloc of this subsystem fails with VFNVME_ERR_BAD_BUFFER. The caller must
-/// not free a buffer that requests in flight on a channel use (poll them first): unlike
-/// vfnvme_dma_free, this is not checked.
+/// vfnvme_subsys_dma_alloc of this subsystem fails with VFNVME_ERR_BAD_BUFFER. As
+/// vfnvme_dma_free does, it fails with VFNVME_ERR_BUSY (and frees nothing) while a request of
+/// any channel of the subsystem uses the buffer: from the submission until
+/// vfnvme_channel_poll has returned its completion, whether the request is on a path, waits
+/// in the channel's queue for one, or failed and waits to be handed out. Poll first.
 ///
-/// Thread safety: thread-safe (takes a lock).
+/// Thread safety: thread-safe (takes the subsystem's buffer lock; scans every channel's
+/// request records).
 ///
 /// # Safety
 /// Every pointer argument is NULL (where allowed) or valid as described above.
@@ -499,12 +518,27 @@ pub unsafe extern "C" fn vfnvme_subsys_dma_free(subsys: *const Subsys, ptr: *mut
         if ptr.is_null() {
             return Ok(0);
         }
-        if lock(&s.bufs).remove(&(ptr as usize)).is_none() {
+        let mut bufs = lock(&s.bufs);
+        let Some(buf) = bufs.get(&(ptr as usize)) else {
             return Err(FfiError::new(
                 Status::VfnvmeErrBadBuffer,
                 format!("vfnvme_subsys_dma_free({ptr:p}): not a buffer from vfnvme_subsys_dma_alloc of this subsystem"),
             ));
+        };
+        let start = buf.as_ptr() as usize;
+        let end = start.saturating_add(buf.len());
+        let in_use = lock(&s.in_flight)
+            .iter()
+            .flat_map(|marks| marks.iter())
+            .filter(|m| (start..end).contains(&m.load(Ordering::Acquire)))
+            .count();
+        if in_use > 0 {
+            return Err(FfiError::new(
+                Status::VfnvmeErrBusy,
+                format!("vfnvme_subsys_dma_free({ptr:p}): {in_use} channel request(s) using this buffer are not completed; poll them with vfnvme_channel_poll first"),
+            ));
         }
+        bufs.remove(&start);
         Ok(0)
     })
 }
