@@ -181,6 +181,13 @@ enum vfnvme_status {
 // first use; path choice by the head's policy; failover with the same buffer; requests wait
 // (bounded) while no path is usable and the head queues. Use it from one thread at a time
 // (it may move between threads).
+//
+// Every call on a channel that is not open (closed, or not from vfnvme_channel_open) fails
+// with VFNVME_ERR_INVALID_ARGUMENT: vfnvme_channel_close checks the registry of live handles
+// (a lock), the I/O calls one load of a magic value set at open and poisoned at close (no
+// lock on the I/O path). That is best effort: the memory of a closed channel is freed and
+// may be reused, which nothing can tell apart from a live channel (a queue pair checks only
+// for NULL). Never use a channel after closing it.
 struct vfnvme_channel;
 
 // An open controller (opaque). Thread-safe: share it between threads freely.
@@ -737,7 +744,8 @@ int32_t vfnvme_channel_close(struct vfnvme_channel *channel);
 // and queue pairs hold, so VFNVME_ERR_QUEUE_FULL comes from the records only if the
 // subsystem gained controllers since, or the driver gave a queue pair more entries.
 //
-// Thread safety: the channel's thread. Lock-free and allocation-free.
+// Thread safety: the channel's thread. Lock-free and allocation-free. A channel that is not
+// open fails with VFNVME_ERR_INVALID_ARGUMENT (best effort: see vfnvme_channel).
 //
 // # Safety
 // Every pointer argument is NULL (where allowed) or valid as described above.
@@ -747,6 +755,8 @@ int32_t vfnvme_channel_read(struct vfnvme_channel *channel, void *buf, uint64_t 
 // does. A write acknowledged once is never written again by a late failover.
 //
 // Thread safety: the channel's thread. Lock-free and allocation-free.
+// A channel that is not open fails with VFNVME_ERR_INVALID_ARGUMENT (best effort: see
+// vfnvme_channel).
 //
 // # Safety
 // Every pointer argument is NULL (where allowed) or valid as described above.
@@ -756,6 +766,8 @@ int32_t vfnvme_channel_write(struct vfnvme_channel *channel, const void *buf, ui
 // request record as vfnvme_channel_read does (VFNVME_ERR_QUEUE_FULL when none is free).
 //
 // Thread safety: the channel's thread.
+// A channel that is not open fails with VFNVME_ERR_INVALID_ARGUMENT (best effort: see
+// vfnvme_channel).
 //
 // # Safety
 // Every pointer argument is NULL (where allowed) or valid as described above.
@@ -764,6 +776,8 @@ int32_t vfnvme_channel_flush(struct vfnvme_channel *channel, void *arg);
 // Rings the doorbell of every path with new requests (one write per path).
 //
 // Thread safety: the channel's thread.
+// A channel that is not open fails with VFNVME_ERR_INVALID_ARGUMENT (best effort: see
+// vfnvme_channel).
 //
 // # Safety
 // Every pointer argument is NULL (where allowed) or valid as described above.
@@ -777,6 +791,8 @@ int32_t vfnvme_channel_commit(struct vfnvme_channel *channel);
 // (vfnvme_subsys_poll) for path changes to be seen.
 //
 // Thread safety: the channel's thread. Lock-free and allocation-free.
+// A channel that is not open fails with VFNVME_ERR_INVALID_ARGUMENT (best effort: see
+// vfnvme_channel).
 //
 // # Safety
 // Every pointer argument is NULL (where allowed) or valid as described above.
@@ -786,6 +802,8 @@ int32_t vfnvme_channel_poll(struct vfnvme_channel *channel, struct vfnvme_mp_com
 // failovers, requests queued and failed for want of a path, requests outstanding.
 //
 // Thread safety: the channel's thread.
+// A channel that is not open fails with VFNVME_ERR_INVALID_ARGUMENT (best effort: see
+// vfnvme_channel).
 //
 // # Safety
 // Every pointer argument is NULL (where allowed) or valid as described above.

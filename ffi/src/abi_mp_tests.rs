@@ -894,3 +894,48 @@ fn a_buffer_is_free_to_go_once_every_queued_request_failed_at_once() {
     assert_eq!(free(s, buf), OK);
     close(s, ch);
 }
+
+#[test]
+fn the_io_calls_refuse_a_channel_that_is_not_open() {
+    let inval = Status::VfnvmeErrInvalidArgument.code();
+    let s = open(2, 1, None);
+    let buf = alloc(s, 1);
+    // Reading a closed channel's freed memory would be undefined behaviour; a zeroed object
+    // of a channel's size and alignment stands in for one whose magic is not that of an open
+    // channel (as after close), and a misaligned pointer for a foreign one.
+    let mut fake = std::mem::MaybeUninit::<Channel>::zeroed();
+    let zeroed = fake.as_mut_ptr();
+    // SAFETY: one byte into the fake object: in bounds, never dereferenced (refused first).
+    let misaligned = unsafe { zeroed.cast::<u8>().add(1) }.cast::<Channel>();
+    let mut out = [MpCompletion::default(); 4];
+    let mut st = ChannelStats::default();
+    for ch in [zeroed, misaligned] {
+        // SAFETY: pointers to readable memory of a channel's size (only the magic is read);
+        // a live subsystem's buffer; valid out-pointers.
+        unsafe {
+            assert_eq!(vfnvme_channel_read(ch, buf.cast(), 0, 1, null_mut()), inval);
+            assert!(last_error().contains("is not open"), "{}", last_error());
+            assert_eq!(
+                vfnvme_channel_write(ch, buf.cast(), 0, 1, null_mut()),
+                inval
+            );
+            assert_eq!(vfnvme_channel_flush(ch, null_mut()), inval);
+            assert_eq!(vfnvme_channel_commit(ch), inval);
+            assert_eq!(vfnvme_channel_poll(ch, out.as_mut_ptr(), 4), inval);
+            assert_eq!(vfnvme_channel_stats(ch, &mut st), inval);
+            assert!(last_error().contains("is not open"), "{}", last_error());
+        }
+    }
+    // An open channel passes the check, and is refused once closed (by the registry).
+    let ch = channel(s, 1);
+    assert_eq!(read(ch, buf, 0), OK, "{}", last_error());
+    assert_eq!(drain(s, ch, 1).len(), 1);
+    assert_eq!(free(s, buf), OK);
+    // SAFETY: a live channel, closed once; the second close is refused by the registry
+    // without touching its memory.
+    unsafe {
+        assert_eq!(vfnvme_channel_close(ch), OK);
+        assert_eq!(vfnvme_channel_close(ch), inval);
+        assert_eq!(vfnvme_subsys_close(s), OK);
+    }
+}

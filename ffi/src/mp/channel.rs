@@ -21,7 +21,16 @@ use vfnvme::QpairOptions;
 /// first use; path choice by the head's policy; failover with the same buffer; requests wait
 /// (bounded) while no path is usable and the head queues. Use it from one thread at a time
 /// (it may move between threads).
+///
+/// Every call on a channel that is not open (closed, or not from vfnvme_channel_open) fails
+/// with VFNVME_ERR_INVALID_ARGUMENT: vfnvme_channel_close checks the registry of live handles
+/// (a lock), the I/O calls one load of a magic value set at open and poisoned at close (no
+/// lock on the I/O path). That is best effort: the memory of a closed channel is freed and
+/// may be reused, which nothing can tell apart from a live channel (a queue pair checks only
+/// for NULL). Never use a channel after closing it.
 pub struct Channel {
+    /// [`OPEN`] while open; [`CLOSED`] is written at close (checked by every call).
+    magic: u64,
     inner: Box<dyn ChannelOps>,
     sub: *const Subsys,
     /// The DMA region of the last data buffer (regions stay mapped while the subsystem lives).
@@ -45,15 +54,58 @@ impl Channel {
     }
 }
 
-fn ch_mut<'a>(ch: *mut Channel) -> FfiResult<&'a mut Channel> {
-    // SAFETY: a pointer from vfnvme_channel_open, used by one thread at a time (header
-    // contract).
-    unsafe { ch.as_mut() }.ok_or_else(|| {
-        FfiError::new(
+/// `Channel::magic` of an open channel.
+const OPEN: u64 = u64::from_be_bytes(*b"vfnvmech");
+/// `Channel::magic` written at close.
+const CLOSED: u64 = u64::from_be_bytes(*b"chclosed");
+
+/// Fails unless `ch` looks like an open channel: not NULL, aligned, its magic [`OPEN`] (one
+/// load, no lock: the I/O path's check).
+#[inline(always)]
+fn check_open(ch: *const Channel) -> FfiResult<()> {
+    if ch.is_null() {
+        return Err(FfiError::new(
             Status::VfnvmeErrInvalidArgument,
             "channel is NULL; pass one from vfnvme_channel_open",
-        )
-    })
+        ));
+    }
+    if !ch.is_aligned() {
+        return Err(not_open(ch));
+    }
+    // SAFETY: non-NULL and aligned; the header requires a channel from vfnvme_channel_open
+    // (readable memory of a Channel). Only the magic is read, through the raw pointer, before
+    // anything else of the object is trusted or a reference to it formed.
+    let magic = unsafe { std::ptr::addr_of!((*ch).magic).read() };
+    if magic != OPEN {
+        return Err(not_open(ch));
+    }
+    Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn not_open(ch: *const Channel) -> FfiError {
+    FfiError::new(
+        Status::VfnvmeErrInvalidArgument,
+        format!("channel {ch:p} is not open (already closed, or not from vfnvme_channel_open)"),
+    )
+}
+
+/// An open channel (see [`check_open`]), for the calls that change it.
+#[inline(always)]
+fn ch_mut<'a>(ch: *mut Channel) -> FfiResult<&'a mut Channel> {
+    check_open(ch)?;
+    // SAFETY: an open channel (checked just now, best effort), used by one thread at a time
+    // (header contract).
+    Ok(unsafe { &mut *ch })
+}
+
+/// An open channel (see [`check_open`]), for the calls that read it.
+#[inline(always)]
+fn ch_ref<'a>(ch: *const Channel) -> FfiResult<&'a Channel> {
+    check_open(ch)?;
+    // SAFETY: as in `ch_mut`.
+    Ok(unsafe { &*ch })
 }
 
 /// The status of a refused submission.
@@ -183,6 +235,7 @@ pub unsafe extern "C" fn vfnvme_channel_open(
         let overflow = std::collections::VecDeque::with_capacity(records.len());
         s.track(records.marks().clone());
         let ch = Box::into_raw(Box::new(Channel {
+            magic: OPEN,
             inner,
             sub: subsys,
             region: DmaRegion::default(),
@@ -228,6 +281,10 @@ pub unsafe extern "C" fn vfnvme_channel_close(channel: *mut Channel) -> i32 {
         }
         ch.sub().untrack(ch.records.marks());
         ch.sub().channels.fetch_sub(1, Ordering::AcqRel);
+        // Poisoned so that the I/O calls refuse the handle while its memory is not reused
+        // (volatile: the store must not be dropped as dead before the deallocation).
+        // SAFETY: `magic` is a field of the live channel `ch` refers to.
+        unsafe { std::ptr::write_volatile(&mut ch.magic, CLOSED) };
         // SAFETY: from Box::into_raw in vfnvme_channel_open, live until now (just removed
         // from the registry, so no second close frees it again).
         drop(unsafe { Box::from_raw(channel) });
@@ -319,7 +376,8 @@ fn new_region(ch: &mut Channel, buf: *const c_void, len: usize) -> FfiResult<vfn
 /// and queue pairs hold, so VFNVME_ERR_QUEUE_FULL comes from the records only if the
 /// subsystem gained controllers since, or the driver gave a queue pair more entries.
 ///
-/// Thread safety: the channel's thread. Lock-free and allocation-free.
+/// Thread safety: the channel's thread. Lock-free and allocation-free. A channel that is not
+/// open fails with VFNVME_ERR_INVALID_ARGUMENT (best effort: see vfnvme_channel).
 ///
 /// # Safety
 /// Every pointer argument is NULL (where allowed) or valid as described above.
@@ -340,6 +398,8 @@ pub unsafe extern "C" fn vfnvme_channel_read(
 /// does. A write acknowledged once is never written again by a late failover.
 ///
 /// Thread safety: the channel's thread. Lock-free and allocation-free.
+/// A channel that is not open fails with VFNVME_ERR_INVALID_ARGUMENT (best effort: see
+/// vfnvme_channel).
 ///
 /// # Safety
 /// Every pointer argument is NULL (where allowed) or valid as described above.
@@ -360,6 +420,8 @@ pub unsafe extern "C" fn vfnvme_channel_write(
 /// request record as vfnvme_channel_read does (VFNVME_ERR_QUEUE_FULL when none is free).
 ///
 /// Thread safety: the channel's thread.
+/// A channel that is not open fails with VFNVME_ERR_INVALID_ARGUMENT (best effort: see
+/// vfnvme_channel).
 ///
 /// # Safety
 /// Every pointer argument is NULL (where allowed) or valid as described above.
@@ -379,6 +441,8 @@ pub unsafe extern "C" fn vfnvme_channel_flush(channel: *mut Channel, arg: *mut c
 /// Rings the doorbell of every path with new requests (one write per path).
 ///
 /// Thread safety: the channel's thread.
+/// A channel that is not open fails with VFNVME_ERR_INVALID_ARGUMENT (best effort: see
+/// vfnvme_channel).
 ///
 /// # Safety
 /// Every pointer argument is NULL (where allowed) or valid as described above.
@@ -398,6 +462,8 @@ pub unsafe extern "C" fn vfnvme_channel_commit(channel: *mut Channel) -> i32 {
 /// (vfnvme_subsys_poll) for path changes to be seen.
 ///
 /// Thread safety: the channel's thread. Lock-free and allocation-free.
+/// A channel that is not open fails with VFNVME_ERR_INVALID_ARGUMENT (best effort: see
+/// vfnvme_channel).
 ///
 /// # Safety
 /// Every pointer argument is NULL (where allowed) or valid as described above.
@@ -456,6 +522,8 @@ pub unsafe extern "C" fn vfnvme_channel_poll(
 /// failovers, requests queued and failed for want of a path, requests outstanding.
 ///
 /// Thread safety: the channel's thread.
+/// A channel that is not open fails with VFNVME_ERR_INVALID_ARGUMENT (best effort: see
+/// vfnvme_channel).
 ///
 /// # Safety
 /// Every pointer argument is NULL (where allowed) or valid as described above.
@@ -465,7 +533,7 @@ pub unsafe extern "C" fn vfnvme_channel_stats(
     out: *mut ChannelStats,
 ) -> i32 {
     guard("vfnvme_channel_stats", || {
-        let ch = crate::ctrl::deref(channel, "channel")?;
+        let ch = ch_ref(channel)?;
         let out = out_ptr(out, "out")?;
         let s = ch.inner.stats();
         let mut c = ChannelStats {
