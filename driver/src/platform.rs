@@ -172,6 +172,16 @@ pub trait Platform: Send + Sync + 'static {
     /// Monotonic time in nanoseconds (virtual time on the model).
     fn now_ns(&self) -> u64;
 
+    /// Monotonic time in nanoseconds for the I/O path's periodic checks (a queue pair's
+    /// timeout check every 256 polls): cheap above all, a few milliseconds of resolution is
+    /// enough. Compared only with itself. Default: [`now_ns`](Self::now_ns); the VFIO platform
+    /// reads the coarse clock ([`vfnvme_hal::time::coarse_now_ns`]), which costs no system call
+    /// whatever the kernel's clocksource.
+    #[inline(always)]
+    fn now_coarse_ns(&self) -> u64 {
+        self.now_ns()
+    }
+
     /// Called in every bounded wait loop (e.g. for CSTS.RDY) between two checks. Real hardware
     /// spins briefly or sleeps; the model advances virtual time to its next event.
     fn relax(&self);

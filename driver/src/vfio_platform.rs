@@ -168,6 +168,10 @@ impl Platform for VfioPlatform {
         u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
+    fn now_coarse_ns(&self) -> u64 {
+        vfnvme_hal::time::coarse_now_ns()
+    }
+
     fn relax(&self) {
         // Control path only (bounded waits such as CSTS.RDY).
         std::thread::sleep(Duration::from_micros(10));

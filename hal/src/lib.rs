@@ -20,6 +20,7 @@ pub mod error;
 pub mod iommu;
 pub mod mem;
 pub mod pci;
+pub mod time;
 pub mod vfio;
 
 pub use error::HalError;

@@ -361,7 +361,7 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         if self.check_interval_ns == 0 || self.io.outstanding() == 0 {
             return false;
         }
-        let now = self.platform.now_ns();
+        let now = self.platform.now_coarse_ns();
         if now < self.next_check_ns {
             return false;
         }
