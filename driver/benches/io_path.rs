@@ -5,7 +5,7 @@
 //! - wall-clock ns per I/O, for driver and model together and for the driver alone (the time
 //!   spent inside the model's entry points is measured and subtracted);
 //! - doorbell MMIO writes per I/O, SQ tail and CQ head separately, from the model's counters
-//!   (one SQ write per submitted batch, one CQ write per poll that reaped completions);
+//!   (one SQ write per submitted batch; the CQ head only when the CQ could run short of slots);
 //! - heap allocations per I/O made by the driver (allocations inside the model are counted
 //!   separately);
 //! - with `--instructions`: instructions per I/O from valgrind's callgrind, re-running this

@@ -662,7 +662,20 @@ impl<T: Copy + Default> IoQueue<T> {
             }
             self.rings.ring_sq(regs);
         }
-        self.rings.ring_cq(regs);
+        self.ring_cq_when_needed(regs);
+    }
+
+    /// Writes the CQ head doorbell only once the controller could otherwise run short of CQ
+    /// slots (the rule `reap` applies): while every command that can be in flight (those
+    /// outstanding plus a resubmission of each reaped one) still has a free slot, a polled
+    /// queue has no use for it. Each write is an MMIO write, a trap into the device model under
+    /// emulation; at QD 32 on a 256-entry queue this writes one head per ~110 completions
+    /// instead of one per poll.
+    #[inline(always)]
+    fn ring_cq_when_needed<R: RegisterIo>(&mut self, regs: &R) {
+        if 2 * self.rings.cq_unrung() as usize > self.trackers.free_count() {
+            self.rings.ring_cq(regs);
+        }
     }
 
     /// [`IoQueue::commit`] once at least half of the commands in flight wait for the SQ
@@ -745,10 +758,7 @@ impl<T: Copy + Default> IoQueue<T> {
         // command that can then be in flight (those outstanding plus a resubmission of each
         // reaped one): a controller that sees its CQ full stops posting until the head moves.
         // outstanding + 2 * unrung > capacity, with outstanding = capacity - free.
-        let unrung = self.rings.cq_unrung() as usize;
-        if 2 * unrung > self.trackers.free_count() {
-            self.rings.ring_cq(regs);
-        }
+        self.ring_cq_when_needed(regs);
         delivered
     }
 

@@ -683,9 +683,10 @@ mod tests {
             let d = t
                 .doorbells
                 .expect("tools builds the driver with doorbell-stats");
-            // One SQ update per batch at most, at least one in all; with shadow doorbells
-            // (the model offers them) each update goes to the shadow, and MMIO only when the
-            // EventIdx asks.
+            // One SQ update per batch at most, at least one in all; the CQ head at most once
+            // per batch too, and only when the CQ could run short (maybe never in a short
+            // run); with shadow doorbells (the model offers them) each update goes to the
+            // shadow, and MMIO only when the EventIdx asks.
             let (sq, cq) = if qp.uses_shadow_doorbells() {
                 assert!(
                     d.sq_mmio <= d.sq_shadow && d.cq_mmio <= d.cq_shadow,
@@ -696,10 +697,7 @@ mod tests {
                 assert_eq!((d.sq_shadow, d.cq_shadow), (0, 0));
                 (d.sq_mmio, d.cq_mmio)
             };
-            assert!(
-                (1..=limit).contains(&sq) && (1..=limit).contains(&cq),
-                "{d:?}"
-            );
+            assert!((1..=limit).contains(&sq) && cq <= limit, "{d:?}");
             assert!(r.measured_units < clock.units(3_600_000_000_000));
         }
     }
