@@ -1269,11 +1269,23 @@ static int vf_getevents(struct thread_data *td, unsigned int min, unsigned int m
 	if (min > max)
 		min = max;
 	if (vt->ready_count < min || !vt->ready_count) {
+		/*
+		 * A zero timeout (fio's "reap what is there") is one reap, no clock. Other
+		 * deadlines use the coarse clock, which the vDSO serves from memory whatever the
+		 * kernel's clocksource: CLOCK_MONOTONIC on hpet (a guest on QEMU's default CPU) is a
+		 * system call plus a trapped register read, twice per call. A deadline may then run
+		 * over by up to two ticks (2-20 ms).
+		 */
+		int zero = t && t->tv_sec == 0 && t->tv_nsec == 0;
 		struct timespec deadline = { 0, 0 };
-		if (t) {
-			clock_gettime(CLOCK_MONOTONIC, &deadline);
-			deadline.tv_sec += t->tv_sec;
-			deadline.tv_nsec += t->tv_nsec;
+		if (t && !zero) {
+			/* One tick more: the coarse clock lags the real one by up to a tick, and the
+			 * wait must not end before the timeout. */
+			struct timespec tick = { 0, 0 };
+			clock_getres(CLOCK_MONOTONIC_COARSE, &tick);
+			clock_gettime(CLOCK_MONOTONIC_COARSE, &deadline);
+			deadline.tv_sec += t->tv_sec + tick.tv_sec;
+			deadline.tv_nsec += t->tv_nsec + tick.tv_nsec;
 			deadline.tv_sec += deadline.tv_nsec / 1000000000L;
 			deadline.tv_nsec %= 1000000000L;
 		}
@@ -1284,9 +1296,11 @@ static int vf_getevents(struct thread_data *td, unsigned int min, unsigned int m
 				break;
 			if (!vf_inflight(vt))
 				break; /* nothing more can complete */
+			if (zero)
+				break;
 			if (t) {
 				struct timespec now;
-				clock_gettime(CLOCK_MONOTONIC, &now);
+				clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
 				if (now.tv_sec > deadline.tv_sec ||
 				    (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec))
 					break;

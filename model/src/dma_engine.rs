@@ -17,9 +17,9 @@ fn target(
     len: usize,
     what: &str,
 ) -> Result<usize, DmaFault> {
-    let addr = lookup(maps, iova, len as u64).ok_or_else(|| iommu.fault(iova))?;
-    if iommu.allowed(iova, len as u64, what) {
-        Ok(addr)
+    let hit = lookup(maps, iova, len as u64).ok_or_else(|| iommu.fault(iova))?;
+    if iommu.allowed(hit, iova, len as u64, what) {
+        Ok(hit.addr)
     } else {
         Err(DmaFault)
     }

@@ -5,8 +5,8 @@ use super::sharded::ShardedRw;
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock, RwLockReadGuard};
-use vfnvme_hal::{DmaPool, HalError, Iommu, IovaAllocator, IovaRange, WeakDmaPool};
+use std::sync::{Arc, Mutex, OnceLock, RwLockReadGuard};
+use vfnvme_hal::{DmaPool, DmaRegion, HalError, Iommu, IovaAllocator, IovaRange, WeakDmaPool};
 
 /// Where the model's IOVA space starts (1 TiB). Together with [`MODEL_IOVA_END`] it lies between
 /// where x86-64 Linux puts program text (low addresses) and where it puts the heap of PIE
@@ -17,10 +17,16 @@ pub const MODEL_IOVA_START: u64 = 1 << 40;
 pub const MODEL_IOVA_END: u64 = (1 << 46) - 1;
 
 /// One mapping: `len` bytes at process address `vaddr`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Mapping {
     pub vaddr: usize,
     pub len: u64,
+    /// The watched pool's region behind this mapping, looked up on the first device access
+    /// (`None` if it is not one of that pool's regions). It holds the region's allocation
+    /// table, not the pool, so that checking an access touches no reference count shared by
+    /// every thread (upgrading the pool's `Weak` did, 2-3 times per I/O). Shared by every
+    /// shard's copy of the table.
+    region: Arc<OnceLock<Option<DmaRegion>>>,
 }
 
 /// An IOMMU that only records mappings (keyed by IOVA).
@@ -80,11 +86,25 @@ impl ModelIommu {
     /// live allocation of the watched pool, within its requested length
     /// ([`DmaPool::is_live_iova_range`]), if there is a watched pool. Records a violation
     /// otherwise.
-    pub(crate) fn allowed(&self, iova: u64, len: u64, what: &str) -> bool {
-        let Some(pool) = self.pool.get().and_then(WeakDmaPool::upgrade) else {
+    pub(crate) fn allowed(&self, hit: Hit<'_>, iova: u64, len: u64, what: &str) -> bool {
+        let Some(weak) = self.pool.get() else {
             return true;
         };
-        if pool.is_live_iova_range(iova, len) {
+        let region = hit.mapping.region.get_or_init(|| {
+            weak.upgrade()
+                .and_then(|pool| pool.region_of(hit.mapping.vaddr as *const u8))
+                .filter(|r| r.va() == hit.mapping.vaddr && r.iova() == hit.start)
+        });
+        let live = match region {
+            // One atomic load of the region's allocation table.
+            Some(r) => r.span(hit.addr as *const u8, len as usize).is_some(),
+            // Not a region of the pool as mapped (or the pool is gone): the pool decides.
+            None => match weak.upgrade() {
+                Some(pool) => pool.is_live_iova_range(iova, len),
+                None => true,
+            },
+        };
+        if live {
             return true;
         }
         let v = format!(
@@ -127,12 +147,26 @@ impl ModelIommu {
     }
 }
 
+/// A device address found in a mapping.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hit<'a> {
+    /// The process address.
+    pub addr: usize,
+    /// The mapping's first IOVA.
+    start: u64,
+    mapping: &'a Mapping,
+}
+
 /// Finds the process address of `iova..iova+len` if one mapping covers all of it.
-pub(crate) fn lookup(maps: &BTreeMap<u64, Mapping>, iova: u64, len: u64) -> Option<usize> {
+pub(crate) fn lookup(maps: &BTreeMap<u64, Mapping>, iova: u64, len: u64) -> Option<Hit<'_>> {
     let (&start, m) = maps.range(..=iova).next_back()?;
     let off = iova - start;
     let end = off.checked_add(len)?;
-    (end <= m.len).then(|| m.vaddr + off as usize)
+    (end <= m.len).then(|| Hit {
+        addr: m.vaddr + off as usize,
+        start,
+        mapping: m,
+    })
 }
 
 fn io_error(what: &str) -> std::io::Error {
@@ -166,6 +200,7 @@ impl Iommu for ModelIommu {
                 Mapping {
                     vaddr: vaddr.as_ptr() as usize,
                     len,
+                    region: Arc::default(),
                 },
             );
             Ok(())

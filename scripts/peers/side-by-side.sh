@@ -88,8 +88,9 @@ if [[ "${1:-}" == --guest ]]; then
         bdf=$(bdf_of "$tool")
         case $tool in
         vfnvme)
+            # Pinned to CPU 0, as spdk_nvme_perf is by default (core mask 0x1).
             "$vfnvme" perf --device "$bdf" --qd "$qd" --time "$seconds" --pattern randread \
-                --io-size 4096 --json "$base.json" ;;
+                --io-size 4096 --cpus 0 --json "$base.json" ;;
         libvfn)
             "$bin/libvfn-perf" -d "$bdf" -N 1 -p randread -q "$qd" -t "$seconds" ;;
         spdk)
