@@ -328,7 +328,7 @@ impl<T: Copy + Default> IoQueue<T> {
         t.remaining = 1;
         t.status = Status::SUCCESS;
         t.tag = tag;
-        t.buffer = buf;
+        t.set_buffer(buf);
         let cid = t.cid;
         let mut cmd = Command::rw_n(opcode, nsid, lba, blocks);
         cmd.set_cid(cid);
@@ -518,7 +518,7 @@ impl<T: Copy + Default> IoQueue<T> {
         t.remaining = 1;
         t.status = Status::SUCCESS;
         t.tag = tag;
-        t.buffer = buf;
+        t.set_buffer(buf);
         cmd.set_cid(t.cid);
         self.push(idx, &cmd);
         Ok(())

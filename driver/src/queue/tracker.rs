@@ -38,6 +38,18 @@ pub struct Tracker<T> {
     pub cid: u16,
 }
 
+impl<T> Tracker<T> {
+    /// Gives a freshly allocated tracker its request's buffer. A free tracker holds none (the
+    /// completion and every failure path take it), so there is nothing to drop; were that ever
+    /// broken, the old buffer would be leaked (never handed out again), not freed.
+    #[inline(always)]
+    pub fn set_buffer(&mut self, buf: Option<DmaBuffer>) {
+        let stale = std::mem::replace(&mut self.buffer, buf);
+        debug_assert!(stale.is_none(), "a free tracker held a buffer");
+        std::mem::forget(stale);
+    }
+}
+
 /// The end of the free list (never a tracker index: a queue has at most 65535 trackers).
 const NO_TRACKER: u16 = u16::MAX;
 /// [`Tracker::busy`] of a command just submitted.
