@@ -36,12 +36,50 @@ impl<P: Platform> IoChannel<P> {
     /// head's delayed removal ran out. Returns how many were delivered.
     #[inline]
     pub fn poll<F: FnMut(ChannelCompletion)>(&mut self, max: usize, mut f: F) -> usize {
+        // One branch for the rare cases at the start: a changed head, requests waiting, a
+        // released controller's queue pair to drop.
+        if (self.head.paths.generation() ^ self.generation)
+            | self.pending.len()
+            | self.dead as usize
+            != 0
+        {
+            return self.poll_rare(max, &mut f);
+        }
+        let excluded = self.excluded;
+        let delivered = self.poll_paths(max, excluded, &mut f);
+        if self.excluded != excluded || !self.pending.is_empty() {
+            return delivered + self.after_poll(excluded, &mut f);
+        }
+        delivered
+    }
+
+    /// [`poll`](Self::poll) with something to settle first.
+    #[cold]
+    #[inline(never)]
+    fn poll_rare<F: FnMut(ChannelCompletion)>(&mut self, max: usize, f: &mut F) -> usize {
         self.sync();
         let mut delivered = 0;
         if !self.pending.is_empty() {
-            delivered += self.settle_pending(&mut f);
+            delivered += self.settle_pending(f);
         }
         let excluded = self.excluded;
+        delivered += self.poll_paths(max.saturating_sub(delivered), excluded, f);
+        if (self.excluded ^ excluded) | self.dead | self.pending.len() as u32 != 0 {
+            delivered += self.after_poll(excluded, f);
+        }
+        delivered
+    }
+
+    /// Polls the queue pair of every path with requests in flight, delivering successes and
+    /// triaging failures (`excluded`: the exclusion mask as the poll began).
+    #[inline(always)]
+    fn poll_paths<F: FnMut(ChannelCompletion)>(
+        &mut self,
+        max: usize,
+        excluded: u32,
+        f: &mut F,
+    ) -> usize {
+        let mut delivered = 0;
         let mut busy = self.busy;
         while busy != 0 {
             if delivered >= max {
@@ -57,7 +95,7 @@ impl<P: Platform> IoChannel<P> {
             let Some(qp) = qpairs[i].as_mut() else {
                 continue;
             };
-            let waiting = pending.len();
+            let mut failed = 0usize;
             // The queue pair's poll commits what was queued on it first. A failed request
             // goes to the back of `pending` (room is reserved for every slot) and is triaged
             // below, off the fast path.
@@ -71,6 +109,7 @@ impl<P: Platform> IoChannel<P> {
                         failovers: c.tag.failovers,
                     });
                 } else {
+                    failed += 1;
                     pending.push_back(Pending {
                         tag: c.tag,
                         buffer: c.buffer,
@@ -78,20 +117,14 @@ impl<P: Platform> IoChannel<P> {
                     });
                 }
             });
-            let idle = qp.outstanding() == 0;
-            let failed = self.pending.len() - waiting;
+            if qp.outstanding() == 0 {
+                self.busy &= !(1 << i);
+            }
             delivered += got;
             if failed != 0 {
                 delivered -= failed;
-                delivered += self.triage(i, excluded, failed, &mut f);
+                delivered += self.triage(i, excluded, failed, f);
             }
-            if idle {
-                self.busy &= !(1 << i);
-            }
-        }
-        // One branch for the three rare cases.
-        if (self.excluded ^ excluded) | self.dead | self.pending.len() as u32 != 0 {
-            delivered += self.after_poll(excluded, &mut f);
         }
         delivered
     }
