@@ -1099,12 +1099,31 @@ static void vf_mark_issued(struct thread_data *td, struct vf_thread *vt)
 	vt->nqueued = 0;
 }
 
+/* Whether a submission's return code `rc` refused the request; if so, `*status` is what the
+ * queue hook returns: FIO_Q_BUSY on a full queue (fio reaps and tries again), else
+ * FIO_Q_COMPLETED with io_u->error set after logging why. Shared by queue pairs and heads. */
+static bool vf_submit_refused(struct io_u *io_u, int rc, enum fio_q_status *status)
+{
+	if (!rc)
+		return false;
+	if (rc == VFNVME_ERR_QUEUE_FULL) {
+		*status = FIO_Q_BUSY;
+		return true;
+	}
+	log_err("vfnvme: %s: submitting failed: %s (%s)\n", io_u->file->file_name,
+		vfnvme_strerror(rc), vfnvme_last_error());
+	io_u->error = rc == VFNVME_ERR_OUT_OF_RANGE ? EINVAL : EIO;
+	*status = FIO_Q_COMPLETED;
+	return true;
+}
+
 static enum fio_q_status vf_queue(struct thread_data *td, struct io_u *io_u)
 {
 	struct vf_thread *vt = td->io_ops_data;
 	struct vf_file *vf = FILE_ENG_DATA(io_u->file);
 	struct vf_iou *e = io_u->engine_data;
 	struct vf_tq *tq;
+	enum fio_q_status refused;
 	int rc;
 
 	if (vt->mp)
@@ -1164,14 +1183,8 @@ static enum fio_q_status vf_queue(struct thread_data *td, struct io_u *io_u)
 		io_u->error = EINVAL;
 		return FIO_Q_COMPLETED;
 	}
-	if (rc == VFNVME_ERR_QUEUE_FULL)
-		return FIO_Q_BUSY;
-	if (rc) {
-		log_err("vfnvme: %s: submitting failed: %s (%s)\n", io_u->file->file_name,
-			vfnvme_strerror(rc), vfnvme_last_error());
-		io_u->error = rc == VFNVME_ERR_OUT_OF_RANGE ? EINVAL : EIO;
-		return FIO_Q_COMPLETED;
-	}
+	if (vf_submit_refused(io_u, rc, &refused))
+		return refused;
 	tq->inflight++;
 	tq->uncommitted++;
 	/* fio commits before the thread has more than depth io_us queued; if it ever did not (an

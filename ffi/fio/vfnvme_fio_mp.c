@@ -471,6 +471,7 @@ static enum fio_q_status vf_mp_queue(struct thread_data *td, struct vf_thread *v
 	}
 	uint64_t lba = io_u->offset >> vf->lba_shift;
 	uint32_t blocks = (uint32_t)(io_u->xfer_buflen >> vf->lba_shift);
+	enum fio_q_status refused;
 	int rc;
 	switch (io_u->ddir) {
 	case DDIR_READ:
@@ -490,14 +491,8 @@ static enum fio_q_status vf_mp_queue(struct thread_data *td, struct vf_thread *v
 		io_u->error = EOPNOTSUPP;
 		return FIO_Q_COMPLETED;
 	}
-	if (rc == VFNVME_ERR_QUEUE_FULL)
-		return FIO_Q_BUSY;
-	if (rc) {
-		log_err("vfnvme: %s: submitting failed: %s (%s)\n", io_u->file->file_name,
-			vfnvme_strerror(rc), vfnvme_last_error());
-		io_u->error = rc == VFNVME_ERR_OUT_OF_RANGE ? EINVAL : EIO;
-		return FIO_Q_COMPLETED;
-	}
+	if (vf_submit_refused(io_u, rc, &refused))
+		return refused;
 	c->inflight++;
 	c->uncommitted++;
 	if (vt->nqueued >= vt->depth)
