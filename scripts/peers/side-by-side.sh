@@ -30,6 +30,8 @@
 #   --tools "..."     subset/order of: vfnvme libvfn spdk fio-vfnvme fio-spdk (default all)
 #   --json FILE       also write the results as JSON
 #   --timeout S       guest timeout in seconds (default 2400)
+#   --vfnvme-args "…" extra arguments for every `vfnvme perf` run (A/B experiments, e.g.
+#                     "--clock tsc"); the table's label says they were given
 # Environment: PEERS_OUT (the folder build.sh filled, default target/peers), VFNVME (the vfnvme
 # binary, default target/release/vfnvme), FIO_ENGINE (default target/fio/vfnvme_fio.so).
 #
@@ -90,7 +92,7 @@ if [[ "${1:-}" == --guest ]]; then
         vfnvme)
             # Pinned to CPU 0, as spdk_nvme_perf is by default (core mask 0x1).
             "$vfnvme" perf --device "$bdf" --qd "$qd" --time "$seconds" --pattern randread \
-                --io-size 4096 --cpus 0 --json "$base.json" ;;
+                --io-size 4096 --cpus 0 --json "$base.json" ${PEERS_VFNVME_ARGS:-} ;;
         libvfn)
             "$bin/libvfn-perf" -d "$bdf" -N 1 -p randread -q "$qd" -t "$seconds" ;;
         spdk)
@@ -204,6 +206,7 @@ fi
 
 # ---------------------------------------------------------------- host side
 setup=harness busy=0 seconds=5 qds="1 32" rounds=1 tools=$all_tools json="" timeout=2400 clocksource=""
+vfnvme_args=""
 while [[ $# -gt 0 ]]; do
     case $1 in
     --setup) setup=${2:?--setup needs harness, defaults or busy}; shift 2 ;;
@@ -215,6 +218,7 @@ while [[ $# -gt 0 ]]; do
     --tools) tools=${2:?}; shift 2 ;;
     --json) json=${2:?}; shift 2 ;;
     --timeout) timeout=${2:?}; shift 2 ;;
+    --vfnvme-args) vfnvme_args=${2?}; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "side-by-side: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -253,6 +257,7 @@ need "$vfnvme" vfnvme
 
 label=$setup
 [[ $busy -eq 1 && $setup != busy ]] && label="$setup+busy"
+[[ -n "$vfnvme_args" ]] && label="$label, vfnvme perf $vfnvme_args"
 load_pids=()
 stop_load() {
     local p
@@ -277,7 +282,7 @@ set +e
     --env "PEERS_SECONDS=$seconds" --env "PEERS_QDS=$qds" --env "PEERS_ROUNDS=$rounds" \
     --env "PEERS_TOOLS=$tools" --env "PEERS_BIN=$bin" --env "PEERS_VFNVME=$vfnvme" \
     --env "PEERS_FIO_ENGINE=$engine" --env "PEERS_SETUP=$label" \
-    --env "PEERS_CLOCKSOURCE=$clocksource" \
+    --env "PEERS_CLOCKSOURCE=$clocksource" --env "PEERS_VFNVME_ARGS=$vfnvme_args" \
     -- "$root/scripts/peers/side-by-side.sh" --guest 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
