@@ -3,9 +3,10 @@
 
 mod mp_util;
 
-use mp_util::{drain, pattern, rig};
+use mp_util::{drain, pattern, rig, rig_full};
 use vfnvme::multipath::{HeadOptions, PathPolicy};
-use vfnvme_model::AnaState;
+use vfnvme::ControllerOptions;
+use vfnvme_model::{AnaState, Stall};
 
 #[test]
 fn raw_requests_fail_over_with_the_same_span_and_read_back() {
@@ -77,4 +78,62 @@ fn raw_requests_fail_over_with_the_same_span_and_read_back() {
     let e = unsafe { ch.submit_raw(false, 0, 2, span(0), 9) }.unwrap_err();
     assert!(e.buffer.is_none());
     assert!(e.to_string().contains("buffer"), "{e}");
+}
+
+/// A raw write whose controller hangs and then can't be disabled ends with its error and
+/// `memory_held`, and is not sent again on the other path: the old controller could still
+/// carry it out, or write into the span, after the new one did (a repeated write). An owned
+/// buffer on that path is kept by the driver (`buffer` None) and is not sent again either.
+#[test]
+fn a_raw_request_on_a_controller_that_cannot_be_disabled_is_not_failed_over() {
+    const WRITE: u8 = 0x01;
+    let r = rig_full(
+        2,
+        1,
+        vec![],
+        HeadOptions::default(),
+        |cfg| {
+            cfg.base.stalls = vec![Stall {
+                qid: 1,
+                opcode: WRITE,
+                after_ns: u64::MAX / 4,
+                completes: false,
+                count: 2,
+            }];
+            cfg.base.ignore_disable = true;
+            cfg.faulty = vec![0];
+        },
+        ControllerOptions {
+            io_timeout_ms: 100,
+            admin_timeout_ms: 1_000,
+            ..ControllerOptions::default()
+        },
+    );
+    let mut ch = r.channel(1, 64);
+    ch.head().set_policy(PathPolicy::Numa);
+    let buf = r.ctrls[0].dma().alloc(512).unwrap();
+    let span = r.ctrls[0].dma().span(buf.as_ptr(), 512).unwrap();
+    // SAFETY: `buf` lives until the end of the test (and is not freed while held).
+    unsafe { ch.submit_raw(true, 7, 1, span, 1) }.unwrap();
+    let owned = r.ctrls[0].dma().alloc(512).unwrap();
+    ch.write(8, 1, owned, 2).unwrap();
+    ch.commit();
+    let done = drain(&r, &mut ch, 2, 10_000_000);
+    assert_eq!(done.len(), 2, "both end: nothing hangs");
+    for c in &done {
+        assert!(!c.is_ok(), "{:?}", c.result);
+        assert_eq!(
+            c.path,
+            Some(0),
+            "ended on the stuck path, not sent to path 1"
+        );
+        assert_eq!(c.failovers, 0);
+        assert!(c.memory_held, "the device may still use its memory");
+        assert!(
+            c.buffer.is_none(),
+            "an owned buffer is kept, not handed back"
+        );
+    }
+    assert_eq!(ch.stats().per_path[1], 0, "nothing went to path 1");
+    assert!(drain(&r, &mut ch, 1, 1_000).is_empty(), "exactly once");
 }

@@ -39,6 +39,9 @@ pub struct ModelSubsystemConfig {
     pub ana_groups: Vec<ModelAnaGroup>,
     /// ANA Transition Time in seconds (Identify Controller ANATT).
     pub anatt_secs: u8,
+    /// The controllers (by index) that get the base's fault injection (`stalls`,
+    /// `ignore_disable`, `faults`); empty: every controller. The others run without it.
+    pub faulty: Vec<u16>,
 }
 
 impl Default for ModelSubsystemConfig {
@@ -49,6 +52,7 @@ impl Default for ModelSubsystemConfig {
             base: ModelConfig::default(),
             ana_groups: Vec::new(),
             anatt_secs: 10,
+            faulty: Vec::new(),
         }
     }
 }
@@ -171,6 +175,11 @@ impl ModelSubsystem {
                 let mut c = cfg.base.clone();
                 c.cntlid = i + 1;
                 c.serial = format!("{}-{i}", cfg.base.serial);
+                if !cfg.faulty.is_empty() && !cfg.faulty.contains(&i) {
+                    c.stalls.clear();
+                    c.ignore_disable = false;
+                    c.faults = Default::default();
+                }
                 ModelPlatform::with_link(c, Some(link.clone()))
             })
             .collect::<Result<Vec<_>, _>>()?;

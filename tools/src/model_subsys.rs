@@ -33,6 +33,7 @@ pub fn build(controllers: u16, states: &[(usize, u32, AnaState)]) -> Result<Mode
             })
             .collect(),
         anatt_secs: 10,
+        faulty: Vec::new(),
     };
     let model = ModelSubsystem::new(cfg).context("creating the model subsystem")?;
     for &(index, group, state) in states {

@@ -190,6 +190,12 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
     pub fn depth(&self) -> u32 {
         self.io.depth()
     }
+    /// Whether the controller could not be disabled after a failure: the device may still use
+    /// this queue pair's memory and that of the requests it ended (their owned buffers were
+    /// kept, not handed back; borrowed memory must not be reused either).
+    pub fn is_stuck(&self) -> bool {
+        self.stuck
+    }
     /// Commands in flight (a split request counts each of its commands).
     #[inline]
     pub fn outstanding(&self) -> usize {

@@ -31,6 +31,22 @@ pub fn rig_with(
     opts: HeadOptions,
     tweak: impl FnOnce(&mut ModelSubsystemConfig),
 ) -> Rig {
+    let ctrl_opts = ControllerOptions {
+        io_timeout_ms: 0,
+        ..ControllerOptions::default()
+    };
+    rig_full(controllers, namespaces, groups, opts, tweak, ctrl_opts)
+}
+
+/// [`rig_with`] with the controllers' options given.
+pub fn rig_full(
+    controllers: u16,
+    namespaces: u32,
+    groups: Vec<(u32, Vec<u32>)>,
+    opts: HeadOptions,
+    tweak: impl FnOnce(&mut ModelSubsystemConfig),
+    ctrl_opts: ControllerOptions,
+) -> Rig {
     let groups = if groups.is_empty() {
         vec![(1, (1..=namespaces).collect())]
     } else {
@@ -67,18 +83,7 @@ pub fn rig_with(
     let ctrls: Vec<_> = model
         .controllers()
         .iter()
-        .map(|p| {
-            Arc::new(
-                Controller::new(
-                    p.clone(),
-                    ControllerOptions {
-                        io_timeout_ms: 0,
-                        ..ControllerOptions::default()
-                    },
-                )
-                .expect("bring-up"),
-            )
-        })
+        .map(|p| Arc::new(Controller::new(p.clone(), ctrl_opts.clone()).expect("bring-up")))
         .collect();
     let mp = Subsystem::from_controllers(ctrls.clone(), opts).expect("subsystem");
     Rig { model, ctrls, mp }

@@ -43,7 +43,7 @@ pub struct Channel {
     /// at once), with their record (kept, buffer mark included, until handed out), handed
     /// out first at the next poll. Preallocated for every record, so the I/O path does not
     /// allocate.
-    overflow: std::collections::VecDeque<(u64, MpCompletion)>,
+    overflow: std::collections::VecDeque<(u64, MpCompletion, bool)>,
 }
 
 impl Channel {
@@ -123,6 +123,17 @@ fn refused(e: ChannelError) -> FfiError {
         ChannelError::HeadRemoved { .. } => FfiError::new(Status::VfnvmeErrNotFound, e.to_string()),
         ChannelError::Refused(ref k) => FfiError::new(status_of_submit(k), e.to_string()),
         _ => FfiError::new(Status::VfnvmeErrDevice, e.to_string()),
+    }
+}
+
+/// Ends record `rec` of a delivered request and returns its `arg`: given back, or held for
+/// good when the device may still use the request's memory (`held`).
+#[inline(always)]
+fn end_record(records: &mut Records, rec: u64, held: bool) -> *mut c_void {
+    if held {
+        records.hold(rec)
+    } else {
+        records.release(rec)
     }
 }
 
@@ -279,7 +290,11 @@ pub unsafe extern "C" fn vfnvme_channel_close(channel: *mut Channel) -> i32 {
                 "channel was closed concurrently",
             ));
         }
-        ch.sub().untrack(ch.records.marks());
+        // Buffers that a controller which could not be disabled may still use stay refused
+        // by vfnvme_subsys_dma_free for the subsystem's life: their marks stay tracked.
+        if ch.records.held() == 0 {
+            ch.sub().untrack(ch.records.marks());
+        }
         ch.sub().channels.fetch_sub(1, Ordering::AcqRel);
         // Poisoned so that the I/O calls refuse the handle while its memory is not reused
         // (volatile: the store must not be dropped as dead before the deallocation).
@@ -488,10 +503,10 @@ pub unsafe extern "C" fn vfnvme_channel_poll(
         let dst = unsafe { std::slice::from_raw_parts_mut(out, max as usize) };
         let mut n = 0usize;
         while n < dst.len() {
-            let Some((rec, mut c)) = ch.overflow.pop_front() else {
+            let Some((rec, mut c, held)) = ch.overflow.pop_front() else {
                 break;
             };
-            c.arg = ch.records.release(rec);
+            c.arg = end_record(&mut ch.records, rec, held);
             dst[n] = c;
             n += 1;
         }
@@ -507,11 +522,11 @@ pub unsafe extern "C" fn vfnvme_channel_poll(
             inner.poll(dst.len() - n, &mut |c| match dst.get_mut(n) {
                 Some(d) => {
                     let mut out = completion(&c);
-                    out.arg = records.release(c.tag);
+                    out.arg = end_record(records, c.tag, c.memory_held);
                     *d = out;
                     n += 1;
                 }
-                None => overflow.push_back((c.tag, completion(&c))),
+                None => overflow.push_back((c.tag, completion(&c), c.memory_held)),
             });
         }
         Ok(i32::try_from(n).unwrap_or(i32::MAX))

@@ -100,6 +100,7 @@ pub(crate) fn model_subsystem(opts: &ModelSubsysOpts, nqn: &str) -> FfiResult<Mo
         } else {
             opts.anatt_secs
         },
+        faulty: Vec::new(),
     };
     ModelSubsystem::new(cfg).map_err(|e| {
         FfiError::new(

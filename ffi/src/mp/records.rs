@@ -18,6 +18,9 @@ pub(crate) struct Records {
     /// Free records (a stack; never grows past its preallocated capacity, since a record is
     /// given back once per taking).
     free: Vec<u32>,
+    /// Records held for good: their request ended on a controller that could not be disabled,
+    /// so the device may still use the buffer their mark names (never freed, never reused).
+    held: usize,
 }
 
 impl Records {
@@ -29,6 +32,7 @@ impl Records {
             marks: (0..n).map(|_| AtomicUsize::new(0)).collect(),
             // Popped from the end: record 0 first.
             free: (0..n as u32).rev().collect(),
+            held: 0,
         }
     }
 
@@ -61,6 +65,23 @@ impl Records {
         Some(rec)
     }
 
+    /// How many records are held for good (see [`hold`](Self::hold)).
+    pub(crate) fn held(&self) -> usize {
+        self.held
+    }
+
+    /// Ends record `rec`'s request without giving the record back: the device may still use
+    /// its buffer (a controller that could not be disabled), so the mark stays and
+    /// vfnvme_subsys_dma_free keeps refusing that buffer. Returns the request's `arg`.
+    #[cold]
+    pub(crate) fn hold(&mut self, rec: u64) -> *mut c_void {
+        let Some(i) = usize::try_from(rec).ok().filter(|&i| i < self.args.len()) else {
+            return std::ptr::null_mut();
+        };
+        self.held += 1;
+        self.args.get(i).copied().unwrap_or(std::ptr::null_mut())
+    }
+
     /// Gives back record `rec` (its request is done, or was refused) and returns its `arg`.
     #[inline(always)]
     pub(crate) fn release(&mut self, rec: u64) -> *mut c_void {
@@ -73,5 +94,41 @@ impl Records {
         }
         self.free.push(i as u32);
         self.args.get(i).copied().unwrap_or(std::ptr::null_mut())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_record_keeps_its_mark_and_is_not_reused() {
+        let mut r = Records::new(2);
+        let arg = 0x10usize as *mut c_void;
+        let a = r.take(arg, 0x1000).unwrap();
+        let b = r.take(std::ptr::null_mut(), 0x2000).unwrap();
+        assert_eq!(r.hold(u64::from(a)), arg, "the request's arg comes back");
+        assert_eq!(r.held(), 1);
+        assert_eq!(
+            r.marks()[a as usize].load(Ordering::Relaxed),
+            0x1000,
+            "still marked"
+        );
+        r.release(u64::from(b));
+        assert_eq!(
+            r.marks()[b as usize].load(Ordering::Relaxed),
+            0,
+            "released: unmarked"
+        );
+        assert_eq!(
+            r.take(std::ptr::null_mut(), 0x3000),
+            Some(b),
+            "only the released one comes back"
+        );
+        assert_eq!(
+            r.take(std::ptr::null_mut(), 0x4000),
+            None,
+            "the held one never does"
+        );
     }
 }

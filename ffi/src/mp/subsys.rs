@@ -535,7 +535,7 @@ pub unsafe extern "C" fn vfnvme_subsys_dma_free(subsys: *const Subsys, ptr: *mut
         if in_use > 0 {
             return Err(FfiError::new(
                 Status::VfnvmeErrBusy,
-                format!("vfnvme_subsys_dma_free({ptr:p}): {in_use} channel request(s) using this buffer are not completed; poll them with vfnvme_channel_poll first"),
+                format!("vfnvme_subsys_dma_free({ptr:p}): {in_use} channel request(s) using this buffer are not completed (poll them with vfnvme_channel_poll first), or ended on a controller that could not be disabled and may still use it (then it is never freed)"),
             ));
         }
         bufs.remove(&start);

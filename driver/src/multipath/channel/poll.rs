@@ -107,6 +107,7 @@ impl<P: Platform> IoChannel<P> {
                         buffer: c.buffer,
                         path: Some(i),
                         failovers: c.tag.failovers,
+                        memory_held: false,
                     });
                 } else {
                     failed += 1;
@@ -162,6 +163,10 @@ impl<P: Platform> IoChannel<P> {
         f: &mut F,
     ) -> usize {
         let others = self.usable_besides(i, excluded);
+        // A controller that could not be disabled may still carry out the commands it ended:
+        // their borrowed memory is neither sent again nor given back for reuse (owned buffers
+        // it kept come back as `None` and are not failed over either).
+        let stuck = self.qpairs[i].as_ref().is_some_and(|q| q.is_stuck());
         // [waiting…, failed…] → [failed…, waiting…]; each failed one is then taken from the
         // front and either put back at the end (failover) or delivered: the waiting requests
         // keep their order and the failed-over ones follow them.
@@ -172,7 +177,8 @@ impl<P: Platform> IoChannel<P> {
                 break;
             };
             let status = std::mem::replace(&mut p.failed, Status::SUCCESS);
-            let has_buffer = p.buffer.is_some() || p.tag.span.is_some() || p.tag.op == IoOp::Flush;
+            let borrowed = p.tag.span.is_some();
+            let has_buffer = p.buffer.is_some() || (borrowed && !stuck) || p.tag.op == IoOp::Flush;
             if (status.sct == sct::PATH || namespace_gone(&status, &p.tag, others)) && has_buffer {
                 // The command ended on this path: send it again, same buffer, on another
                 // path; after a finished reset this path is fine again (its queues were
@@ -191,6 +197,7 @@ impl<P: Platform> IoChannel<P> {
                     buffer: p.buffer,
                     path: Some(i),
                     failovers: p.tag.failovers,
+                    memory_held: stuck && p.tag.op != IoOp::Flush,
                 });
             }
         }
@@ -267,6 +274,7 @@ impl<P: Platform> IoChannel<P> {
                         buffer,
                         path: None,
                         failovers: p.tag.failovers,
+                        memory_held: false,
                     });
                 }
             }
@@ -291,6 +299,7 @@ impl<P: Platform> IoChannel<P> {
                 buffer: p.buffer,
                 path: None,
                 failovers: p.tag.failovers,
+                memory_held: false,
             });
         }
         n

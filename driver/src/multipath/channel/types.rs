@@ -93,6 +93,11 @@ pub struct ChannelCompletion {
     pub path: Option<usize>,
     /// How many times it was failed over to another path.
     pub failovers: u8,
+    /// The device may still use the request's memory: the controller of its last path could
+    /// not be disabled after a failure. An owned buffer was kept (`buffer` is `None`); borrowed
+    /// memory ([`super::IoChannel::submit_raw`]) must not be reused or freed, and the request
+    /// was not failed over (the old controller could still carry it out).
+    pub memory_held: bool,
 }
 
 impl ChannelCompletion {
