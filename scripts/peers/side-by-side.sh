@@ -32,6 +32,7 @@
 #   --timeout S       guest timeout in seconds (default 2400)
 #   --vfnvme-args "…" extra arguments for every `vfnvme perf` run (A/B experiments, e.g.
 #                     "--clock tsc"); the table's label says they were given
+#   --fio-args "…"    extra arguments for both fio runs (e.g. "--clocksource=cpu"); in the label
 # Environment: PEERS_OUT (the folder build.sh filled, default target/peers), VFNVME (the vfnvme
 # binary, default target/release/vfnvme), FIO_ENGINE (default target/fio/vfnvme_fio.so).
 #
@@ -83,6 +84,9 @@ if [[ "${1:-}" == --guest ]]; then
     }
     fio_common=(--name=peers --rw=randread --bs=4k --numjobs=1 --thread=1 --time_based=1
         "--runtime=$seconds" --size=1g --norandommap=1 --randrepeat=0 --output-format=json)
+    # Extra arguments given to both fio runs (word-split on purpose: several may be given).
+    # shellcheck disable=SC2206
+    fio_common+=(${PEERS_FIO_ARGS:-})
 
     # Runs tool $1 at QD $2; its output goes to $3.{log,json}.
     run_tool() {
@@ -206,7 +210,7 @@ fi
 
 # ---------------------------------------------------------------- host side
 setup=harness busy=0 seconds=5 qds="1 32" rounds=1 tools=$all_tools json="" timeout=2400 clocksource=""
-vfnvme_args=""
+vfnvme_args="" fio_args=""
 while [[ $# -gt 0 ]]; do
     case $1 in
     --setup) setup=${2:?--setup needs harness, defaults or busy}; shift 2 ;;
@@ -219,6 +223,7 @@ while [[ $# -gt 0 ]]; do
     --json) json=${2:?}; shift 2 ;;
     --timeout) timeout=${2:?}; shift 2 ;;
     --vfnvme-args) vfnvme_args=${2?}; shift 2 ;;
+    --fio-args) fio_args=${2?}; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "side-by-side: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -258,6 +263,7 @@ need "$vfnvme" vfnvme
 label=$setup
 [[ $busy -eq 1 && $setup != busy ]] && label="$setup+busy"
 [[ -n "$vfnvme_args" ]] && label="$label, vfnvme perf $vfnvme_args"
+[[ -n "$fio_args" ]] && label="$label, fio $fio_args"
 load_pids=()
 stop_load() {
     local p
@@ -283,6 +289,7 @@ set +e
     --env "PEERS_TOOLS=$tools" --env "PEERS_BIN=$bin" --env "PEERS_VFNVME=$vfnvme" \
     --env "PEERS_FIO_ENGINE=$engine" --env "PEERS_SETUP=$label" \
     --env "PEERS_CLOCKSOURCE=$clocksource" --env "PEERS_VFNVME_ARGS=$vfnvme_args" \
+    --env "PEERS_FIO_ARGS=$fio_args" \
     -- "$root/scripts/peers/side-by-side.sh" --guest 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
