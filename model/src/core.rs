@@ -14,6 +14,7 @@ use super::sqe::{Outcome, Sqe};
 use super::stats::{Counters, Event};
 use super::subsystem::SubsystemLink;
 use super::{admin, io};
+use crossbeam_utils::CachePadded;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard};
@@ -85,10 +86,12 @@ pub(crate) struct Core {
     pub iommu: Arc<ModelIommu>,
     pub ctrl: Mutex<CtrlState>,
     namespaces: ShardedRw<NamespaceTable>,
-    /// I/O submission queues by qid (slot 0 unused: the admin SQ lives in `ctrl`).
-    pub sqs: Box<[Mutex<Option<Sq>>]>,
-    /// Completion queues by qid (slot 0 = admin).
-    pub cqs: Box<[Mutex<Option<Cq>>]>,
+    /// I/O submission queues by qid (slot 0 unused: the admin SQ lives in `ctrl`). Each slot
+    /// has its own cache line: queues polled by different threads (a lock and a head written
+    /// per command) would otherwise bounce a shared line between cores.
+    pub sqs: Box<[CachePadded<Mutex<Option<Sq>>>]>,
+    /// Completion queues by qid (slot 0 = admin), one cache line (or more) each, as `sqs`.
+    pub cqs: Box<[CachePadded<Mutex<Option<Cq>>>]>,
     pub counters: Counters,
     /// A DMA failure the controller can't report in a CQE (CSTS.CFS).
     pub fatal: AtomicBool,
@@ -186,8 +189,12 @@ impl Core {
                 ..CtrlState::default()
             }),
             namespaces: ShardedRw::new(table),
-            sqs: (0..queues).map(|_| Mutex::new(None)).collect(),
-            cqs: (0..queues).map(|_| Mutex::new(None)).collect(),
+            sqs: (0..queues)
+                .map(|_| CachePadded::new(Mutex::new(None)))
+                .collect(),
+            cqs: (0..queues)
+                .map(|_| CachePadded::new(Mutex::new(None)))
+                .collect(),
             counters: Counters::new(queues),
             fatal: AtomicBool::new(false),
             shadow: AtomicU64::new(0),
