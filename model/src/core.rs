@@ -71,13 +71,18 @@ pub(crate) struct Stalled {
     pub raw: [u8; super::sqe::SQE_BYTES],
 }
 
+/// The virtual clock in nanoseconds, alone in its cache line: every poll of every queue reads
+/// it and the queues' pollers move it on, so a neighbour written by one thread would make the
+/// others miss on each read.
+pub(crate) type VirtualClock = Arc<CachePadded<AtomicU64>>;
+
 /// The whole device.
 #[derive(Debug)]
 pub(crate) struct Core {
     pub cfg: ModelConfig,
     pub nn: u32,
     /// Virtual time; one clock for every controller of a subsystem.
-    clock: Arc<AtomicU64>,
+    clock: VirtualClock,
     /// The subsystem this controller belongs to (shared namespaces, ANA groups).
     pub subsys: Option<Arc<SubsystemLink>>,
     /// The earliest scheduled ANA change (`u64::MAX`: none), checked by each poll.
@@ -178,7 +183,7 @@ impl Core {
             nn,
             clock: subsys
                 .as_ref()
-                .map_or_else(|| Arc::new(AtomicU64::new(0)), |l| l.clock.clone()),
+                .map_or_else(VirtualClock::default, |l| l.clock.clone()),
             subsys,
             ana_next_at: AtomicU64::new(u64::MAX),
             idle_step: AtomicU64::new(IDLE_STEP_MIN),
@@ -388,9 +393,14 @@ impl Core {
         }
     }
 
-    /// Fetches and executes everything between head and tail of an I/O SQ.
+    /// Fetches and executes everything between head and tail of an I/O SQ. The commands of one
+    /// doorbell (or shadow tail) arrive together: one reading of the virtual clock dates them
+    /// all, so that they come due together even if another queue's poller moves the shared
+    /// clock meanwhile (which would split the batch, and make each command read a line that
+    /// poller just wrote).
     pub(super) fn run_io_sq(&self, sq: &mut Sq) {
         let page = self.io_page.load(Ordering::Relaxed);
+        let due = self.now() + self.cfg.io_latency_ns;
         while sq.head != sq.tail {
             let raw = match sq.fetch(&self.iommu) {
                 Ok(raw) => raw,
@@ -412,7 +422,6 @@ impl Core {
             }
             let sqe = Sqe(raw);
             let o = io::execute(self, &sqe, page);
-            let due = self.now() + self.cfg.io_latency_ns;
             self.complete(
                 sq.cqid,
                 due,
