@@ -14,6 +14,7 @@ use super::sqe::{Outcome, Sqe};
 use super::stats::{Counters, Event};
 use super::subsystem::SubsystemLink;
 use super::{admin, io};
+use crossbeam_utils::CachePadded;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLockReadGuard};
@@ -70,13 +71,18 @@ pub(crate) struct Stalled {
     pub raw: [u8; super::sqe::SQE_BYTES],
 }
 
+/// The virtual clock in nanoseconds, alone in its cache line: every poll of every queue reads
+/// it and the queues' pollers move it on, so a neighbour written by one thread would make the
+/// others miss on each read.
+pub(crate) type VirtualClock = Arc<CachePadded<AtomicU64>>;
+
 /// The whole device.
 #[derive(Debug)]
 pub(crate) struct Core {
     pub cfg: ModelConfig,
     pub nn: u32,
     /// Virtual time; one clock for every controller of a subsystem.
-    clock: Arc<AtomicU64>,
+    clock: VirtualClock,
     /// The subsystem this controller belongs to (shared namespaces, ANA groups).
     pub subsys: Option<Arc<SubsystemLink>>,
     /// The earliest scheduled ANA change (`u64::MAX`: none), checked by each poll.
@@ -85,10 +91,12 @@ pub(crate) struct Core {
     pub iommu: Arc<ModelIommu>,
     pub ctrl: Mutex<CtrlState>,
     namespaces: ShardedRw<NamespaceTable>,
-    /// I/O submission queues by qid (slot 0 unused: the admin SQ lives in `ctrl`).
-    pub sqs: Box<[Mutex<Option<Sq>>]>,
-    /// Completion queues by qid (slot 0 = admin).
-    pub cqs: Box<[Mutex<Option<Cq>>]>,
+    /// I/O submission queues by qid (slot 0 unused: the admin SQ lives in `ctrl`). Each slot
+    /// has its own cache line: queues polled by different threads (a lock and a head written
+    /// per command) would otherwise bounce a shared line between cores.
+    pub sqs: Box<[CachePadded<Mutex<Option<Sq>>>]>,
+    /// Completion queues by qid (slot 0 = admin), one cache line (or more) each, as `sqs`.
+    pub cqs: Box<[CachePadded<Mutex<Option<Cq>>>]>,
     pub counters: Counters,
     /// A DMA failure the controller can't report in a CQE (CSTS.CFS).
     pub fatal: AtomicBool,
@@ -175,7 +183,7 @@ impl Core {
             nn,
             clock: subsys
                 .as_ref()
-                .map_or_else(|| Arc::new(AtomicU64::new(0)), |l| l.clock.clone()),
+                .map_or_else(VirtualClock::default, |l| l.clock.clone()),
             subsys,
             ana_next_at: AtomicU64::new(u64::MAX),
             idle_step: AtomicU64::new(IDLE_STEP_MIN),
@@ -186,8 +194,12 @@ impl Core {
                 ..CtrlState::default()
             }),
             namespaces: ShardedRw::new(table),
-            sqs: (0..queues).map(|_| Mutex::new(None)).collect(),
-            cqs: (0..queues).map(|_| Mutex::new(None)).collect(),
+            sqs: (0..queues)
+                .map(|_| CachePadded::new(Mutex::new(None)))
+                .collect(),
+            cqs: (0..queues)
+                .map(|_| CachePadded::new(Mutex::new(None)))
+                .collect(),
             counters: Counters::new(queues),
             fatal: AtomicBool::new(false),
             shadow: AtomicU64::new(0),
@@ -381,9 +393,14 @@ impl Core {
         }
     }
 
-    /// Fetches and executes everything between head and tail of an I/O SQ.
+    /// Fetches and executes everything between head and tail of an I/O SQ. The commands of one
+    /// doorbell (or shadow tail) arrive together: one reading of the virtual clock dates them
+    /// all, so that they come due together even if another queue's poller moves the shared
+    /// clock meanwhile (which would split the batch, and make each command read a line that
+    /// poller just wrote).
     pub(super) fn run_io_sq(&self, sq: &mut Sq) {
         let page = self.io_page.load(Ordering::Relaxed);
+        let due = self.now() + self.cfg.io_latency_ns;
         while sq.head != sq.tail {
             let raw = match sq.fetch(&self.iommu) {
                 Ok(raw) => raw,
@@ -405,7 +422,6 @@ impl Core {
             }
             let sqe = Sqe(raw);
             let o = io::execute(self, &sqe, page);
-            let due = self.now() + self.cfg.io_latency_ns;
             self.complete(
                 sq.cqid,
                 due,

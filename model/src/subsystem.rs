@@ -9,7 +9,6 @@ use super::iommu::ModelIommu;
 use super::platform::ModelPlatform;
 use super::storage::SparseStore;
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use vfnvme_hal::{DmaPool, PageSize};
 
@@ -69,7 +68,7 @@ pub(crate) struct SubsystemLink {
     pub initial: BTreeMap<u32, AnaState>,
     pub anatt: u8,
     /// The one virtual clock.
-    pub clock: Arc<AtomicU64>,
+    pub clock: super::core::VirtualClock,
     /// One IOMMU and DMA pool for every controller: a buffer can be resubmitted on any path.
     pub iommu: Arc<ModelIommu>,
     pub pool: DmaPool,
@@ -166,7 +165,7 @@ impl ModelSubsystem {
             groups,
             initial,
             anatt: cfg.anatt_secs,
-            clock: Arc::new(AtomicU64::new(0)),
+            clock: super::core::VirtualClock::default(),
             iommu,
             pool,
         });

@@ -426,12 +426,15 @@ fn run_job<P: Platform>(mut j: Job<P>, clock: &Clock) -> Result<(RowId, WorkerRe
     if let Some(cpu) = j.id.cpu {
         cpus::pin(cpu)?;
     }
+    // The worker's own copy of the clock (read at every batch), on its own stack rather than
+    // in a frame of the main thread, which runs another worker.
+    let clock = *clock;
     let r = worker::run(
         &mut j.qp,
         &j.ns,
         j.buffers,
         &j.plan,
-        clock,
+        &clock,
         Some(&j.progress),
     )?;
     Ok((j.id, r))
