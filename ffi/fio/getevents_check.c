@@ -3,7 +3,7 @@
  * loop never does (min > 0 with a timeout), which fio cannot be made to do from a job file.
  *
  * Plays the part of fio for one thread: loads the engine (dlopen), provides the five fio
- * functions it calls, sets up one file on a model whose reads never complete (hang_reads=1),
+ * functions it calls and fio's clock source variable, sets up one file on a model whose reads never complete (hang_reads=1),
  * queues one read, commits, then asks for 1 event with a 200 ms timeout. The engine must return
  * 0 events once the timeout runs out (an engine that ignores the timeout polls forever; the
  * caller runs this under `timeout`). A completion-free zero timeout must also return at once.
@@ -42,6 +42,9 @@ void fio_gettime(struct timespec *ts, void *caller)
 {
 	clock_gettime(CLOCK_MONOTONIC, ts);
 }
+
+/* fio's clock: the TSC (the engine only reads it, to hint at a slow one). */
+enum fio_cs fio_clock_source = CS_CPUCLOCK;
 
 void io_u_queued(struct thread_data *td, struct io_u *io_u)
 {

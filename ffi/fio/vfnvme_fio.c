@@ -818,10 +818,37 @@ static void vf_cleanup(struct thread_data *td)
 	}
 }
 
+/* Once per process: fio times every I/O with its own clock. When that clock is a system call
+ * into a kernel clocksource the vDSO can't read (hpet, acpi_pm: e.g. a guest on QEMU's default
+ * CPU model, or a host whose TSC the kernel distrusts), fio's clock reads, not the device or
+ * this engine, bound the IOPS (each may also wait for the hypervisor). Say so, and what avoids
+ * it. */
+static void vf_clock_hint(void)
+{
+	static atomic_flag said = ATOMIC_FLAG_INIT;
+	if (fio_clock_source == CS_CPUCLOCK || atomic_flag_test_and_set(&said))
+		return;
+	char cs[32] = "";
+	FILE *f = fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "r");
+	if (!f)
+		return;
+	if (!fgets(cs, sizeof(cs), f))
+		cs[0] = 0;
+	fclose(f);
+	cs[strcspn(cs, "\n")] = 0;
+	if (strcmp(cs, "hpet") && strcmp(cs, "acpi_pm"))
+		return;
+	log_info("vfnvme: fio reads its clock through a system call to the kernel's %s clocksource, "
+		 "at least once per I/O: that, not the device or this engine, can bound the IOPS here. "
+		 "fio's TSC clock avoids it: clocksource=cpu\n", cs);
+}
+
 static int vf_init(struct thread_data *td)
 {
 	struct fio_file *f;
 	unsigned int i;
+
+	vf_clock_hint();
 
 	if (vf_attach_files(td))
 		return 1;
