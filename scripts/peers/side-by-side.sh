@@ -33,6 +33,8 @@
 #   --vfnvme-args "…" extra arguments for every `vfnvme perf` run (A/B experiments, e.g.
 #                     "--clock tsc"); the table's label says they were given
 #   --fio-args "…"    extra arguments for both fio runs (e.g. "--clocksource=cpu"); in the label
+#   --vfnvme-cpus L   the guest CPUs vfnvme perf is pinned to (default 0, as spdk_nvme_perf's
+#                     core mask 0x1; "none": not pinned, as libvfn's perf and fio); in the label
 # Environment: PEERS_OUT (the folder build.sh filled, default target/peers), VFNVME (the vfnvme
 # binary, default target/release/vfnvme), FIO_ENGINE (default target/fio/vfnvme_fio.so).
 #
@@ -94,9 +96,11 @@ if [[ "${1:-}" == --guest ]]; then
         bdf=$(bdf_of "$tool")
         case $tool in
         vfnvme)
-            # Pinned to CPU 0, as spdk_nvme_perf is by default (core mask 0x1).
+            # Pinned to CPU 0 by default, as spdk_nvme_perf is (core mask 0x1).
+            local pin=()
+            [[ "${PEERS_VFNVME_CPUS:-0}" == none ]] || pin=(--cpus "${PEERS_VFNVME_CPUS:-0}")
             "$vfnvme" perf --device "$bdf" --qd "$qd" --time "$seconds" --pattern randread \
-                --io-size 4096 --cpus 0 --json "$base.json" ${PEERS_VFNVME_ARGS:-} ;;
+                --io-size 4096 "${pin[@]}" --json "$base.json" ${PEERS_VFNVME_ARGS:-} ;;
         libvfn)
             "$bin/libvfn-perf" -d "$bdf" -N 1 -p randread -q "$qd" -t "$seconds" ;;
         spdk)
@@ -210,7 +214,7 @@ fi
 
 # ---------------------------------------------------------------- host side
 setup=harness busy=0 seconds=5 qds="1 32" rounds=1 tools=$all_tools json="" timeout=2400 clocksource=""
-vfnvme_args="" fio_args=""
+vfnvme_args="" fio_args="" vfnvme_cpus=0
 while [[ $# -gt 0 ]]; do
     case $1 in
     --setup) setup=${2:?--setup needs harness, defaults or busy}; shift 2 ;;
@@ -224,6 +228,7 @@ while [[ $# -gt 0 ]]; do
     --timeout) timeout=${2:?}; shift 2 ;;
     --vfnvme-args) vfnvme_args=${2?}; shift 2 ;;
     --fio-args) fio_args=${2?}; shift 2 ;;
+    --vfnvme-cpus) vfnvme_cpus=${2:?--vfnvme-cpus needs a CPU list or none}; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "side-by-side: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -264,6 +269,7 @@ label=$setup
 [[ $busy -eq 1 && $setup != busy ]] && label="$setup+busy"
 [[ -n "$vfnvme_args" ]] && label="$label, vfnvme perf $vfnvme_args"
 [[ -n "$fio_args" ]] && label="$label, fio $fio_args"
+[[ "$vfnvme_cpus" != 0 ]] && label="$label, vfnvme perf on CPUs $vfnvme_cpus"
 load_pids=()
 stop_load() {
     local p
@@ -289,7 +295,7 @@ set +e
     --env "PEERS_TOOLS=$tools" --env "PEERS_BIN=$bin" --env "PEERS_VFNVME=$vfnvme" \
     --env "PEERS_FIO_ENGINE=$engine" --env "PEERS_SETUP=$label" \
     --env "PEERS_CLOCKSOURCE=$clocksource" --env "PEERS_VFNVME_ARGS=$vfnvme_args" \
-    --env "PEERS_FIO_ARGS=$fio_args" \
+    --env "PEERS_FIO_ARGS=$fio_args" --env "PEERS_VFNVME_CPUS=$vfnvme_cpus" \
     -- "$root/scripts/peers/side-by-side.sh" --guest 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
