@@ -65,6 +65,12 @@ impl Records {
         Some(rec)
     }
 
+    /// The index of record `rec`, if it is one of this channel's.
+    #[inline(always)]
+    fn index(&self, rec: u64) -> Option<usize> {
+        usize::try_from(rec).ok().filter(|&i| i < self.args.len())
+    }
+
     /// How many records are held for good (see [`hold`](Self::hold)).
     pub(crate) fn held(&self) -> usize {
         self.held
@@ -75,7 +81,7 @@ impl Records {
     /// vfnvme_subsys_dma_free keeps refusing that buffer. Returns the request's `arg`.
     #[cold]
     pub(crate) fn hold(&mut self, rec: u64) -> *mut c_void {
-        let Some(i) = usize::try_from(rec).ok().filter(|&i| i < self.args.len()) else {
+        let Some(i) = self.index(rec) else {
             return std::ptr::null_mut();
         };
         self.held += 1;
@@ -85,7 +91,7 @@ impl Records {
     /// Gives back record `rec` (its request is done, or was refused) and returns its `arg`.
     #[inline(always)]
     pub(crate) fn release(&mut self, rec: u64) -> *mut c_void {
-        let Some(i) = usize::try_from(rec).ok().filter(|&i| i < self.args.len()) else {
+        let Some(i) = self.index(rec) else {
             // Not a tag this channel gave (the driver hands back only those).
             return std::ptr::null_mut();
         };
