@@ -20,7 +20,7 @@ pub const MAX_TRANSFER: usize = 2 << 20;
 /// Builds the data pointer for `len` bytes at device address `iova`. List entries, if needed,
 /// are written to `list` (the list page's bytes), which the device sees at `list_iova`.
 /// Returns (PRP1, PRP2).
-#[inline]
+#[inline(always)]
 pub fn build(
     iova: u64,
     len: usize,

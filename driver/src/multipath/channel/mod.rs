@@ -23,9 +23,12 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use vfnvme_hal::DmaBuffer;
 
+mod direct;
 mod poll;
 mod submit;
 mod types;
+
+use direct::Direct;
 
 pub use types::{ChannelCompletion, ChannelOptions, ChannelStats, ChannelSubmitError, IoOp};
 use types::{Pending, Tag};
@@ -49,6 +52,9 @@ const NO_PATH: u8 = u8::MAX - 1;
 pub struct IoChannel<P: Platform> {
     subsystem: Arc<Subsystem<P>>,
     head: Arc<Head>,
+    /// Direct mode (see `direct.rs`): the one path every request takes, its queue pair taken
+    /// out of `qpairs`.
+    direct: Option<Direct<P>>,
     /// Per path: its queue pair, whose trackers keep each request's [`Tag`].
     qpairs: [Option<QueuePair<P, Tag>>; MAX_PATHS],
     namespaces: [Option<Arc<Namespace>>; MAX_PATHS],
@@ -114,6 +120,7 @@ impl<P: Platform> IoChannel<P> {
         let mut ch = IoChannel {
             subsystem,
             head,
+            direct: None,
             qpairs: std::array::from_fn(|_| None),
             namespaces: std::array::from_fn(|_| None),
             generation: 0,
@@ -148,7 +155,8 @@ impl<P: Platform> IoChannel<P> {
     /// Requests accepted and not yet delivered.
     pub fn outstanding(&self) -> usize {
         let inflight: usize = self.qpairs.iter().flatten().map(|q| q.outstanding()).sum();
-        inflight + self.pending.len()
+        let direct = self.direct.as_ref().map_or(0, |d| d.qp.outstanding());
+        inflight + direct + self.pending.len()
     }
 
     /// The paths this channel has a queue pair on (bit `i` for controller index `i`).
@@ -158,6 +166,7 @@ impl<P: Platform> IoChannel<P> {
             .enumerate()
             .filter(|(_, q)| q.is_some())
             .fold(0, |m, (i, _)| m | 1 << i)
+            | self.direct.as_ref().map_or(0, |d| 1 << d.path)
     }
 
     /// Requests waiting for a path.
@@ -167,8 +176,12 @@ impl<P: Platform> IoChannel<P> {
 
     /// The counters.
     pub fn stats(&self) -> ChannelStats {
+        let mut per_path = self.sent.to_vec();
+        if let Some(d) = &self.direct {
+            per_path[d.path] += d.sent;
+        }
         ChannelStats {
-            per_path: self.sent.to_vec(),
+            per_path,
             ..self.stats.clone()
         }
     }

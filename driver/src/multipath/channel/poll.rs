@@ -15,6 +15,9 @@ impl<P: Platform> IoChannel<P> {
     /// Rings the doorbell of every path with new commands (one write per path).
     #[inline]
     pub fn commit(&mut self) {
+        if let Some(d) = self.direct.as_mut() {
+            d.qp.commit();
+        }
         self.commit_paths(self.busy);
     }
 
@@ -36,6 +39,36 @@ impl<P: Platform> IoChannel<P> {
     /// head's delayed removal ran out. Returns how many were delivered.
     #[inline]
     pub fn poll<F: FnMut(ChannelCompletion)>(&mut self, max: usize, mut f: F) -> usize {
+        if let Some(d) = self.direct.as_mut() {
+            if self.head.paths.generation() == self.generation {
+                let (i, pending) = (d.path, &mut self.pending);
+                let parked = pending.len();
+                let fr = &mut f;
+                let got = d.qp.poll(max, move |c: IoCompletion<Tag>| {
+                    if c.status.is_success() {
+                        fr(ChannelCompletion {
+                            tag: c.tag.user,
+                            result: Ok(()),
+                            buffer: c.buffer,
+                            path: Some(i),
+                            failovers: c.tag.failovers,
+                            memory_held: false,
+                        });
+                    } else {
+                        pending.push_back(Pending {
+                            tag: c.tag,
+                            buffer: c.buffer,
+                            failed: c.status,
+                        });
+                    }
+                });
+                let failed = self.pending.len() - parked;
+                if failed == 0 {
+                    return got;
+                }
+                return got - failed + self.direct_failures(i, failed, &mut f);
+            }
+        }
         // One branch for the rare cases at the start: a changed head, requests waiting, a
         // released controller's queue pair to drop.
         if (self.head.paths.generation() ^ self.generation)
@@ -50,13 +83,34 @@ impl<P: Platform> IoChannel<P> {
         if self.excluded != excluded || !self.pending.is_empty() {
             return delivered + self.after_poll(excluded, &mut f);
         }
+        // A fixed route whose other paths drained: direct mode again.
+        if usize::from(self.route) < MAX_PATHS && self.busy & !(1 << (self.route & 31)) == 0 {
+            self.redirect();
+        }
         delivered
+    }
+
+    /// `n` requests failed during a direct-mode poll of path `i` (they are at the back of
+    /// `pending`): back to the general arrays to triage them.
+    #[cold]
+    #[inline(never)]
+    fn direct_failures<F: FnMut(ChannelCompletion)>(
+        &mut self,
+        i: usize,
+        n: usize,
+        f: &mut F,
+    ) -> usize {
+        self.undirect();
+        let excluded = self.excluded;
+        let delivered = self.triage(i, excluded, n, f);
+        delivered + self.after_poll(excluded, f)
     }
 
     /// [`poll`](Self::poll) with something to settle first.
     #[cold]
     #[inline(never)]
     fn poll_rare<F: FnMut(ChannelCompletion)>(&mut self, max: usize, f: &mut F) -> usize {
+        self.undirect();
         self.sync();
         let mut delivered = 0;
         if !self.pending.is_empty() {
@@ -66,6 +120,8 @@ impl<P: Platform> IoChannel<P> {
         delivered += self.poll_paths(max.saturating_sub(delivered), excluded, f);
         if (self.excluded ^ excluded) | self.dead | self.pending.len() as u32 != 0 {
             delivered += self.after_poll(excluded, f);
+        } else {
+            self.redirect();
         }
         delivered
     }
@@ -146,6 +202,7 @@ impl<P: Platform> IoChannel<P> {
         if self.dead != 0 {
             self.release_dead();
         }
+        self.redirect();
         delivered
     }
 

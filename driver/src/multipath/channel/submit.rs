@@ -62,17 +62,31 @@ impl<P: Platform> IoChannel<P> {
             failovers: 0,
             span: Some(span),
         };
+        let dir = if write {
+            Direction::Write
+        } else {
+            Direction::Read
+        };
+        if let Some(d) = self.direct.as_mut() {
+            if self.head.paths.generation() == self.generation {
+                let i = d.path;
+                // SAFETY: the caller's contract: `span` is from the pool every path's
+                // controller shares and stays allocated until the request is delivered.
+                return match unsafe { d.qp.submit_raw(&d.ns, dir, lba, blocks, span, whole) } {
+                    Ok(()) => {
+                        d.sent += 1;
+                        Ok(())
+                    }
+                    Err(e) => self.after_refusal(i, whole, e),
+                };
+            }
+        }
         if self.head.paths.generation() == self.generation {
             if let Some(i) = self.choose() {
                 let i = i & (MAX_PATHS - 1);
                 let (Some(qp), Some(ns)) = (self.qpairs[i].as_mut(), self.namespaces[i].as_deref())
                 else {
                     return self.open_and_send(i, whole, None);
-                };
-                let dir = if write {
-                    Direction::Write
-                } else {
-                    Direction::Read
                 };
                 // SAFETY: the caller's contract: `span` is from the pool every path's
                 // controller shares and stays allocated until the request is delivered.
@@ -124,6 +138,23 @@ impl<P: Platform> IoChannel<P> {
             failovers: 0,
             span: None,
         };
+        if let Some(d) = self.direct.as_mut() {
+            if self.head.paths.generation() == self.generation {
+                let i = d.path;
+                let sent = if WRITE {
+                    d.qp.write(&d.ns, lba, blocks, buf, whole(tag))
+                } else {
+                    d.qp.read(&d.ns, lba, blocks, buf, whole(tag))
+                };
+                return match sent {
+                    Ok(()) => {
+                        d.sent += 1;
+                        Ok(())
+                    }
+                    Err(e) => self.after_refusal(i, whole(tag), e),
+                };
+            }
+        }
         if self.head.paths.generation() == self.generation {
             if let Some(i) = self.choose() {
                 let i = i & (MAX_PATHS - 1);
@@ -159,9 +190,18 @@ impl<P: Platform> IoChannel<P> {
         tag: Tag,
         buf: Option<DmaBuffer>,
     ) -> Result<(), ChannelSubmitError> {
+        self.in_general_mode(|ch| ch.open_and_send_general(i, tag, buf))
+    }
+
+    fn open_and_send_general(
+        &mut self,
+        i: usize,
+        tag: Tag,
+        buf: Option<DmaBuffer>,
+    ) -> Result<(), ChannelSubmitError> {
         if self.qpairs[i].is_none() && !self.open_path(i) {
             self.exclude(i);
-            return self.submit_slow(tag, buf);
+            return self.submit_general(tag, buf);
         }
         match self.send(i, tag, buf) {
             Ok(()) => Ok(()),
@@ -178,6 +218,15 @@ impl<P: Platform> IoChannel<P> {
         tag: Tag,
         e: SubmitError,
     ) -> Result<(), ChannelSubmitError> {
+        self.in_general_mode(|ch| ch.after_refusal_general(i, tag, e))
+    }
+
+    fn after_refusal_general(
+        &mut self,
+        i: usize,
+        tag: Tag,
+        e: SubmitError,
+    ) -> Result<(), ChannelSubmitError> {
         match e.kind {
             SubmitErrorKind::QueueFull { .. } => {
                 if self.pending.len() >= self.capacity {
@@ -189,7 +238,7 @@ impl<P: Platform> IoChannel<P> {
             }
             SubmitErrorKind::NamespaceNotActive { .. } => {
                 self.exclude(i);
-                self.submit_slow(tag, e.buffer)
+                self.submit_general(tag, e.buffer)
             }
             kind => Err(ChannelSubmitError {
                 error: ChannelError::Refused(kind),
@@ -203,6 +252,14 @@ impl<P: Platform> IoChannel<P> {
     #[cold]
     #[inline(never)]
     fn submit_slow(
+        &mut self,
+        tag: Tag,
+        buffer: Option<DmaBuffer>,
+    ) -> Result<(), ChannelSubmitError> {
+        self.in_general_mode(|ch| ch.submit_general(tag, buffer))
+    }
+
+    fn submit_general(
         &mut self,
         tag: Tag,
         buffer: Option<DmaBuffer>,
