@@ -1,0 +1,145 @@
+//! The channel's direct mode (the numa policy, one path taking every request) on the model
+//! subsystem: path errors, a reset and a policy switch while requests are in flight on the
+//! direct path take the channel out of direct mode without losing, repeating or corrupting a
+//! request, the per-path counts add up, and the channel goes back to direct mode afterwards.
+
+mod mp_util;
+
+use mp_util::{drain, pattern, rig, Rig};
+use std::collections::BTreeMap;
+use vfnvme::multipath::{ChannelCompletion, HeadOptions, IoChannel, PathPolicy};
+use vfnvme_model::{AnaState, ModelPlatform};
+
+const BLOCKS: u64 = 4096;
+
+/// Queues writes of tags `tags` (one block at lba = tag % BLOCKS, pattern of the tag); rings
+/// the doorbells only if `commit`.
+fn write_tags(
+    r: &Rig,
+    ch: &mut IoChannel<ModelPlatform>,
+    tags: std::ops::Range<u64>,
+    commit: bool,
+) {
+    for t in tags {
+        let mut buf = r.ctrls[0].dma().alloc(512).unwrap();
+        buf.as_mut_slice().copy_from_slice(&pattern(t, 512));
+        ch.write(t % BLOCKS, 1, buf, t).unwrap();
+    }
+    if commit {
+        ch.commit();
+    }
+}
+
+/// Every tag of `0..n` exactly once, all successful; returns the last write per lba.
+fn exactly_once_ok(done: &[ChannelCompletion], n: u64) -> BTreeMap<u64, u64> {
+    let mut seen = vec![0u32; n as usize];
+    for c in done {
+        assert!(c.is_ok(), "tag {}: {:?}", c.tag, c.result);
+        seen[c.tag as usize] += 1;
+    }
+    assert!(seen.iter().all(|&k| k == 1), "every request exactly once");
+    let mut last = BTreeMap::new();
+    for t in 0..n {
+        last.insert(t % BLOCKS, t);
+    }
+    last
+}
+
+/// Reads back every lba of `expect` and checks the pattern of its last write.
+fn verify(r: &Rig, ch: &mut IoChannel<ModelPlatform>, expect: &BTreeMap<u64, u64>) {
+    for &lba in expect.keys() {
+        ch.read(lba, 1, r.ctrls[0].dma().alloc(512).unwrap(), lba)
+            .unwrap();
+    }
+    ch.commit();
+    let done = drain(r, ch, expect.len(), 100_000);
+    assert_eq!(done.len(), expect.len());
+    for c in done {
+        assert!(c.is_ok());
+        assert_eq!(
+            c.buffer.as_ref().unwrap().as_slice(),
+            pattern(expect[&c.tag], 512).as_slice(),
+            "lba {} reads back its last acknowledged write",
+            c.tag
+        );
+    }
+}
+
+fn sent(ch: &IoChannel<ModelPlatform>) -> u64 {
+    ch.stats().per_path.iter().sum()
+}
+
+#[test]
+fn a_path_error_on_the_direct_path_fails_over_and_direct_mode_resumes_on_the_other() {
+    let r = rig(2, 1, HeadOptions::default());
+    let mut ch = r.channel(1, 1024);
+    assert_eq!(ch.head().policy(), PathPolicy::Numa);
+    // Queued on path 0 (the numa path; fewer than its queue pair's slots), not yet rung, when
+    // the device turns it inaccessible.
+    write_tags(&r, &mut ch, 0..200, false);
+    r.model.set_ana_state(0, 1, AnaState::Inaccessible).unwrap();
+    ch.commit();
+    let mut done = drain(&r, &mut ch, 200, 100_000);
+    assert!(done.iter().all(|c| c.failovers == 1 && c.path == Some(1)));
+    // The driver hears of it; new requests take path 1 directly.
+    r.mp.poll();
+    write_tags(&r, &mut ch, 200..400, true);
+    let more = drain(&r, &mut ch, 200, 100_000);
+    assert!(more.iter().all(|c| c.failovers == 0 && c.path == Some(1)));
+    done.extend(more);
+    let last = exactly_once_ok(&done, 400);
+    let per_path = ch.stats().per_path;
+    assert_eq!(per_path[0], 200, "commands sent on path 0");
+    assert_eq!(per_path[1], 400, "200 failed over + 200 new on path 1");
+    assert_eq!(ch.stats().failovers, 200);
+    assert_eq!(ch.outstanding(), 0);
+    verify(&r, &mut ch, &last);
+}
+
+#[test]
+fn a_reset_under_direct_io_fails_over_and_nothing_is_lost() {
+    let r = rig(2, 1, HeadOptions::default());
+    let mut ch = r.channel(1, 1024);
+    write_tags(&r, &mut ch, 0..200, true);
+    r.ctrls[0].reset().unwrap();
+    let mut done = drain(&r, &mut ch, 200, 1_000_000);
+    r.mp.poll();
+    write_tags(&r, &mut ch, 200..400, true);
+    done.extend(drain(&r, &mut ch, 200, 100_000));
+    let last = exactly_once_ok(&done, 400);
+    assert!(
+        done.iter().any(|c| c.failovers > 0),
+        "requests aborted by the reset were sent again"
+    );
+    assert_eq!(sent(&ch), 400 + ch.stats().failovers);
+    verify(&r, &mut ch, &last);
+}
+
+#[test]
+fn switching_policy_with_requests_in_flight_on_the_direct_path_loses_none() {
+    let r = rig(2, 1, HeadOptions::default());
+    let mut ch = r.channel(1, 4096);
+    let head = ch.head().clone();
+    // In flight on path 0 (direct), then round-robin: the old path keeps being polled.
+    write_tags(&r, &mut ch, 0..100, true);
+    head.set_policy(PathPolicy::RoundRobin);
+    write_tags(&r, &mut ch, 100..200, true);
+    let mut done = drain(&r, &mut ch, 200, 100_000);
+    // Back to numa with requests in flight on both paths, then path 0 loses its optimized
+    // state: the route moves to path 1 while path 0 still drains.
+    write_tags(&r, &mut ch, 200..300, false);
+    head.set_policy(PathPolicy::Numa);
+    write_tags(&r, &mut ch, 300..400, true);
+    r.set(0, 1, AnaState::NonOptimized);
+    write_tags(&r, &mut ch, 400..500, true);
+    done.extend(drain(&r, &mut ch, 300, 100_000));
+    let last = exactly_once_ok(&done, 500);
+    assert!(done
+        .iter()
+        .filter(|c| c.tag >= 400)
+        .all(|c| c.path == Some(1)));
+    assert_eq!(sent(&ch), 500, "no failover: every command sent once");
+    assert_eq!(ch.outstanding(), 0);
+    assert_eq!(ch.open_paths(), 0b11);
+    verify(&r, &mut ch, &last);
+}
