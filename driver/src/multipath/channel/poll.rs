@@ -9,6 +9,7 @@ use crate::platform::Platform;
 use crate::queue::IoCompletion;
 use crate::spec::status::{generic, sct};
 use crate::spec::Status;
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
 impl<P: Platform> IoChannel<P> {
@@ -45,22 +46,7 @@ impl<P: Platform> IoChannel<P> {
                 let parked = pending.len();
                 let fr = &mut f;
                 let got = d.qp.poll(max, move |c: IoCompletion<Tag>| {
-                    if c.status.is_success() {
-                        fr(ChannelCompletion {
-                            tag: c.tag.user,
-                            result: Ok(()),
-                            buffer: c.buffer,
-                            path: Some(i),
-                            failovers: c.tag.failovers,
-                            memory_held: false,
-                        });
-                    } else {
-                        pending.push_back(Pending {
-                            tag: c.tag,
-                            buffer: c.buffer,
-                            failed: c.status,
-                        });
-                    }
+                    sort(c, i, fr, pending);
                 });
                 let failed = self.pending.len() - parked;
                 if failed == 0 {
@@ -156,23 +142,7 @@ impl<P: Platform> IoChannel<P> {
             // goes to the back of `pending` (room is reserved for every slot) and is triaged
             // below, off the fast path.
             let got = qp.poll(max - delivered, |c: IoCompletion<Tag>| {
-                if c.status.is_success() {
-                    f(ChannelCompletion {
-                        tag: c.tag.user,
-                        result: Ok(()),
-                        buffer: c.buffer,
-                        path: Some(i),
-                        failovers: c.tag.failovers,
-                        memory_held: false,
-                    });
-                } else {
-                    failed += 1;
-                    pending.push_back(Pending {
-                        tag: c.tag,
-                        buffer: c.buffer,
-                        failed: c.status,
-                    });
-                }
+                failed += sort(c, i, f, pending);
             });
             if qp.outstanding() == 0 {
                 self.busy &= !(1 << i);
@@ -360,6 +330,35 @@ impl<P: Platform> IoChannel<P> {
             });
         }
         n
+    }
+}
+
+/// Delivers a request that succeeded on path `path` to `f`; puts one that failed at the back
+/// of `pending`, to be triaged after the queue pair's poll. Returns 1 for a failed one.
+#[inline(always)]
+fn sort<F: FnMut(ChannelCompletion)>(
+    c: IoCompletion<Tag>,
+    path: usize,
+    f: &mut F,
+    pending: &mut VecDeque<Pending>,
+) -> usize {
+    if c.status.is_success() {
+        f(ChannelCompletion {
+            tag: c.tag.user,
+            result: Ok(()),
+            buffer: c.buffer,
+            path: Some(path),
+            failovers: c.tag.failovers,
+            memory_held: false,
+        });
+        0
+    } else {
+        pending.push_back(Pending {
+            tag: c.tag,
+            buffer: c.buffer,
+            failed: c.status,
+        });
+        1
     }
 }
 
