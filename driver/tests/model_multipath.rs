@@ -328,3 +328,28 @@ fn an_ana_change_consumed_by_the_application_still_reaches_the_heads() {
         assert_eq!(states, vec![PathState::Optimized, PathState::Inaccessible]);
     }
 }
+
+#[test]
+fn a_path_queue_pair_deeper_than_its_controller_allows_is_capped() {
+    let r = rig_with(2, 1, vec![], HeadOptions::default(), |cfg| {
+        cfg.base.max_queue_entries = 32;
+    });
+    assert_eq!(r.ctrls[0].identify().max_queue_depth, 32);
+    let mut ch = IoChannel::open(
+        r.mp.clone(),
+        r.mp.head(1).unwrap(),
+        ChannelOptions {
+            qpair: vfnvme::QpairOptions {
+                depth: 256,
+                ..vfnvme::QpairOptions::default()
+            },
+            capacity: 256,
+            ..ChannelOptions::default()
+        },
+    )
+    .unwrap();
+    // More requests than a 32-entry queue pair holds: the rest wait in the channel.
+    assert_eq!(write_n(&r, &mut ch, 100), vec![100, 0, 0, 0]);
+    assert_eq!(ch.open_paths(), 0b01);
+    assert_eq!(ch.outstanding(), 0);
+}

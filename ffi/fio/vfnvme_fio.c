@@ -61,6 +61,11 @@
 #define VF_KEY_LEN 128
 /* How often the admin poller reaps a controller's asynchronous events. */
 #define VF_ADMIN_POLL_MS 100
+/* Fewest entries of a queue pair's ring (one 4 KiB page of submission entries). At a low
+ * iodepth, 2 * iodepth + 1 entries leave no room to defer the CQ head doorbell, which is then
+ * written after every completion: a trapped MMIO write under emulation, and on a busy host a
+ * third of the IOPS at iodepth=1 (docs/peers.md). */
+#define VF_MIN_RING 64
 /* Failed I/Os a thread reports with their NVMe status (then only fio's own error count). */
 #define VF_ERROR_REPORTS 32
 /* How long cleanup waits for commands still in flight before it gives their queue pair up. */
@@ -902,6 +907,8 @@ static int vf_init(struct thread_data *td)
 		unsigned long long per_io = ci.max_transfer ? (vt->max_bs + ci.max_transfer - 1) /
 							      ci.max_transfer : 1;
 		unsigned long long qd = 2 * vt->depth * (per_io ? per_io : 1) + 1;
+		if (qd < VF_MIN_RING)
+			qd = VF_MIN_RING;
 		if (ci.max_queue_depth && qd > ci.max_queue_depth)
 			qd = ci.max_queue_depth;
 		/* The driver batches doorbells (see the top of this file). */

@@ -376,9 +376,11 @@ static int vf_mp_init(struct thread_data *td, struct vf_thread *vt)
 		}
 		mp->sub = vf->s;
 		/* Each path's queue pair holds the whole job's depth (twice, as for controllers,
-		 * so the completion doorbell can trail the resubmissions). */
+		 * so the completion doorbell can trail the resubmissions; at least VF_MIN_RING;
+		 * the driver caps it at what each controller allows). */
+		unsigned int ring = 2 * vt->depth + 1;
 		struct vfnvme_channel_opts co = {
-			.qpair_depth = 2 * vt->depth + 1,
+			.qpair_depth = ring < VF_MIN_RING ? VF_MIN_RING : ring,
 			.capacity = vt->depth,
 		};
 		struct vf_chan *c = &mp->chans[mp->nchans];

@@ -325,7 +325,11 @@ impl<P: Platform> IoChannel<P> {
         let Some(ctrl) = self.subsystem.controller(i) else {
             return false;
         };
-        match ctrl.alloc_qpair_with_payload::<Tag>(self.options.qpair) {
+        // Controllers of one subsystem may hold queues of different sizes: each path's queue
+        // pair is as deep as asked, or as its controller allows.
+        let mut options = self.options.qpair;
+        options.depth = options.depth.min(ctrl.identify().max_queue_depth);
+        match ctrl.alloc_qpair_with_payload::<Tag>(options) {
             Ok(qp) => {
                 // Room for every request of this queue pair to be failed over at once.
                 self.pending.reserve(qp.depth() as usize);

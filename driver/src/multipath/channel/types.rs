@@ -10,7 +10,7 @@ use vfnvme_hal::{DmaBuffer, DmaSpan};
 /// How to open an [`IoChannel`](super::IoChannel).
 #[derive(Debug, Clone)]
 pub struct ChannelOptions {
-    /// Options of each path's queue pair.
+    /// Options of each path's queue pair (its depth capped at what each controller allows).
     pub qpair: QpairOptions,
     /// Requests the channel holds at most (in flight on any path plus queued): 1..=1 << 20.
     /// The queue for no-path and failover is preallocated to this size.
