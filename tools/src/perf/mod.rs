@@ -114,8 +114,8 @@ pub struct PerfArgs {
     #[arg(long = "continue-on-error")]
     pub continue_on_error: bool,
     /// Entries of each queue pair's rings (up to CAP.MQES+1); default: twice the I/Os in
-    /// flight + 1 where it fits. Smaller than --qd + 1 holds I/Os back until a slot frees
-    /// (counted as queued requests).
+    /// flight + 1 and at least 64, where it fits. Smaller than --qd + 1 holds I/Os back until a
+    /// slot frees (counted as queued requests).
     #[arg(long = "queue-size", value_name = "N")]
     pub queue_size: Option<u32>,
     /// Also write the results as JSON to this file ("-" = standard output).

@@ -272,10 +272,18 @@ pub fn check_io_size(
     Ok(())
 }
 
+/// Fewest entries of a default ring (where the controller allows it): 64 submission entries
+/// fill one 4 KiB page. At a low queue depth, twice the commands in flight + 1 is a tiny ring
+/// whose CQ head doorbell the driver must write after nearly every completion (a ring of 3 at
+/// QD 1: one head write per I/O); with 64 entries it writes one per ~30 completions. On an
+/// emulated controller each doorbell is a trapped MMIO write, and on a busy host (docs/peers.md)
+/// that head write per I/O cost `vfnvme perf` about a third of its QD 1 IOPS.
+pub const MIN_DEFAULT_RING: u32 = 64;
+
 /// Checks the queue depth against the controller's largest queue; returns the ring depth to
 /// create: twice the commands in flight + 1 where the controller allows it (so the driver can
-/// write the CQ head doorbell after the resubmissions' SQ doorbell, see `IoQueue::reap`), else
-/// commands in flight + 1.
+/// write the CQ head doorbell after the resubmissions' SQ doorbell, see `IoQueue::reap`), and at
+/// least [`MIN_DEFAULT_RING`] (or CAP.MQES+1 if smaller), else commands in flight + 1.
 ///
 /// `commands_per_io` is how many NVMe commands one I/O takes (more than 1 when it is split at
 /// the controller's transfer limit); `max_entries` is CAP.MQES+1.
@@ -300,7 +308,7 @@ pub fn queue_depth_for(
     }
     let roomy = 2 * commands + 1;
     Ok(if roomy <= u64::from(max_entries) {
-        roomy as u32
+        (roomy as u32).max(MIN_DEFAULT_RING.min(max_entries))
     } else {
         commands as u32 + 1
     })
@@ -399,7 +407,11 @@ mod tests {
     #[test]
     fn queue_depth_checks() {
         assert_eq!(queue_depth_for(32, 1, 1024), Ok(65));
-        assert_eq!(queue_depth_for(1, 1, 1024), Ok(3));
+        assert_eq!(queue_depth_for(1, 1, 1024), Ok(MIN_DEFAULT_RING));
+        assert_eq!(queue_depth_for(31, 1, 1024), Ok(MIN_DEFAULT_RING));
+        assert_eq!(queue_depth_for(1, 1, 16), Ok(16));
+        assert_eq!(queue_depth_for(1, 1, 2), Ok(2));
+        assert_eq!(queue_depth_for(4, 4, 1024), Ok(MIN_DEFAULT_RING));
         assert_eq!(queue_depth_for(511, 1, 1024), Ok(1023));
         assert_eq!(queue_depth_for(512, 1, 1024), Ok(513));
         assert_eq!(queue_depth_for(1023, 1, 1024), Ok(1024));
