@@ -19,6 +19,11 @@ pub const TAIL_LINES: usize = 200;
 /// How long QEMU may take to exit after the guest reported its status.
 const POWEROFF_GRACE: Duration = Duration::from_secs(30);
 
+/// How long a guest may print nothing at all after QEMU starts. The guest's `/init` prints a
+/// line as soon as it runs (about 5 s into a TCG boot), so silence this long is a boot that
+/// hung (seen once in CI: 900 s without a line), not a slow test.
+const BOOT_SILENCE: Duration = Duration::from_secs(240);
+
 /// How a guest run ended.
 #[derive(Debug)]
 pub enum Outcome {
@@ -28,6 +33,9 @@ pub enum Outcome {
     NoMarker,
     /// The timeout struck; QEMU was killed.
     TimedOut,
+    /// Nothing at all came on the console within [`BOOT_SILENCE`] (or the timeout, if
+    /// shorter): the boot hung; QEMU was killed.
+    NoBoot,
 }
 
 /// The result of one run: the outcome plus the console's last lines.
@@ -109,20 +117,29 @@ pub fn run_guest(
         }
     });
 
-    let mut deadline = Instant::now() + timeout;
+    let started = Instant::now();
+    let mut deadline = started + timeout;
+    let boot_deadline = started + BOOT_SILENCE.min(timeout);
     let mut tail: VecDeque<String> = VecDeque::with_capacity(TAIL_LINES);
     let mut status: Option<u8> = None;
     let mut timed_out = false;
+    let mut silent = true;
     let stdout = std::io::stdout();
     loop {
         let now = Instant::now();
-        if now >= deadline {
+        let limit = if silent {
+            deadline.min(boot_deadline)
+        } else {
+            deadline
+        };
+        if now >= limit {
             timed_out = status.is_none();
             let _ = child.kill();
             break;
         }
-        match rx.recv_timeout(deadline - now) {
+        match rx.recv_timeout(limit - now) {
             Ok(line) => {
+                silent = false;
                 let _ = writeln!(log, "{line}");
                 if status.is_none() {
                     if let Some(code) = parse_marker(&line, nonce) {
@@ -150,6 +167,7 @@ pub fn run_guest(
     let _ = reader.join();
     let _ = errors.join();
     let outcome = match (timed_out, status) {
+        (true, _) if silent => Outcome::NoBoot,
         (true, _) => Outcome::TimedOut,
         (false, Some(code)) => Outcome::Exited(code),
         (false, None) => Outcome::NoMarker,
@@ -231,6 +249,25 @@ mod tests {
         .unwrap();
         assert!(matches!(r.outcome, Outcome::TimedOut));
         assert_eq!(r.tail, ["start"]);
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn a_guest_that_prints_nothing_is_a_boot_hang() {
+        let path = log("silent");
+        let args = vec!["-c".to_string(), "exec sleep 60".to_string()];
+        let r = run_guest(
+            "sh",
+            &args,
+            "n1",
+            Duration::from_millis(300),
+            &path,
+            false,
+            true,
+        )
+        .unwrap();
+        assert!(matches!(r.outcome, Outcome::NoBoot));
+        assert!(r.tail.is_empty());
         let _ = std::fs::remove_file(path);
     }
 

@@ -252,6 +252,15 @@ impl Guest<'_> {
                 );
                 Ok(EXIT_TIMEOUT)
             }
+            Outcome::NoBoot => {
+                print_tail("no console output", &result.tail, &run.console_log());
+                eprintln!(
+                    "vfnvme vm: error: the guest printed nothing within {:.0} s (its /init never \
+                     ran: a hung boot); QEMU was killed. Status 125: the harness, not the command",
+                    secs
+                );
+                Ok(EXIT_HARNESS_ERROR)
+            }
             Outcome::NoMarker => {
                 print_tail("no exit status", &result.tail, &run.console_log());
                 eprintln!(
