@@ -197,78 +197,46 @@ mod tests {
         std::env::temp_dir().join(format!("vfnvme-console-{tag}-{}.log", std::process::id()))
     }
 
-    // `sh` stands in for QEMU: the console logic only sees a process and its output.
+    /// Runs `sh -c script` as the guest (the console logic only sees a process and its
+    /// output), with timer slack lowered, and removes the console log.
+    fn run_sh(script: &str, timeout: Duration, tag: &str) -> RunResult {
+        let path = log(tag);
+        let args = vec!["-c".to_string(), script.to_string()];
+        let r = run_guest("sh", &args, "n1", timeout, &path, false, true).unwrap();
+        let _ = std::fs::remove_file(path);
+        r
+    }
+
     #[test]
     fn marker_gives_status_and_is_stripped() {
-        let args = vec![
-            "-c".to_string(),
-            "echo hello; echo 'VFNVME-GUEST-EXIT nonce=n1 status=7'".to_string(),
-        ];
-        let path = log("marker");
-        let r = run_guest(
-            "sh",
-            &args,
-            "n1",
+        let r = run_sh(
+            "echo hello; echo 'VFNVME-GUEST-EXIT nonce=n1 status=7'",
             Duration::from_secs(30),
-            &path,
-            false,
-            true,
-        )
-        .unwrap();
+            "marker",
+        );
         assert!(matches!(r.outcome, Outcome::Exited(7)));
         assert_eq!(r.tail, ["hello"]);
-        let _ = std::fs::remove_file(path);
     }
 
     #[test]
     fn missing_marker_and_timeout() {
-        let path = log("none");
-        let args = vec!["-c".to_string(), "echo crashed".to_string()];
-        let r = run_guest(
-            "sh",
-            &args,
-            "n1",
-            Duration::from_secs(30),
-            &path,
-            false,
-            true,
-        )
-        .unwrap();
+        let r = run_sh("echo crashed", Duration::from_secs(30), "none");
         assert!(matches!(r.outcome, Outcome::NoMarker));
         // A process that never ends is killed at the deadline.
-        let args = vec!["-c".to_string(), "echo start; exec sleep 60".to_string()];
-        let r = run_guest(
-            "sh",
-            &args,
-            "n1",
+        let r = run_sh(
+            "echo start; exec sleep 60",
             Duration::from_millis(300),
-            &path,
-            false,
-            true,
-        )
-        .unwrap();
+            "none",
+        );
         assert!(matches!(r.outcome, Outcome::TimedOut));
         assert_eq!(r.tail, ["start"]);
-        let _ = std::fs::remove_file(path);
     }
 
     #[test]
     fn a_guest_that_prints_nothing_is_a_boot_hang() {
-        let path = log("silent");
-        let args = vec!["-c".to_string(), "exec sleep 60".to_string()];
-        let r = run_guest(
-            "sh",
-            &args,
-            "n1",
-            Duration::from_millis(300),
-            &path,
-            false,
-            true,
-        )
-        .unwrap();
+        let r = run_sh("exec sleep 60", Duration::from_millis(300), "silent");
         assert!(matches!(r.outcome, Outcome::NoBoot));
         assert!(r.tail.is_empty());
-        let _ = std::fs::remove_file(path);
     }
 
     /// The timer slack `sh` (standing in for QEMU) runs with, read from /proc.
