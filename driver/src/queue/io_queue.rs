@@ -4,7 +4,7 @@
 use super::prp;
 use super::retry::RetryBook;
 use super::ring::{Rings, ShadowBuffers};
-use super::tracker::{Completed, Overdue, Trackers};
+use super::tracker::{Overdue, Step, Trackers};
 use crate::error::{SubmitError, SubmitErrorKind};
 use crate::namespace::{Namespace, NamespaceState};
 use crate::platform::RegisterIo;
@@ -732,25 +732,21 @@ impl<T: Copy + Default> IoQueue<T> {
                 }
                 continue;
             }
-            match self.trackers.complete_ok(cid, cdw0) {
-                Completed::Done {
-                    tag,
-                    status,
-                    cdw0,
-                    buffer,
-                    slot,
-                } => {
+            let step = self
+                .trackers
+                .complete_ok_with(cid, |tag, status, slot, buffer| {
                     f(IoCompletion {
                         tag,
                         status,
                         cdw0,
                         slot,
                         buffer,
-                    });
-                    delivered += 1;
-                }
-                Completed::Pending => {}
-                Completed::Unknown => self.spurious_completion(cid),
+                    })
+                });
+            match step {
+                Step::Done => delivered += 1,
+                Step::Pending => {}
+                Step::Unknown => self.spurious_completion(cid),
             }
         }
         // The CQ head doorbell is left to the next `commit` (or `poll`), after the SQ doorbell

@@ -69,7 +69,6 @@ impl<P: Platform> IoChannel<P> {
         };
         if let Some(d) = self.direct.as_mut() {
             if self.head.paths.generation() == self.generation {
-                let i = d.path;
                 // SAFETY: the caller's contract: `span` is from the pool every path's
                 // controller shares and stays allocated until the request is delivered.
                 return match unsafe { d.qp.submit_raw(&d.ns, dir, lba, blocks, span, whole) } {
@@ -77,7 +76,7 @@ impl<P: Platform> IoChannel<P> {
                         d.sent += 1;
                         Ok(())
                     }
-                    Err(e) => self.after_refusal(i, whole, e),
+                    Err(e) => self.after_direct_refusal(whole, e).map_or(Ok(()), Err),
                 };
             }
         }
@@ -140,7 +139,6 @@ impl<P: Platform> IoChannel<P> {
         };
         if let Some(d) = self.direct.as_mut() {
             if self.head.paths.generation() == self.generation {
-                let i = d.path;
                 let sent = if WRITE {
                     d.qp.write(&d.ns, lba, blocks, buf, whole(tag))
                 } else {
@@ -151,7 +149,7 @@ impl<P: Platform> IoChannel<P> {
                         d.sent += 1;
                         Ok(())
                     }
-                    Err(e) => self.after_refusal(i, whole(tag), e),
+                    Err(e) => self.after_direct_refusal(whole(tag), e).map_or(Ok(()), Err),
                 };
             }
         }
@@ -207,6 +205,15 @@ impl<P: Platform> IoChannel<P> {
             Ok(()) => Ok(()),
             Err(e) => self.after_refusal(i, tag, e),
         }
+    }
+
+    /// The direct path's queue pair refused the request: retry through the slow path (the
+    /// error, if any, comes back as an `Option` so that the caller's `Ok` needs no store).
+    #[cold]
+    #[inline(never)]
+    fn after_direct_refusal(&mut self, tag: Tag, e: SubmitError) -> Option<ChannelSubmitError> {
+        let i = self.direct.as_ref().map_or(0, |d| d.path);
+        self.after_refusal(i, tag, e).err()
     }
 
     /// The fast path's queue pair refused the request: retry through the slow path.
