@@ -7,6 +7,7 @@ use crate::error::{Error, OptionalCommand, SubmitError, SubmitErrorKind};
 use crate::namespace::Namespace;
 use crate::platform::Platform;
 use crate::platform::RegisterIo;
+use crate::queue::deliver::Deliver;
 use crate::queue::tracker::Overdue;
 use crate::queue::{Direction, DoorbellStats, IoCompletion, IoQueue};
 use crate::quirks::Quirks;
@@ -343,12 +344,44 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
     /// when the queue is too shallow for that: at most `depth / 2` commands in flight defer).
     #[inline]
     pub fn poll<F: FnMut(IoCompletion<T>)>(&mut self, max: usize, f: F) -> usize {
-        self.polls = self.polls.wrapping_add(1);
-        if self.polls == 0 && self.check() {
+        if self.poll_must_recover() {
             return self.recover(f);
         }
+        self.poll_checked(max, f)
+    }
+
+    /// The first half of [`poll`](Self::poll): counts the poll and, every 256 polls, checks
+    /// whether the queue pair must [`recover`](Self::recover) before anything else. A caller
+    /// that splits the two keeps its completion closure away from the out-of-line recovery,
+    /// so that what the closure borrows can stay in registers.
+    #[inline(always)]
+    pub(crate) fn poll_must_recover(&mut self) -> bool {
+        self.polls = self.polls.wrapping_add(1);
+        self.polls == 0 && self.check()
+    }
+
+    /// The second half of [`poll`](Self::poll), after [`poll_must_recover`](Self::poll_must_recover)
+    /// said no: commits, then delivers up to `max` completions to `f`.
+    #[inline(always)]
+    pub(crate) fn poll_checked<F: FnMut(IoCompletion<T>)>(&mut self, max: usize, f: F) -> usize {
         self.io.commit(self.platform.regs());
         self.platform.before_poll(self.qid);
+        self.io.reap(self.platform.regs(), max, f)
+    }
+
+    /// [`poll_checked`](Self::poll_checked) that stops before the first completion with an
+    /// error status and says whether it did (see `IoQueue::reap_until_error`); the next
+    /// poll (or [`reap_rest`](Self::reap_rest)) takes it.
+    #[inline(always)]
+    pub(crate) fn poll_until_error<D: Deliver<T>>(&mut self, max: usize, to: D) -> (usize, bool) {
+        self.io.commit(self.platform.regs());
+        self.platform.before_poll(self.qid);
+        self.io.reap_until_error(self.platform.regs(), max, to)
+    }
+
+    /// Reaps up to `max` completions, errors included, without committing or the periodic
+    /// check (after [`poll_until_error`](Self::poll_until_error) stopped at an error).
+    pub(crate) fn reap_rest<F: FnMut(IoCompletion<T>)>(&mut self, max: usize, f: F) -> usize {
         self.io.reap(self.platform.regs(), max, f)
     }
 
@@ -425,7 +458,7 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
     /// out of retries or timed out). Returns how many requests ended.
     #[cold]
     #[inline(never)]
-    fn recover(&mut self, mut f: impl FnMut(IoCompletion<T>)) -> usize {
+    pub(crate) fn recover(&mut self, mut f: impl FnMut(IoCompletion<T>)) -> usize {
         let settled = self.shared.settled();
         let epoch = self.shared.epoch();
         if settled == Settled::Stuck && epoch == self.epoch && self.created {

@@ -1,6 +1,7 @@
 //! The I/O queue engine: rings + trackers + PRPs + MDTS splitting, independent of the
 //! controller (doorbell registers are passed in), so it can be tested against a fake CQ.
 
+use super::deliver::{ByClosure, Deliver};
 use super::prp;
 use super::retry::RetryBook;
 use super::ring::{Rings, ShadowBuffers};
@@ -711,37 +712,62 @@ impl<T: Copy + Default> IoQueue<T> {
     /// head doorbell is written by the next `commit` or `poll`, or here if deferring it could
     /// leave the controller without a free CQ slot (queues deeper than twice the commands in
     /// flight always defer).
-    #[inline]
+    #[inline(always)]
     pub fn reap<R: RegisterIo, F: FnMut(IoCompletion<T>)>(
         &mut self,
         regs: &R,
         max: usize,
-        mut f: F,
+        f: F,
     ) -> usize {
+        self.reap_with::<false, R, _>(regs, max, ByClosure(f)).0
+    }
+
+    /// [`reap`](Self::reap) that stops before the first completion entry with an error status
+    /// (left in the queue for the next reap) and says whether it did. `to` then only takes
+    /// requests on the success path ([`Deliver::finished`]), which keeps it inlined: a caller
+    /// can lend it what lives in registers, and reap the error with another receiver, out of
+    /// line.
+    #[inline(always)]
+    pub(crate) fn reap_until_error<R: RegisterIo, D: Deliver<T>>(
+        &mut self,
+        regs: &R,
+        max: usize,
+        to: D,
+    ) -> (usize, bool) {
+        self.reap_with::<true, R, D>(regs, max, to)
+    }
+
+    #[inline(always)]
+    fn reap_with<const STOP_AT_ERROR: bool, R: RegisterIo, D: Deliver<T>>(
+        &mut self,
+        regs: &R,
+        max: usize,
+        mut to: D,
+    ) -> (usize, bool) {
         let mut delivered = 0;
+        let mut stopped = false;
         while delivered < max {
             let Some((cid, status_phase, cdw0)) = self.rings.peek_cq_cid_status() else {
                 break;
             };
-            self.rings.advance_cq();
             // An error (SCT or SC set, above the phase bit): retried or ended off the hot path.
             if status_phase & (0x7ff << 1) != 0 {
+                if STOP_AT_ERROR {
+                    stopped = true;
+                    break;
+                }
+                self.rings.advance_cq();
                 if let Some(c) = self.end_failed(cid, status_phase >> 1, cdw0) {
-                    f(c);
+                    to.completion(c);
                     delivered += 1;
                 }
                 continue;
             }
+            self.rings.advance_cq();
             let step = self
                 .trackers
                 .complete_ok_with(cid, |tag, status, slot, buffer| {
-                    f(IoCompletion {
-                        tag,
-                        status,
-                        cdw0,
-                        slot,
-                        buffer,
-                    })
+                    to.finished(tag, status, cdw0, slot, buffer)
                 });
             match step {
                 Step::Done => delivered += 1,
@@ -755,7 +781,7 @@ impl<T: Copy + Default> IoQueue<T> {
         // reaped one): a controller that sees its CQ full stops posting until the head moves.
         // outstanding + 2 * unrung > capacity, with outstanding = capacity - free.
         self.ring_cq_when_needed(regs);
-        delivered
+        (delivered, stopped)
     }
 
     /// A completion entry whose command identifier names no command in flight (a duplicate,

@@ -1,6 +1,7 @@
 //! The I/O machinery: rings in DMA memory, trackers, PRPs, MDTS splitting, doorbells, and the
 //! raw I/O queue under [`crate::QueuePair`].
 
+pub(crate) mod deliver;
 pub mod io_queue;
 pub mod prp;
 pub(crate) mod retry;

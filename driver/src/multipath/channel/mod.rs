@@ -86,6 +86,12 @@ pub struct IoChannel<P: Platform> {
     /// Requests waiting for a path or to be sent again; never reallocated: it has room for
     /// `capacity` queued requests plus every slot of every open queue pair.
     pending: VecDeque<Pending>,
+    /// Requests finished by the out-of-line paths of a poll, delivered to the user's closure
+    /// at its end (see `poll.rs`); reserved like `pending`, never reallocated.
+    outbox: VecDeque<ChannelCompletion>,
+    /// What `pending` and `outbox` have room for: `capacity` plus the depth of every queue
+    /// pair opened.
+    room: usize,
     capacity: usize,
     options: ChannelOptions,
     stats: ChannelStats,
@@ -138,6 +144,8 @@ impl<P: Platform> IoChannel<P> {
             dead: 0,
             cursor: 31,
             pending: VecDeque::with_capacity(options.capacity),
+            outbox: VecDeque::with_capacity(options.capacity),
+            room: options.capacity,
             capacity: options.capacity,
             stats: ChannelStats::default(),
             sent: [0; MAX_PATHS],

@@ -3,14 +3,17 @@
 
 use super::types::{ChannelCompletion, IoOp};
 use super::{Dispatch, IoChannel, Pending, Tag, NO_PATH};
+use crate::controller::QueuePair;
 use crate::multipath::error::ChannelError;
 use crate::multipath::paths::MAX_PATHS;
 use crate::platform::Platform;
+use crate::queue::deliver::Deliver;
 use crate::queue::IoCompletion;
 use crate::spec::status::{generic, sct};
 use crate::spec::Status;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+use vfnvme_hal::DmaBuffer;
 
 impl<P: Platform> IoChannel<P> {
     /// Rings the doorbell of every path with new commands (one write per path).
@@ -38,23 +41,42 @@ impl<P: Platform> IoChannel<P> {
     /// them on path errors, resubmits queued requests when a path is usable, and fails every
     /// queued request at once when the head is removed, queueing was switched off or the
     /// head's delayed removal ran out. Returns how many were delivered.
+    ///
+    /// `f` is only ever called from code inlined here: the out-of-line paths (failures,
+    /// recovery, the queue) leave what they deliver in the channel's outbox, drained below.
+    /// Lent to code that is not inlined, `f` (and what it borrows) would have to live in
+    /// memory on every poll.
     #[inline]
     pub fn poll<F: FnMut(ChannelCompletion)>(&mut self, max: usize, mut f: F) -> usize {
         if let Some(d) = self.direct.as_mut() {
             if self.head.paths.generation() == self.generation {
+                if d.qp.poll_must_recover() {
+                    self.direct_recover();
+                    return self.drain_outbox(&mut f);
+                }
                 let (i, pending) = (d.path, &mut self.pending);
                 let parked = pending.len();
-                let fr = &mut f;
-                let got = d.qp.poll(max, move |c: IoCompletion<Tag>| {
-                    sort(c, i, fr, pending);
-                });
+                let to = ToUser {
+                    f: &mut f,
+                    path: i,
+                    pending,
+                };
+                let (got, stopped) = d.qp.poll_until_error(max, to);
                 let failed = self.pending.len() - parked;
-                if failed == 0 {
+                if failed | stopped as usize == 0 {
                     return got;
                 }
-                return got - failed + self.direct_failures(i, failed, &mut f);
+                self.direct_rest(parked, max.saturating_sub(got), stopped);
+                return got - failed + self.drain_outbox(&mut f);
             }
         }
+        self.poll_general(max, &mut f)
+    }
+
+    /// [`poll`](Self::poll) outside direct mode.
+    #[inline(always)]
+    fn poll_general<F: FnMut(ChannelCompletion)>(&mut self, max: usize, f: &mut F) -> usize {
+        let mut delivered = 0;
         // One branch for the rare cases at the start: a changed head, requests waiting, a
         // released controller's queue pair to drop.
         if (self.head.paths.generation() ^ self.generation)
@@ -62,54 +84,89 @@ impl<P: Platform> IoChannel<P> {
             | self.dead as usize
             != 0
         {
-            return self.poll_rare(max, &mut f);
+            self.before_rare_poll();
+            delivered += self.drain_outbox(f);
         }
         let excluded = self.excluded;
-        let delivered = self.poll_paths(max, excluded, &mut f);
-        if self.excluded != excluded || !self.pending.is_empty() {
-            return delivered + self.after_poll(excluded, &mut f);
-        }
-        // A fixed route whose other paths drained: direct mode again.
-        if usize::from(self.route) < MAX_PATHS && self.busy & !(1 << (self.route & 31)) == 0 {
+        delivered += self.poll_paths(max.saturating_sub(delivered), excluded, f);
+        if (self.excluded ^ excluded) | self.dead | self.pending.len() as u32 != 0 {
+            self.after_poll(excluded);
+            delivered += self.drain_outbox(f);
+        } else if usize::from(self.route) < MAX_PATHS && self.busy & !(1 << (self.route & 31)) == 0
+        {
+            // A fixed route whose other paths drained: direct mode again.
             self.redirect();
         }
         delivered
+    }
+
+    /// Delivers what the out-of-line paths left in the outbox.
+    #[inline(always)]
+    fn drain_outbox<F: FnMut(ChannelCompletion)>(&mut self, f: &mut F) -> usize {
+        let n = self.outbox.len();
+        while let Some(c) = self.outbox.pop_front() {
+            f(c);
+        }
+        n
     }
 
     /// `n` requests failed during a direct-mode poll of path `i` (they are at the back of
     /// `pending`): back to the general arrays to triage them.
     #[cold]
     #[inline(never)]
-    fn direct_failures<F: FnMut(ChannelCompletion)>(
-        &mut self,
-        i: usize,
-        n: usize,
-        f: &mut F,
-    ) -> usize {
+    fn direct_failures(&mut self, i: usize, n: usize) {
         self.undirect();
         let excluded = self.excluded;
-        let delivered = self.triage(i, excluded, n, f);
-        delivered + self.after_poll(excluded, f)
+        self.triage(i, excluded, n);
+        self.after_poll(excluded);
     }
 
-    /// [`poll`](Self::poll) with something to settle first.
+    /// The rest of a direct-mode poll after a failure: the completions after the first error
+    /// (if the poll `stopped` there; up to `left` of them) are reaped into the outbox and
+    /// `pending`, and what failed since `pending` held `parked` requests is triaged.
     #[cold]
     #[inline(never)]
-    fn poll_rare<F: FnMut(ChannelCompletion)>(&mut self, max: usize, f: &mut F) -> usize {
+    fn direct_rest(&mut self, parked: usize, left: usize, stopped: bool) {
+        let Some(d) = self.direct.as_mut() else {
+            return;
+        };
+        let i = d.path;
+        if stopped {
+            reap_rest(&mut d.qp, i, left, &mut self.pending, &mut self.outbox);
+        }
+        let failed = self.pending.len() - parked;
+        if failed != 0 {
+            self.direct_failures(i, failed);
+        }
+    }
+
+    /// The direct path's queue pair must recover (a reset, the controller lost, a timeout):
+    /// what it ends is sorted as a poll's completions are, into the outbox and `pending`.
+    #[cold]
+    #[inline(never)]
+    fn direct_recover(&mut self) {
+        let Some(d) = self.direct.as_mut() else {
+            return;
+        };
+        let i = d.path;
+        let parked = self.pending.len();
+        recover_path(&mut d.qp, i, &mut self.pending, &mut self.outbox);
+        let failed = self.pending.len() - parked;
+        if failed != 0 {
+            self.direct_failures(i, failed);
+        }
+    }
+
+    /// What a poll settles first when something is going on: a changed head, requests
+    /// waiting, a released controller.
+    #[cold]
+    #[inline(never)]
+    fn before_rare_poll(&mut self) {
         self.undirect();
         self.sync();
-        let mut delivered = 0;
         if !self.pending.is_empty() {
-            delivered += self.settle_pending(f);
+            self.settle_pending();
         }
-        let excluded = self.excluded;
-        delivered += self.poll_paths(max.saturating_sub(delivered), excluded, f);
-        if (self.excluded ^ excluded) | self.dead | self.pending.len() as u32 != 0 {
-            delivered += self.after_poll(excluded, f);
-        } else {
-            self.redirect();
-        }
-        delivered
     }
 
     /// Polls the queue pair of every path with requests in flight, delivering successes and
@@ -132,25 +189,41 @@ impl<P: Platform> IoChannel<P> {
             let i = busy.trailing_zeros() as usize & (MAX_PATHS - 1);
             busy &= busy - 1;
             let IoChannel {
-                qpairs, pending, ..
+                qpairs,
+                pending,
+                outbox,
+                ..
             } = self;
             let Some(qp) = qpairs[i].as_mut() else {
                 continue;
             };
-            let mut failed = 0usize;
+            let parked = pending.len();
             // The queue pair's poll commits what was queued on it first. A failed request
             // goes to the back of `pending` (room is reserved for every slot) and is triaged
             // below, off the fast path.
-            let got = qp.poll(max - delivered, |c: IoCompletion<Tag>| {
-                failed += sort(c, i, f, pending);
-            });
+            if qp.poll_must_recover() {
+                recover_path(qp, i, pending, outbox);
+            } else {
+                let to = ToUser {
+                    f: &mut *f,
+                    path: i,
+                    pending: &mut *pending,
+                };
+                let (got, stopped) = qp.poll_until_error(max - delivered, to);
+                delivered += got - (pending.len() - parked);
+                if stopped {
+                    reap_rest(qp, i, max.saturating_sub(delivered), pending, outbox);
+                }
+            }
             if qp.outstanding() == 0 {
                 self.busy &= !(1 << i);
             }
-            delivered += got;
+            let failed = self.pending.len() - parked;
             if failed != 0 {
-                delivered -= failed;
-                delivered += self.triage(i, excluded, failed, f);
+                self.triage(i, excluded, failed);
+            }
+            if !self.outbox.is_empty() {
+                delivered += self.drain_outbox(f);
             }
         }
         delivered
@@ -160,35 +233,27 @@ impl<P: Platform> IoChannel<P> {
     /// queue pair can go.
     #[cold]
     #[inline(never)]
-    fn after_poll<F: FnMut(ChannelCompletion)>(&mut self, excluded: u32, f: &mut F) -> usize {
-        let mut delivered = 0;
+    fn after_poll(&mut self, excluded: u32) {
         if self.excluded != excluded {
             self.route();
         }
         if !self.pending.is_empty() {
-            delivered += self.settle_pending(f);
+            self.settle_pending();
             self.commit();
         }
         if self.dead != 0 {
             self.release_dead();
         }
         self.redirect();
-        delivered
     }
 
     /// The last `n` entries of `pending` failed on path `i` during its poll (in completion
     /// order). A path error with the buffer back stays queued, to be sent again (same buffer)
     /// on another path; anything else is delivered with its status. `excluded` is the
-    /// exclusion mask as the poll began. Returns how many were delivered.
+    /// exclusion mask as the poll began. What is delivered goes to the outbox.
     #[cold]
     #[inline(never)]
-    fn triage<F: FnMut(ChannelCompletion)>(
-        &mut self,
-        i: usize,
-        excluded: u32,
-        n: usize,
-        f: &mut F,
-    ) -> usize {
+    fn triage(&mut self, i: usize, excluded: u32, n: usize) {
         let others = self.usable_besides(i, excluded);
         // A controller that could not be disabled may still carry out the commands it ended:
         // their borrowed memory is neither sent again nor given back for reuse (owned buffers
@@ -198,7 +263,6 @@ impl<P: Platform> IoChannel<P> {
         // front and either put back at the end (failover) or delivered: the waiting requests
         // keep their order and the failed-over ones follow them.
         self.pending.rotate_right(n);
-        let mut delivered = 0;
         for _ in 0..n {
             let Some(mut p) = self.pending.pop_front() else {
                 break;
@@ -217,8 +281,7 @@ impl<P: Platform> IoChannel<P> {
                 self.stats.failovers += 1;
                 self.pending.push_back(p);
             } else {
-                delivered += 1;
-                f(ChannelCompletion {
+                self.outbox.push_back(ChannelCompletion {
                     tag: p.tag.user,
                     result: Err(ChannelError::Device { status }),
                     buffer: p.buffer,
@@ -228,7 +291,6 @@ impl<P: Platform> IoChannel<P> {
                 });
             }
         }
-        delivered
     }
 
     /// The usable paths other than `i` (under the exclusion mask `excluded`).
@@ -262,10 +324,10 @@ impl<P: Platform> IoChannel<P> {
     }
 
     /// Resubmits queued requests while a path is usable; fails them all at once if they may
-    /// not wait any more.
+    /// not wait any more (what fails goes to the outbox).
     #[cold]
     #[inline(never)]
-    fn settle_pending<F: FnMut(ChannelCompletion)>(&mut self, f: &mut F) -> usize {
+    fn settle_pending(&mut self) {
         let nsid = self.head.nsid();
         if self.route == NO_PATH {
             let error = if self.head.is_removed() {
@@ -279,13 +341,12 @@ impl<P: Platform> IoChannel<P> {
             } else {
                 let deadline = self.head.deadline_ns.load(Ordering::Acquire);
                 if deadline >= u64::MAX - 1 || self.subsystem.now_ns() < deadline {
-                    return 0;
+                    return;
                 }
                 ChannelError::NoPathTimeout { nsid }
             };
-            return self.fail_pending(f, error);
+            return self.fail_pending(error);
         }
-        let mut delivered = 0;
         while let Some(p) = self.pending.pop_front() {
             match self.dispatch(p.tag, p.buffer) {
                 Dispatch::Sent => {}
@@ -294,8 +355,7 @@ impl<P: Platform> IoChannel<P> {
                     break;
                 }
                 Dispatch::Refused(kind, buffer) => {
-                    delivered += 1;
-                    f(ChannelCompletion {
+                    self.outbox.push_back(ChannelCompletion {
                         tag: p.tag.user,
                         result: Err(ChannelError::Refused(kind)),
                         buffer,
@@ -306,21 +366,16 @@ impl<P: Platform> IoChannel<P> {
                 }
             }
         }
-        delivered
     }
 
-    /// Fails every queued request with `error`.
+    /// Fails every queued request with `error` (into the outbox).
     #[cold]
-    fn fail_pending<F: FnMut(ChannelCompletion)>(
-        &mut self,
-        f: &mut F,
-        error: ChannelError,
-    ) -> usize {
+    fn fail_pending(&mut self, error: ChannelError) {
         let n = self.pending.len();
         self.switched_off = false;
         self.stats.failed_no_path += n as u64;
         for p in self.pending.drain(..) {
-            f(ChannelCompletion {
+            self.outbox.push_back(ChannelCompletion {
                 tag: p.tag.user,
                 result: Err(error.clone()),
                 buffer: p.buffer,
@@ -329,37 +384,121 @@ impl<P: Platform> IoChannel<P> {
                 memory_held: false,
             });
         }
-        n
     }
 }
 
-/// Delivers a request that succeeded on path `path` to `f`; puts one that failed at the back
-/// of `pending`, to be triaged after the queue pair's poll. Returns 1 for a failed one.
+/// What a poll of path `path` finishes: a success goes to the user's closure, a failure to
+/// the back of `pending`, to be triaged after the queue pair's poll.
+struct ToUser<'a, F> {
+    f: &'a mut F,
+    path: usize,
+    pending: &'a mut VecDeque<Pending>,
+}
+
+impl<F: FnMut(ChannelCompletion)> Deliver<Tag> for ToUser<'_, F> {
+    #[inline(always)]
+    fn finished(
+        &mut self,
+        tag: Tag,
+        status: Status,
+        _cdw0: u32,
+        _slot: u16,
+        buffer: &mut Option<DmaBuffer>,
+    ) {
+        if status.is_success() {
+            (self.f)(ChannelCompletion {
+                tag: tag.user,
+                result: Ok(()),
+                buffer: buffer.take(),
+                path: Some(self.path),
+                failovers: tag.failovers,
+                memory_held: false,
+            });
+        } else {
+            self.pending.push_back(Pending {
+                tag,
+                buffer: buffer.take(),
+                failed: status,
+            });
+        }
+    }
+
+    #[inline(always)]
+    fn completion(&mut self, c: IoCompletion<Tag>) {
+        if c.status.is_success() {
+            (self.f)(succeeded(c, self.path));
+        } else {
+            park(c, self.pending);
+        }
+    }
+}
+
+/// How the out-of-line paths sort what they finish: a success goes to the outbox, a failure
+/// to `pending`.
 #[inline(always)]
-fn sort<F: FnMut(ChannelCompletion)>(
+fn sort_later(
     c: IoCompletion<Tag>,
     path: usize,
-    f: &mut F,
     pending: &mut VecDeque<Pending>,
-) -> usize {
+    outbox: &mut VecDeque<ChannelCompletion>,
+) {
     if c.status.is_success() {
-        f(ChannelCompletion {
-            tag: c.tag.user,
-            result: Ok(()),
-            buffer: c.buffer,
-            path: Some(path),
-            failovers: c.tag.failovers,
-            memory_held: false,
-        });
-        0
+        outbox.push_back(succeeded(c, path));
     } else {
-        pending.push_back(Pending {
-            tag: c.tag,
-            buffer: c.buffer,
-            failed: c.status,
-        });
-        1
+        park(c, pending);
     }
+}
+
+/// A request that succeeded on path `path`, as delivered.
+#[inline(always)]
+fn succeeded(c: IoCompletion<Tag>, path: usize) -> ChannelCompletion {
+    ChannelCompletion {
+        tag: c.tag.user,
+        result: Ok(()),
+        buffer: c.buffer,
+        path: Some(path),
+        failovers: c.tag.failovers,
+        memory_held: false,
+    }
+}
+
+/// Puts a failed request at the back of `pending`, to be triaged.
+#[inline(always)]
+fn park(c: IoCompletion<Tag>, pending: &mut VecDeque<Pending>) {
+    pending.push_back(Pending {
+        tag: c.tag,
+        buffer: c.buffer,
+        failed: c.status,
+    });
+}
+
+/// Reaps up to `max` completions of path `i`'s queue pair, errors included, into the outbox
+/// and `pending` (out of line, away from the user's closure).
+#[cold]
+#[inline(never)]
+fn reap_rest<P: Platform>(
+    qp: &mut QueuePair<P, Tag>,
+    i: usize,
+    max: usize,
+    pending: &mut VecDeque<Pending>,
+    outbox: &mut VecDeque<ChannelCompletion>,
+) {
+    qp.reap_rest(max, |c: IoCompletion<Tag>| {
+        sort_later(c, i, pending, outbox)
+    });
+}
+
+/// Lets path `i`'s queue pair recover (out of line, away from the user's closure): what it
+/// ends is sorted into the outbox and `pending`.
+#[cold]
+#[inline(never)]
+fn recover_path<P: Platform>(
+    qp: &mut QueuePair<P, Tag>,
+    i: usize,
+    pending: &mut VecDeque<Pending>,
+    outbox: &mut VecDeque<ChannelCompletion>,
+) {
+    qp.recover(|c: IoCompletion<Tag>| sort_later(c, i, pending, outbox));
 }
 
 /// Whether a failure looks like the namespace having been detached from this path's

@@ -338,8 +338,13 @@ impl<P: Platform> IoChannel<P> {
         options.depth = options.depth.min(ctrl.identify().max_queue_depth);
         match ctrl.alloc_qpair_with_payload::<Tag>(options) {
             Ok(qp) => {
-                // Room for every request of this queue pair to be failed over at once.
-                self.pending.reserve(qp.depth() as usize);
+                // Room for every request of this queue pair to be failed over (or delivered
+                // by an out-of-line path) at once, besides the queued ones.
+                self.room += qp.depth() as usize;
+                self.pending
+                    .reserve(self.room.saturating_sub(self.pending.len()));
+                self.outbox
+                    .reserve(self.room.saturating_sub(self.outbox.len()));
                 self.qpairs[i] = Some(qp);
                 true
             }
