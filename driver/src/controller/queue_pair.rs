@@ -373,7 +373,11 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
     /// error status and says whether it did (see `IoQueue::reap_until_error`); the next
     /// poll (or [`reap_rest`](Self::reap_rest)) takes it.
     #[inline(always)]
-    pub(crate) fn poll_until_error<D: Deliver<T>>(&mut self, max: usize, to: D) -> (usize, bool) {
+    pub(crate) fn poll_until_error<D: Deliver<T>>(
+        &mut self,
+        max: usize,
+        to: &mut D,
+    ) -> (usize, bool) {
         self.io.commit(self.platform.regs());
         self.platform.before_poll(self.qid);
         self.io.reap_until_error(self.platform.regs(), max, to)

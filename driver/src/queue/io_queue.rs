@@ -719,7 +719,8 @@ impl<T: Copy + Default> IoQueue<T> {
         max: usize,
         f: F,
     ) -> usize {
-        self.reap_with::<false, R, _>(regs, max, ByClosure(f)).0
+        self.reap_with::<false, R, _>(regs, max, &mut ByClosure(f))
+            .0
     }
 
     /// [`reap`](Self::reap) that stops before the first completion entry with an error status
@@ -732,7 +733,7 @@ impl<T: Copy + Default> IoQueue<T> {
         &mut self,
         regs: &R,
         max: usize,
-        to: D,
+        to: &mut D,
     ) -> (usize, bool) {
         self.reap_with::<true, R, D>(regs, max, to)
     }
@@ -742,7 +743,7 @@ impl<T: Copy + Default> IoQueue<T> {
         &mut self,
         regs: &R,
         max: usize,
-        mut to: D,
+        to: &mut D,
     ) -> (usize, bool) {
         let mut delivered = 0;
         let mut stopped = false;

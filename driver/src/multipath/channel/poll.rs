@@ -46,29 +46,33 @@ impl<P: Platform> IoChannel<P> {
     /// recovery, the queue) leave what they deliver in the channel's outbox, drained below.
     /// Lent to code that is not inlined, `f` (and what it borrows) would have to live in
     /// memory on every poll.
+    ///
+    /// In direct mode a poll that delivers something does not look at the head: nothing waits
+    /// in the channel then, and the next submission checks the head anyway. An idle poll does,
+    /// and settles a change (a released controller's queue pair is let go at once).
     #[inline]
     pub fn poll<F: FnMut(ChannelCompletion)>(&mut self, max: usize, mut f: F) -> usize {
         if let Some(d) = self.direct.as_mut() {
-            if self.head.paths.generation() == self.generation {
-                if d.qp.poll_must_recover() {
-                    self.direct_recover();
-                    return self.drain_outbox(&mut f);
-                }
-                let (i, pending) = (d.path, &mut self.pending);
-                let parked = pending.len();
-                let to = ToUser {
-                    f: &mut f,
-                    path: i,
-                    pending,
-                };
-                let (got, stopped) = d.qp.poll_until_error(max, to);
-                let failed = self.pending.len() - parked;
-                if failed | stopped as usize == 0 {
-                    return got;
-                }
-                self.direct_rest(parked, max.saturating_sub(got), stopped);
+            if d.qp.poll_must_recover() {
+                self.direct_recover();
+                return self.drain_outbox(&mut f);
+            }
+            let mut to = ToUser {
+                f: &mut f,
+                path: d.path,
+                pending: &mut self.pending,
+                failed: 0,
+            };
+            let (got, stopped) = d.qp.poll_until_error(max, &mut to);
+            let failed = to.failed;
+            if failed | stopped as usize != 0 {
+                self.direct_rest(failed, max.saturating_sub(got), stopped);
                 return got - failed + self.drain_outbox(&mut f);
             }
+            if got != 0 || self.head.paths.generation() == self.generation {
+                return got;
+            }
+            // Idle, and the head changed: the general poll settles it.
         }
         self.poll_general(max, &mut f)
     }
@@ -123,18 +127,20 @@ impl<P: Platform> IoChannel<P> {
 
     /// The rest of a direct-mode poll after a failure: the completions after the first error
     /// (if the poll `stopped` there; up to `left` of them) are reaped into the outbox and
-    /// `pending`, and what failed since `pending` held `parked` requests is triaged.
+    /// `pending`, and what failed (`failed` requests at the back of `pending` already) is
+    /// triaged.
     #[cold]
     #[inline(never)]
-    fn direct_rest(&mut self, parked: usize, left: usize, stopped: bool) {
+    fn direct_rest(&mut self, failed: usize, left: usize, stopped: bool) {
         let Some(d) = self.direct.as_mut() else {
             return;
         };
         let i = d.path;
+        let before = self.pending.len();
         if stopped {
             reap_rest(&mut d.qp, i, left, &mut self.pending, &mut self.outbox);
         }
-        let failed = self.pending.len() - parked;
+        let failed = failed + (self.pending.len() - before);
         if failed != 0 {
             self.direct_failures(i, failed);
         }
@@ -204,12 +210,13 @@ impl<P: Platform> IoChannel<P> {
             if qp.poll_must_recover() {
                 recover_path(qp, i, pending, outbox);
             } else {
-                let to = ToUser {
+                let mut to = ToUser {
                     f: &mut *f,
                     path: i,
                     pending: &mut *pending,
+                    failed: 0,
                 };
-                let (got, stopped) = qp.poll_until_error(max - delivered, to);
+                let (got, stopped) = qp.poll_until_error(max - delivered, &mut to);
                 delivered += got - (pending.len() - parked);
                 if stopped {
                     reap_rest(qp, i, max.saturating_sub(delivered), pending, outbox);
@@ -388,11 +395,12 @@ impl<P: Platform> IoChannel<P> {
 }
 
 /// What a poll of path `path` finishes: a success goes to the user's closure, a failure to
-/// the back of `pending`, to be triaged after the queue pair's poll.
+/// the back of `pending` (counted in `failed`), to be triaged after the queue pair's poll.
 struct ToUser<'a, F> {
     f: &'a mut F,
     path: usize,
     pending: &'a mut VecDeque<Pending>,
+    failed: usize,
 }
 
 impl<F: FnMut(ChannelCompletion)> Deliver<Tag> for ToUser<'_, F> {
@@ -415,6 +423,7 @@ impl<F: FnMut(ChannelCompletion)> Deliver<Tag> for ToUser<'_, F> {
                 memory_held: false,
             });
         } else {
+            self.failed += 1;
             self.pending.push_back(Pending {
                 tag,
                 buffer: buffer.take(),
@@ -428,6 +437,7 @@ impl<F: FnMut(ChannelCompletion)> Deliver<Tag> for ToUser<'_, F> {
         if c.status.is_success() {
             (self.f)(succeeded(c, self.path));
         } else {
+            self.failed += 1;
             park(c, self.pending);
         }
     }
