@@ -370,14 +370,10 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
     }
 
     /// [`poll_checked`](Self::poll_checked) that stops before the first completion with an
-    /// error status and says whether it did (see `IoQueue::reap_until_error`); the next
-    /// poll (or [`reap_rest`](Self::reap_rest)) takes it.
+    /// error status and tells `to` (see `IoQueue::reap_until_error`); the next poll (or
+    /// [`reap_rest`](Self::reap_rest)) takes it.
     #[inline(always)]
-    pub(crate) fn poll_until_error<D: Deliver<T>>(
-        &mut self,
-        max: usize,
-        to: &mut D,
-    ) -> (usize, bool) {
+    pub(crate) fn poll_until_error<D: Deliver<T>>(&mut self, max: usize, to: &mut D) -> usize {
         self.io.commit(self.platform.regs());
         self.platform.before_poll(self.qid);
         self.io.reap_until_error(self.platform.regs(), max, to)

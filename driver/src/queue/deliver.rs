@@ -22,6 +22,9 @@ pub trait Deliver<T> {
     );
     /// Any other finished request (an error, a retry given up, a request ended by recovery).
     fn completion(&mut self, c: IoCompletion<T>);
+    /// A reap that stops at errors stopped before one (left in the queue).
+    #[inline(always)]
+    fn stopped(&mut self) {}
 }
 
 /// A closure taking [`IoCompletion`]s, as a [`Deliver`].

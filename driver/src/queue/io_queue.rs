@@ -720,11 +720,10 @@ impl<T: Copy + Default> IoQueue<T> {
         f: F,
     ) -> usize {
         self.reap_with::<false, R, _>(regs, max, &mut ByClosure(f))
-            .0
     }
 
     /// [`reap`](Self::reap) that stops before the first completion entry with an error status
-    /// (left in the queue for the next reap) and says whether it did. `to` then only takes
+    /// (left in the queue for the next reap) and tells `to` ([`Deliver::stopped`]). `to` only takes
     /// requests on the success path ([`Deliver::finished`]), which keeps it inlined: a caller
     /// can lend it what lives in registers, and reap the error with another receiver, out of
     /// line.
@@ -734,7 +733,7 @@ impl<T: Copy + Default> IoQueue<T> {
         regs: &R,
         max: usize,
         to: &mut D,
-    ) -> (usize, bool) {
+    ) -> usize {
         self.reap_with::<true, R, D>(regs, max, to)
     }
 
@@ -744,9 +743,8 @@ impl<T: Copy + Default> IoQueue<T> {
         regs: &R,
         max: usize,
         to: &mut D,
-    ) -> (usize, bool) {
+    ) -> usize {
         let mut delivered = 0;
-        let mut stopped = false;
         while delivered < max {
             let Some((cid, status_phase, cdw0)) = self.rings.peek_cq_cid_status() else {
                 break;
@@ -754,7 +752,7 @@ impl<T: Copy + Default> IoQueue<T> {
             // An error (SCT or SC set, above the phase bit): retried or ended off the hot path.
             if status_phase & (0x7ff << 1) != 0 {
                 if STOP_AT_ERROR {
-                    stopped = true;
+                    to.stopped();
                     break;
                 }
                 self.rings.advance_cq();
@@ -782,7 +780,7 @@ impl<T: Copy + Default> IoQueue<T> {
         // reaped one): a controller that sees its CQ full stops posting until the head moves.
         // outstanding + 2 * unrung > capacity, with outstanding = capacity - free.
         self.ring_cq_when_needed(regs);
-        (delivered, stopped)
+        delivered
     }
 
     /// A completion entry whose command identifier names no command in flight (a duplicate,

@@ -61,12 +61,14 @@ impl<P: Platform> IoChannel<P> {
                 f: &mut f,
                 path: d.path,
                 pending: &mut self.pending,
-                failed: 0,
+                trouble: 0,
             };
-            let (got, stopped) = d.qp.poll_until_error(max, &mut to);
-            let failed = to.failed;
-            if failed | stopped as usize != 0 {
-                self.direct_rest(failed, max.saturating_sub(got), stopped);
+            let got = d.qp.poll_until_error(max, &mut to);
+            // One test for both: a failure, or a stop before an error.
+            let trouble = to.trouble;
+            if trouble != 0 {
+                let failed = trouble & !STOPPED;
+                self.direct_rest(failed, max.saturating_sub(got), trouble & STOPPED != 0);
                 return got - failed + self.drain_outbox(&mut f);
             }
             if got != 0 || self.head.paths.generation() == self.generation {
@@ -214,9 +216,10 @@ impl<P: Platform> IoChannel<P> {
                     f: &mut *f,
                     path: i,
                     pending: &mut *pending,
-                    failed: 0,
+                    trouble: 0,
                 };
-                let (got, stopped) = qp.poll_until_error(max - delivered, &mut to);
+                let got = qp.poll_until_error(max - delivered, &mut to);
+                let stopped = to.trouble & STOPPED != 0;
                 delivered += got - (pending.len() - parked);
                 if stopped {
                     reap_rest(qp, i, max.saturating_sub(delivered), pending, outbox);
@@ -395,13 +398,17 @@ impl<P: Platform> IoChannel<P> {
 }
 
 /// What a poll of path `path` finishes: a success goes to the user's closure, a failure to
-/// the back of `pending` (counted in `failed`), to be triaged after the queue pair's poll.
+/// the back of `pending`, to be triaged after the queue pair's poll.
 struct ToUser<'a, F> {
     f: &'a mut F,
     path: usize,
     pending: &'a mut VecDeque<Pending>,
-    failed: usize,
+    /// The failures, plus [`STOPPED`] if the reap stopped before an error.
+    trouble: usize,
 }
+
+/// [`ToUser::trouble`]'s flag: the reap stopped before an error.
+const STOPPED: usize = 1 << (usize::BITS - 1);
 
 impl<F: FnMut(ChannelCompletion)> Deliver<Tag> for ToUser<'_, F> {
     #[inline(always)]
@@ -423,7 +430,7 @@ impl<F: FnMut(ChannelCompletion)> Deliver<Tag> for ToUser<'_, F> {
                 memory_held: false,
             });
         } else {
-            self.failed += 1;
+            self.trouble += 1;
             self.pending.push_back(Pending {
                 tag,
                 buffer: buffer.take(),
@@ -437,9 +444,14 @@ impl<F: FnMut(ChannelCompletion)> Deliver<Tag> for ToUser<'_, F> {
         if c.status.is_success() {
             (self.f)(succeeded(c, self.path));
         } else {
-            self.failed += 1;
+            self.trouble += 1;
             park(c, self.pending);
         }
+    }
+
+    #[inline(always)]
+    fn stopped(&mut self) {
+        self.trouble |= STOPPED;
     }
 }
 
