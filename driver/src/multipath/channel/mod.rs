@@ -144,15 +144,39 @@ impl<P: Platform> IoChannel<P> {
             dead: 0,
             cursor: 31,
             pending: VecDeque::with_capacity(options.capacity),
-            outbox: VecDeque::with_capacity(options.capacity),
+            outbox: VecDeque::new(),
             room: options.capacity,
             capacity: options.capacity,
             stats: ChannelStats::default(),
             sent: [0; MAX_PATHS],
             options,
         };
+        ch.reserve_room();
         ch.refresh(ch.head.paths.generation());
         Ok(ch)
+    }
+
+    /// Gives `pending` and the outbox room for `room` requests, and writes the outbox's new
+    /// memory once: it is filled only when many requests end at once (a queue failed with
+    /// queueing switched off), which should not then page-fault its way through fresh memory.
+    fn reserve_room(&mut self) {
+        let room = self.room;
+        self.pending
+            .reserve(room.saturating_sub(self.pending.len()));
+        if self.outbox.is_empty() && self.outbox.capacity() < room {
+            self.outbox.reserve(room);
+            while self.outbox.len() < self.outbox.capacity() {
+                self.outbox.push_back(ChannelCompletion {
+                    tag: 0,
+                    result: Ok(()),
+                    buffer: None,
+                    path: None,
+                    failovers: 0,
+                    memory_held: false,
+                });
+            }
+            self.outbox.clear();
+        }
     }
 
     /// The head.

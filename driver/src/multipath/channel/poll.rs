@@ -381,9 +381,8 @@ impl<P: Platform> IoChannel<P> {
     /// Fails every queued request with `error` (into the outbox).
     #[cold]
     fn fail_pending(&mut self, error: ChannelError) {
-        let n = self.pending.len();
         self.switched_off = false;
-        self.stats.failed_no_path += n as u64;
+        self.stats.failed_no_path += self.pending.len() as u64;
         for p in self.pending.drain(..) {
             self.outbox.push_back(ChannelCompletion {
                 tag: p.tag.user,

@@ -341,10 +341,7 @@ impl<P: Platform> IoChannel<P> {
                 // Room for every request of this queue pair to be failed over (or delivered
                 // by an out-of-line path) at once, besides the queued ones.
                 self.room += qp.depth() as usize;
-                self.pending
-                    .reserve(self.room.saturating_sub(self.pending.len()));
-                self.outbox
-                    .reserve(self.room.saturating_sub(self.outbox.len()));
+                self.reserve_room();
                 self.qpairs[i] = Some(qp);
                 true
             }
