@@ -5,7 +5,7 @@ use super::deliver::{ByClosure, Deliver};
 use super::prp;
 use super::retry::RetryBook;
 use super::ring::{Rings, ShadowBuffers};
-use super::tracker::{Overdue, Step, Trackers};
+use super::tracker::{Overdue, Trackers, Unfinished};
 use crate::error::{SubmitError, SubmitErrorKind};
 use crate::namespace::{Namespace, NamespaceState};
 use crate::platform::RegisterIo;
@@ -763,15 +763,13 @@ impl<T: Copy + Default> IoQueue<T> {
                 continue;
             }
             self.rings.advance_cq();
-            let step = self
-                .trackers
-                .complete_ok_with(cid, |tag, status, slot, buffer| {
-                    to.finished(tag, status, cdw0, slot, buffer)
-                });
-            match step {
-                Step::Done => delivered += 1,
-                Step::Pending => {}
-                Step::Unknown => self.spurious_completion(cid),
+            match self.trackers.finish_ok(cid) {
+                Ok((slot, h)) => {
+                    to.finished(h.tag, h.status, cdw0, slot, &mut h.buffer);
+                    delivered += 1;
+                }
+                Err(Unfinished::Unknown) => self.spurious_completion(cid),
+                Err(_) => {}
             }
         }
         // The CQ head doorbell is left to the next `commit` (or `poll`), after the SQ doorbell

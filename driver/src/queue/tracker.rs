@@ -66,11 +66,9 @@ pub struct Overdue {
     pub abort_sent: bool,
 }
 
-/// What [`Trackers::complete_ok_with`] did with a completion.
+/// Why [`Trackers::finish_ok`] finished no request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
-    /// The request finished (and was handed over).
-    Done,
+pub enum Unfinished {
     /// Other commands of the request are still outstanding.
     Pending,
     /// The command identifier names no busy tracker: the completion was ignored.
@@ -205,22 +203,13 @@ impl<T: Copy + Default> Trackers<T> {
         self.complete_with(cid, field, cdw0)
     }
     /// [`Trackers::complete`] of a command that succeeded (status field 0), for the hot path:
-    /// a finished request goes to `done` (tag, status, slot, and the tracker's buffer to take)
-    /// and no [`Completed`] is built, so that nothing has to tell its variants apart again
-    /// afterwards, and the buffer is moved once, straight to where `done` puts it.
+    /// the head tracker of a request that finished (freed, its tag and buffer still in place,
+    /// the buffer to be taken) and its slot, or what happened; no [`Completed`] is built, so
+    /// that nothing has to tell its variants apart again, and the buffer is moved once,
+    /// straight to where the caller puts it.
     #[inline(always)]
-    pub fn complete_ok_with(
-        &mut self,
-        cid: u16,
-        done: impl FnOnce(T, Status, u16, &mut Option<DmaBuffer>),
-    ) -> Step {
-        match self.finish(cid, 0) {
-            Ok((head, h)) => {
-                done(h.tag, h.status, head, &mut h.buffer);
-                Step::Done
-            }
-            Err(step) => step,
-        }
+    pub fn finish_ok(&mut self, cid: u16) -> Result<(u16, &mut Tracker<T>), Unfinished> {
+        self.finish(cid, 0)
     }
     #[inline(always)]
     fn complete_with(&mut self, cid: u16, field: u16, cdw0: u32) -> Completed<T> {
@@ -232,21 +221,21 @@ impl<T: Copy + Default> Trackers<T> {
                 slot: head,
                 buffer: h.buffer.take(),
             },
-            Err(Step::Pending) => Completed::Pending,
+            Err(Unfinished::Pending) => Completed::Pending,
             Err(_) => Completed::Unknown,
         }
     }
     /// Ends command `cid` with status `field`: the head tracker of its request if that
     /// finished (freed, its tag and buffer still in place) and its index, else what happened.
     #[inline(always)]
-    fn finish(&mut self, cid: u16, field: u16) -> Result<(u16, &mut Tracker<T>), Step> {
+    fn finish(&mut self, cid: u16, field: u16) -> Result<(u16, &mut Tracker<T>), Unfinished> {
         let idx = cid & self.idx_mask;
         let Some(t) = self.slots.get(idx as usize) else {
-            return Err(Step::Unknown);
+            return Err(Unfinished::Unknown);
         };
         // A free tracker, or another generation's command: not a command in flight.
         if t.busy == 0 || t.cid != cid {
-            return Err(Step::Unknown);
+            return Err(Unfinished::Unknown);
         }
         let head = t.parent;
         let h = if head == idx {
@@ -260,7 +249,7 @@ impl<T: Copy + Default> Trackers<T> {
             self.free_count += 1;
             match self.slots.get_mut(head as usize) {
                 Some(h) if h.busy != 0 => h,
-                _ => return Err(Step::Pending),
+                _ => return Err(Unfinished::Pending),
             }
         };
         // SCT (bits 10:8) and SC (bits 7:0) both zero: success, nothing to decode.
@@ -270,7 +259,7 @@ impl<T: Copy + Default> Trackers<T> {
         // A busy head counts at least this command (the last one frees it): no wrap.
         h.remaining = h.remaining.wrapping_sub(1);
         if h.remaining != 0 {
-            return Err(Step::Pending);
+            return Err(Unfinished::Pending);
         }
         h.busy = 0;
         h.next_free = self.free_head;
