@@ -222,6 +222,66 @@ fn poll_respects_max() {
     assert_eq!(q.poll(&regs, 3, |_| ()), 0);
 }
 
+/// Collects what a reap hands over, and whether it stopped before an error.
+#[derive(Default)]
+struct Collect {
+    finished: Vec<(u64, Status)>,
+    others: Vec<(u64, Status)>,
+    stopped: bool,
+}
+
+impl super::deliver::Deliver<u64> for Collect {
+    fn finished(
+        &mut self,
+        tag: u64,
+        status: Status,
+        _cdw0: u32,
+        _slot: u16,
+        buffer: &mut Option<vfnvme_hal::DmaBuffer>,
+    ) {
+        assert!(buffer.take().is_some(), "the buffer comes with the request");
+        self.finished.push((tag, status));
+    }
+    fn completion(&mut self, c: IoCompletion) {
+        self.others.push((c.tag, c.status));
+    }
+    fn stopped(&mut self) {
+        self.stopped = true;
+    }
+}
+
+#[test]
+fn reap_until_error_stops_before_an_error_and_leaves_it_for_the_next_reap() {
+    let (pool, mut q, mut dev, regs) = setup(8, 4096);
+    let n = ns(9, 100);
+    for tag in 0..3 {
+        q.read(&n, 0, 1, pool.alloc(512).unwrap(), tag).unwrap();
+    }
+    q.commit(&regs);
+    let cmds = dev.fetch(&mut q);
+    dev.complete(&mut q, cmds[0].cid(), Status::SUCCESS);
+    dev.complete(&mut q, cmds[1].cid(), Status::generic(0x80));
+    dev.complete(&mut q, cmds[2].cid(), Status::SUCCESS);
+    let mut to = Collect::default();
+    assert_eq!(q.reap_until_error(&regs, usize::MAX, &mut to), 1);
+    assert_eq!(to.finished, vec![(0, Status::SUCCESS)]);
+    assert!(to.others.is_empty(), "the error is not taken");
+    assert!(to.stopped);
+    // Again: it stops at the same entry, taking nothing.
+    let mut again = Collect::default();
+    assert_eq!(q.reap_until_error(&regs, usize::MAX, &mut again), 0);
+    assert!(again.stopped && again.finished.is_empty());
+    // A plain reap takes the error, then the rest.
+    let rest = drain(&mut q, &regs);
+    let got: Vec<(u64, u8)> = rest.iter().map(|c| (c.tag, c.status.sc)).collect();
+    assert_eq!(got, vec![(1, 0x80), (2, 0)]);
+    assert_eq!(q.outstanding(), 0);
+    // Nothing left: no stop.
+    let mut idle = Collect::default();
+    assert_eq!(q.reap_until_error(&regs, usize::MAX, &mut idle), 0);
+    assert!(!idle.stopped);
+}
+
 #[test]
 fn mdts_split_completes_parent_once_with_first_error() {
     // 8 KiB per command, 512-byte blocks: 40 blocks = 16 + 16 + 8.
