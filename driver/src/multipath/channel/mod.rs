@@ -25,6 +25,7 @@ use vfnvme_hal::DmaBuffer;
 
 mod direct;
 mod poll;
+mod receive;
 mod submit;
 mod types;
 

@@ -1,19 +1,15 @@
 //! Polling: completions delivered, path errors failed over with the same buffer, queued
 //! requests resubmitted or failed all at once.
 
+use super::receive::{reap_rest, recover_path, ToUser, STOPPED};
 use super::types::{ChannelCompletion, IoOp};
 use super::{Dispatch, IoChannel, Pending, Tag, NO_PATH};
-use crate::controller::QueuePair;
 use crate::multipath::error::ChannelError;
 use crate::multipath::paths::MAX_PATHS;
 use crate::platform::Platform;
-use crate::queue::deliver::Deliver;
-use crate::queue::IoCompletion;
 use crate::spec::status::{generic, sct};
 use crate::spec::Status;
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use vfnvme_hal::DmaBuffer;
 
 impl<P: Platform> IoChannel<P> {
     /// Rings the doorbell of every path with new commands (one write per path).
@@ -394,132 +390,6 @@ impl<P: Platform> IoChannel<P> {
             });
         }
     }
-}
-
-/// What a poll of path `path` finishes: a success goes to the user's closure, a failure to
-/// the back of `pending`, to be triaged after the queue pair's poll.
-struct ToUser<'a, F> {
-    f: &'a mut F,
-    path: usize,
-    pending: &'a mut VecDeque<Pending>,
-    /// The failures, plus [`STOPPED`] if the reap stopped before an error.
-    trouble: usize,
-}
-
-/// [`ToUser::trouble`]'s flag: the reap stopped before an error.
-const STOPPED: usize = 1 << (usize::BITS - 1);
-
-impl<F: FnMut(ChannelCompletion)> Deliver<Tag> for ToUser<'_, F> {
-    #[inline(always)]
-    fn finished(
-        &mut self,
-        tag: Tag,
-        status: Status,
-        _cdw0: u32,
-        _slot: u16,
-        buffer: &mut Option<DmaBuffer>,
-    ) {
-        if status.is_success() {
-            (self.f)(ChannelCompletion {
-                tag: tag.user,
-                result: Ok(()),
-                buffer: buffer.take(),
-                path: Some(self.path),
-                failovers: tag.failovers,
-                memory_held: false,
-            });
-        } else {
-            self.trouble += 1;
-            self.pending.push_back(Pending {
-                tag,
-                buffer: buffer.take(),
-                failed: status,
-            });
-        }
-    }
-
-    #[inline(always)]
-    fn completion(&mut self, c: IoCompletion<Tag>) {
-        if c.status.is_success() {
-            (self.f)(succeeded(c, self.path));
-        } else {
-            self.trouble += 1;
-            park(c, self.pending);
-        }
-    }
-
-    #[inline(always)]
-    fn stopped(&mut self) {
-        self.trouble |= STOPPED;
-    }
-}
-
-/// How the out-of-line paths sort what they finish: a success goes to the outbox, a failure
-/// to `pending`.
-#[inline(always)]
-fn sort_later(
-    c: IoCompletion<Tag>,
-    path: usize,
-    pending: &mut VecDeque<Pending>,
-    outbox: &mut VecDeque<ChannelCompletion>,
-) {
-    if c.status.is_success() {
-        outbox.push_back(succeeded(c, path));
-    } else {
-        park(c, pending);
-    }
-}
-
-/// A request that succeeded on path `path`, as delivered.
-#[inline(always)]
-fn succeeded(c: IoCompletion<Tag>, path: usize) -> ChannelCompletion {
-    ChannelCompletion {
-        tag: c.tag.user,
-        result: Ok(()),
-        buffer: c.buffer,
-        path: Some(path),
-        failovers: c.tag.failovers,
-        memory_held: false,
-    }
-}
-
-/// Puts a failed request at the back of `pending`, to be triaged.
-#[inline(always)]
-fn park(c: IoCompletion<Tag>, pending: &mut VecDeque<Pending>) {
-    pending.push_back(Pending {
-        tag: c.tag,
-        buffer: c.buffer,
-        failed: c.status,
-    });
-}
-
-/// Reaps up to `max` completions of path `i`'s queue pair, errors included, into the outbox
-/// and `pending` (out of line, away from the user's closure).
-#[cold]
-#[inline(never)]
-fn reap_rest<P: Platform>(
-    qp: &mut QueuePair<P, Tag>,
-    i: usize,
-    max: usize,
-    pending: &mut VecDeque<Pending>,
-    outbox: &mut VecDeque<ChannelCompletion>,
-) {
-    qp.reap_rest(max, |c: IoCompletion<Tag>| {
-        sort_later(c, i, pending, outbox)
-    });
-}
-
-/// Lets path `i`'s queue pair recover (out of line, away from the user's closure): what it
-/// ends is sorted into the outbox and `pending`.
-#[cold]
-#[inline(never)]
-fn recover_path<P: Platform>(
-    qp: &mut QueuePair<P, Tag>,
-    i: usize,
-    pending: &mut VecDeque<Pending>,
-    outbox: &mut VecDeque<ChannelCompletion>,
-) {
-    qp.recover(|c: IoCompletion<Tag>| sort_later(c, i, pending, outbox));
 }
 
 /// Whether a failure looks like the namespace having been detached from this path's
