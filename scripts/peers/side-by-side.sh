@@ -35,6 +35,9 @@
 #   --fio-args "…"    extra arguments for both fio runs (e.g. "--clocksource=cpu"); in the label
 #   --vfnvme-cpus L   the guest CPUs vfnvme perf is pinned to (default 0, as spdk_nvme_perf's
 #                     core mask 0x1; "none": not pinned, as libvfn's perf and fio); in the label
+#   --vfnvme-variant "…"  one more vfnvme perf row with these extra arguments (repeatable: A/B of
+#                     several variants in one boot, each run right after vfnvme perf in each
+#                     round, on its controller); e.g. --vfnvme-variant "--queue-size 2048"
 # Environment: PEERS_OUT (the folder build.sh filled, default target/peers), VFNVME (the vfnvme
 # binary, default target/release/vfnvme), FIO_ENGINE (default target/fio/vfnvme_fio.so).
 #
@@ -77,7 +80,7 @@ if [[ "${1:-}" == --guest ]]; then
 
     bdf_of() {
         case $1 in
-        vfnvme) echo 0000:00:10.0 ;;
+        vfnvme | vfnvme-v*) echo 0000:00:10.0 ;;
         libvfn) echo 0000:00:11.0 ;;
         spdk) echo 0000:00:12.0 ;;
         fio-vfnvme) echo 0000:00:13.0 ;;
@@ -90,17 +93,28 @@ if [[ "${1:-}" == --guest ]]; then
     # shellcheck disable=SC2206
     fio_common+=(${PEERS_FIO_ARGS:-})
 
+    # The variants' extra arguments (--vfnvme-variant), separated by '|': tool vfnvme-vN has the
+    # Nth.
+    variant_args() {
+        local IFS='|' list
+        read -r -a list <<<"${PEERS_VFNVME_VARIANTS:-}"
+        echo "${list[$(($1 - 1))]:-}"
+    }
+
     # Runs tool $1 at QD $2; its output goes to $3.{log,json}.
     run_tool() {
-        local tool=$1 qd=$2 base=$3 bdf
+        local tool=$1 qd=$2 base=$3 bdf extra=""
         bdf=$(bdf_of "$tool")
         case $tool in
-        vfnvme)
+        vfnvme | vfnvme-v*)
+            [[ $tool == vfnvme-v* ]] && extra=$(variant_args "${tool#vfnvme-v}")
             # Pinned to CPU 0 by default, as spdk_nvme_perf is (core mask 0x1).
             local pin=()
             [[ "${PEERS_VFNVME_CPUS:-0}" == none ]] || pin=(--cpus "${PEERS_VFNVME_CPUS:-0}")
+            # Extra arguments are word-split on purpose: several may be given.
+            # shellcheck disable=SC2086
             "$vfnvme" perf --device "$bdf" --qd "$qd" --time "$seconds" --pattern randread \
-                --io-size 4096 "${pin[@]}" --json "$base.json" ${PEERS_VFNVME_ARGS:-} ;;
+                --io-size 4096 "${pin[@]}" --json "$base.json" ${PEERS_VFNVME_ARGS:-} $extra ;;
         libvfn)
             "$bin/libvfn-perf" -d "$bdf" -N 1 -p randread -q "$qd" -t "$seconds" ;;
         spdk)
@@ -149,11 +163,15 @@ LABEL = {
 # The peers a row is compared with: perf tools against the better perf peer, fio against SPDK's plugin.
 PEERS = {"vfnvme": ["libvfn", "spdk"], "libvfn": ["libvfn", "spdk"], "spdk": ["libvfn", "spdk"],
          "fio-vfnvme": ["fio-spdk"], "fio-spdk": ["fio-spdk"]}
+# vfnvme perf variants (--vfnvme-variant): tool vfnvme-vN runs with the Nth, "|"-separated.
+for n, extra in enumerate(filter(None, os.environ.get("PEERS_VFNVME_VARIANTS", "").split("|")), 1):
+    LABEL[f"vfnvme-v{n}"] = f"vfnvme perf {extra}"
+    PEERS[f"vfnvme-v{n}"] = PEERS["vfnvme"]
 
 def parse(tool, base):
     """(iops, mean_us, p99_us or None) of one run, or None if it failed."""
     try:
-        if tool == "vfnvme":
+        if tool == "vfnvme" or tool.startswith("vfnvme-v"):
             d = json.load(open(base + ".json"))
             return d["iops"], d["latency_ns"]["mean"] / 1000, d["latency_ns"]["p99"] / 1000
         if tool.startswith("fio-"):
@@ -178,13 +196,25 @@ for tool in tools:
     for qd in qds:
         runs[(tool, qd)] = [parse(tool, os.path.join(out, f"{tool}-qd{qd}-r{r}")) for r in range(1, rounds + 1)]
 
+def round_ratios(tool, qd):
+    """Per round: the tool's IOPS over the best peer's in the same round (the runs of one round
+    are minutes apart at most, so a load that drifts over the whole run cancels out)."""
+    out = []
+    for r in range(rounds):
+        mine = runs[(tool, qd)][r]
+        peer = [runs[(p, qd)][r] for p in PEERS[tool] if p in tools]
+        peer = [p[0] for p in peer if p]
+        out.append(mine[0] / max(peer) if mine and peer else None)
+    return out
+
 def pick(tool, qd):
     ok = sorted((r for r in runs.get((tool, qd), []) if r), key=lambda r: r[0])
     return ok[(len(ok) - 1) // 2] if ok else None
 
 rows = []
 print(f"setup: {setup}; 4 KiB randread, 1 thread, {seconds:g} s per run, {rounds} round(s)")
-print(f"{'tool':<16}{'QD':>4}{'IOPS':>12}{'mean us':>10}{'p99 us':>10}{'vs best peer':>14}")
+W = max([16] + [len(LABEL[t]) + 1 for t in tools])
+print(f"{'tool':<{W}}{'QD':>4}{'IOPS':>12}{'mean us':>10}{'p99 us':>10}{'vs best peer':>14}{'per round':>11}{'rounds ahead':>14}")
 for qd in qds:
     for tool in tools:
         r = pick(tool, qd)
@@ -192,16 +222,23 @@ for qd in qds:
         peers = [p for p in peers if p]
         best = max((p[0] for p in peers), default=None)
         if r is None:
-            print(f"{LABEL[tool]:<16}{qd:>4}{'failed':>12}")
+            print(f"{LABEL[tool]:<{W}}{qd:>4}{'failed':>12}")
             rows.append({"tool": tool, "qd": int(qd), "failed": True})
             continue
         ratio = r[0] / best if best else None
         p99 = f"{r[2]:.1f}" if r[2] is not None else "n/a"
         rs = f"{ratio:.2f}x" if ratio else "-"
-        print(f"{LABEL[tool]:<16}{qd:>4}{r[0]:>12.0f}{r[1]:>10.1f}{p99:>10}{rs:>14}")
+        rr = [x for x in round_ratios(tool, qd) if x is not None]
+        per_round = statistics.median(rr) if rr else None
+        pr = f"{per_round:.2f}x" if per_round else "-"
+        ahead = f"{sum(x > 1.0 for x in rr)} of {len(rr)}" if rr else "-"
+        print(f"{LABEL[tool]:<{W}}{qd:>4}{r[0]:>12.0f}{r[1]:>10.1f}{p99:>10}{rs:>14}{pr:>11}{ahead:>14}")
         rows.append({"tool": tool, "label": LABEL[tool], "qd": int(qd), "iops": r[0], "mean_us": r[1],
                      "p99_us": r[2], "ratio_vs_best_peer": ratio,
-                     "runs_iops": [x[0] if x else None for x in runs[(tool, qd)]]})
+                     "runs_iops": [x[0] if x else None for x in runs[(tool, qd)]],
+                     "round_ratios": round_ratios(tool, qd), "median_round_ratio": per_round})
+print("per round: the median over the rounds of its IOPS over the best peer's in the same round;"
+      " rounds ahead: the rounds in which it was above")
 print("p99: vfnvme perf and spdk_nvme_perf -L over all I/Os; fio's completion latency (clat); libvfn's perf prints none")
 with open(os.path.join(out, "results.json"), "w") as f:
     json.dump({"setup": setup, "seconds": seconds, "rounds": rounds, "io_size": 4096,
@@ -214,7 +251,7 @@ fi
 
 # ---------------------------------------------------------------- host side
 setup=harness busy=0 seconds=5 qds="1 32" rounds=1 tools=$all_tools json="" timeout=2400 clocksource=""
-vfnvme_args="" fio_args="" vfnvme_cpus=0
+vfnvme_args="" fio_args="" vfnvme_cpus=0 variants=()
 while [[ $# -gt 0 ]]; do
     case $1 in
     --setup) setup=${2:?--setup needs harness, defaults or busy}; shift 2 ;;
@@ -229,6 +266,7 @@ while [[ $# -gt 0 ]]; do
     --vfnvme-args) vfnvme_args=${2?}; shift 2 ;;
     --fio-args) fio_args=${2?}; shift 2 ;;
     --vfnvme-cpus) vfnvme_cpus=${2:?--vfnvme-cpus needs a CPU list or none}; shift 2 ;;
+    --vfnvme-variant) variants+=("${2:?--vfnvme-variant needs the extra arguments}"); shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "side-by-side: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -246,6 +284,20 @@ esac
 for t in $tools; do
     [[ " $all_tools " == *" $t "* ]] || { echo "side-by-side: unknown tool '$t' (choose from: $all_tools)" >&2; exit 2; }
 done
+if [[ ${#variants[@]} -gt 0 ]]; then
+    # Each variant runs right after vfnvme perf (or first, without it) in every round.
+    vlist="" vtools=""
+    for i in "${!variants[@]}"; do
+        [[ "${variants[$i]}" != *"|"* ]] || { echo "side-by-side: --vfnvme-variant can't contain '|'" >&2; exit 2; }
+        vlist+="${vlist:+|}${variants[$i]}"
+        vtools+=" vfnvme-v$((i + 1))"
+    done
+    if [[ " $tools " == *" vfnvme "* ]]; then
+        tools=$(sed "s/\(^\| \)vfnvme\( \|$\)/\1vfnvme$vtools\2/" <<<"$tools")
+    else
+        tools="${vtools# } $tools"
+    fi
+fi
 [[ "$seconds" =~ ^[0-9]+$ && "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "side-by-side: --seconds and --rounds take whole numbers" >&2; exit 2; }
 [[ $(id -u) -eq 0 ]] || { echo "side-by-side: run as root (it boots a QEMU guest with vfio)" >&2; exit 1; }
 
@@ -296,6 +348,7 @@ set +e
     --env "PEERS_FIO_ENGINE=$engine" --env "PEERS_SETUP=$label" \
     --env "PEERS_CLOCKSOURCE=$clocksource" --env "PEERS_VFNVME_ARGS=$vfnvme_args" \
     --env "PEERS_FIO_ARGS=$fio_args" --env "PEERS_VFNVME_CPUS=$vfnvme_cpus" \
+    --env "PEERS_VFNVME_VARIANTS=${vlist:-}" \
     -- "$root/scripts/peers/side-by-side.sh" --guest 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
