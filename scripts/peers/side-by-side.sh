@@ -228,7 +228,8 @@ for qd in qds:
         ratio = r[0] / best if best else None
         p99 = f"{r[2]:.1f}" if r[2] is not None else "n/a"
         rs = f"{ratio:.2f}x" if ratio else "-"
-        rr = [x for x in round_ratios(tool, qd) if x is not None]
+        per_round_all = round_ratios(tool, qd)
+        rr = [x for x in per_round_all if x is not None]
         per_round = statistics.median(rr) if rr else None
         pr = f"{per_round:.2f}x" if per_round else "-"
         ahead = f"{sum(x > 1.0 for x in rr)} of {len(rr)}" if rr else "-"
@@ -236,7 +237,7 @@ for qd in qds:
         rows.append({"tool": tool, "label": LABEL[tool], "qd": int(qd), "iops": r[0], "mean_us": r[1],
                      "p99_us": r[2], "ratio_vs_best_peer": ratio,
                      "runs_iops": [x[0] if x else None for x in runs[(tool, qd)]],
-                     "round_ratios": round_ratios(tool, qd), "median_round_ratio": per_round})
+                     "round_ratios": per_round_all, "median_round_ratio": per_round})
 print("per round: the median over the rounds of its IOPS over the best peer's in the same round;"
       " rounds ahead: the rounds in which it was above")
 print("p99: vfnvme perf and spdk_nvme_perf -L over all I/Os; fio's completion latency (clat); libvfn's perf prints none")
