@@ -143,3 +143,39 @@ fn switching_policy_with_requests_in_flight_on_the_direct_path_loses_none() {
     assert_eq!(ch.open_paths(), 0b11);
     verify(&r, &mut ch, &last);
 }
+
+#[test]
+fn an_idle_channel_in_direct_mode_lets_go_of_a_removed_controller_within_256_polls() {
+    let mut r = rig(2, 1, HeadOptions::default());
+    let c0 = r.ctrls.remove(0);
+    let weak = std::sync::Arc::downgrade(&c0);
+    let model0 = r.model.controller(0).unwrap().clone();
+    drop(c0);
+    let mut ch = r.channel(1, 1024);
+    write_tags(&r, &mut ch, 0..50, true);
+    let done = drain(&r, &mut ch, 50, 100_000);
+    let last = exactly_once_ok(&done, 50);
+    assert!(done.iter().all(|c| c.path == Some(0)), "numa: path 0, direct");
+    assert_eq!(ch.open_paths(), 0b01);
+    // The direct path's controller goes while the channel has nothing in flight and submits
+    // nothing: the subsystem hears of it, and the channel's idle polls let go of it.
+    model0.request_removal();
+    r.mp.poll();
+    let mut idle = 0;
+    while ch.open_paths() & 1 != 0 {
+        assert!(idle < 256, "still holding path 0 after {idle} idle polls");
+        assert_eq!(ch.poll(usize::MAX, |c| panic!("nothing in flight: {c:?}")), 0);
+        idle += 1;
+    }
+    assert!(idle >= 1);
+    assert!(weak.upgrade().is_none(), "controller 0 was released");
+    // New requests take path 1.
+    write_tags(&r, &mut ch, 50..100, true);
+    let more = drain(&r, &mut ch, 50, 100_000);
+    assert!(more.iter().all(|c| c.path == Some(1) && c.is_ok()));
+    let mut all = done;
+    all.extend(more);
+    let last2 = exactly_once_ok(&all, 100);
+    assert_eq!(last.len() + 50, last2.len());
+    verify(&r, &mut ch, &last2);
+}

@@ -356,8 +356,23 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
     /// so that what the closure borrows can stay in registers.
     #[inline(always)]
     pub(crate) fn poll_must_recover(&mut self) -> bool {
+        self.poll_tick() && self.check()
+    }
+
+    /// Counts a poll; true on every 256th, when the caller runs
+    /// [`must_recover_now`](Self::must_recover_now) (and whatever periodic work of its own it
+    /// has) before anything else.
+    #[inline(always)]
+    pub(crate) fn poll_tick(&mut self) -> bool {
         self.polls = self.polls.wrapping_add(1);
-        self.polls == 0 && self.check()
+        self.polls == 0
+    }
+
+    /// The periodic check of [`poll_must_recover`](Self::poll_must_recover), for a caller that
+    /// counts polls with [`poll_tick`](Self::poll_tick).
+    #[inline(always)]
+    pub(crate) fn must_recover_now(&mut self) -> bool {
+        self.check()
     }
 
     /// The second half of [`poll`](Self::poll), after [`poll_must_recover`](Self::poll_must_recover)

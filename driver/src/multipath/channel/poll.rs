@@ -43,15 +43,25 @@ impl<P: Platform> IoChannel<P> {
     /// Lent to code that is not inlined, `f` (and what it borrows) would have to live in
     /// memory on every poll.
     ///
-    /// In direct mode a poll that delivers something does not look at the head: nothing waits
-    /// in the channel then, and the next submission checks the head anyway. An idle poll does,
-    /// and settles a change (a released controller's queue pair is let go at once).
+    /// In direct mode a poll looks at the head only every 256 polls, with the queue pair's own
+    /// periodic check: nothing waits in the channel then, and every submission checks the head
+    /// anyway. A change found there (a released controller's queue pair, for one) is settled
+    /// by the general poll at once.
     #[inline]
     pub fn poll<F: FnMut(ChannelCompletion)>(&mut self, max: usize, mut f: F) -> usize {
-        if let Some(d) = self.direct.as_mut() {
-            if d.qp.poll_must_recover() {
-                self.direct_recover();
-                return self.drain_outbox(&mut f);
+        'direct: {
+            let Some(mut d) = self.direct.as_mut() else {
+                break 'direct;
+            };
+            if d.qp.poll_tick() {
+                if self.direct_periodic() {
+                    return self.drain_outbox(&mut f);
+                }
+                // Still direct unless the head changed.
+                match self.direct.as_mut() {
+                    Some(still) => d = still,
+                    None => break 'direct,
+                }
             }
             let mut to = ToUser {
                 f: &mut f,
@@ -67,10 +77,7 @@ impl<P: Platform> IoChannel<P> {
                 self.direct_rest(failed, max.saturating_sub(got), trouble & STOPPED != 0);
                 return got - failed + self.drain_outbox(&mut f);
             }
-            if got != 0 || self.head.paths.generation() == self.generation {
-                return got;
-            }
-            // Idle, and the head changed: the general poll settles it.
+            return got;
         }
         self.poll_general(max, &mut f)
     }
@@ -142,6 +149,26 @@ impl<P: Platform> IoChannel<P> {
         if failed != 0 {
             self.direct_failures(i, failed);
         }
+    }
+
+    /// Every 256th poll in direct mode: the queue pair's periodic check (true when it
+    /// recovered, what it ended sorted into the outbox and `pending`), then the head: direct
+    /// mode is left when the head changed, for the general poll (this one or the next) to
+    /// settle.
+    #[cold]
+    #[inline(never)]
+    fn direct_periodic(&mut self) -> bool {
+        let recovered = self
+            .direct
+            .as_mut()
+            .is_some_and(|d| d.qp.must_recover_now());
+        if recovered {
+            self.direct_recover();
+        }
+        if self.head.paths.generation() != self.generation {
+            self.undirect();
+        }
+        recovered
     }
 
     /// The direct path's queue pair must recover (a reset, the controller lost, a timeout):
