@@ -90,6 +90,9 @@ pub struct IoChannel<P: Platform> {
     /// Requests finished by the out-of-line paths of a poll, delivered to the user's closure
     /// at its end (see `poll.rs`); reserved like `pending`, never reallocated.
     outbox: VecDeque<ChannelCompletion>,
+    /// The refusal of the last submission, left by its out-of-line path for the inlined
+    /// caller to hand back (see `submit.rs`).
+    refusal: Option<ChannelSubmitError>,
     /// What `pending` and `outbox` have room for: `capacity` plus the depth of every queue
     /// pair opened.
     room: usize,
@@ -146,6 +149,7 @@ impl<P: Platform> IoChannel<P> {
             cursor: 31,
             pending: VecDeque::with_capacity(options.capacity),
             outbox: VecDeque::new(),
+            refusal: None,
             room: options.capacity,
             capacity: options.capacity,
             stats: ChannelStats::default(),

@@ -60,6 +60,7 @@ impl<P: Platform> IoChannel<P> {
             blocks,
             op,
             failovers: 0,
+            reserved: 0,
             span: Some(span),
         };
         let dir = if write {
@@ -76,7 +77,10 @@ impl<P: Platform> IoChannel<P> {
                         d.sent += 1;
                         Ok(())
                     }
-                    Err(e) => self.after_direct_refusal(whole, e).map_or(Ok(()), Err),
+                    Err(e) => match self.after_direct_refusal(whole, e) {
+                        false => Ok(()),
+                        true => self.refusal.take().map_or(Ok(()), Err),
+                    },
                 };
             }
         }
@@ -135,47 +139,73 @@ impl<P: Platform> IoChannel<P> {
             blocks,
             op,
             failovers: 0,
+            reserved: 0,
             span: None,
         };
-        if let Some(d) = self.direct.as_mut() {
+        let refused = 'refused: {
+            if let Some(d) = self.direct.as_mut() {
+                if self.head.paths.generation() == self.generation {
+                    let sent = if WRITE {
+                        d.qp.write(&d.ns, lba, blocks, buf, whole(tag))
+                    } else {
+                        d.qp.read(&d.ns, lba, blocks, buf, whole(tag))
+                    };
+                    match sent {
+                        Ok(()) => {
+                            d.sent += 1;
+                            return Ok(());
+                        }
+                        Err(e) => break 'refused self.after_direct_refusal(whole(tag), e),
+                    }
+                }
+            }
             if self.head.paths.generation() == self.generation {
-                let sent = if WRITE {
-                    d.qp.write(&d.ns, lba, blocks, buf, whole(tag))
-                } else {
-                    d.qp.read(&d.ns, lba, blocks, buf, whole(tag))
-                };
-                return match sent {
-                    Ok(()) => {
-                        d.sent += 1;
-                        Ok(())
+                if let Some(i) = self.choose() {
+                    let i = i & (MAX_PATHS - 1);
+                    let (Some(qp), Some(ns)) =
+                        (self.qpairs[i].as_mut(), self.namespaces[i].as_deref())
+                    else {
+                        let t = whole(tag);
+                        break 'refused self.stash(move |ch| ch.open_and_send(i, t, Some(buf)));
+                    };
+                    let sent = if WRITE {
+                        qp.write(ns, lba, blocks, buf, whole(tag))
+                    } else {
+                        qp.read(ns, lba, blocks, buf, whole(tag))
+                    };
+                    match sent {
+                        Ok(()) => {
+                            self.sent[i] += 1;
+                            self.busy |= 1 << i;
+                            return Ok(());
+                        }
+                        Err(e) => {
+                            let t = whole(tag);
+                            break 'refused self.stash(move |ch| ch.after_refusal(i, t, e));
+                        }
                     }
-                    Err(e) => self.after_direct_refusal(whole(tag), e).map_or(Ok(()), Err),
-                };
+                }
+            }
+            let t = whole(tag);
+            self.stash(move |ch| ch.submit_slow(t, Some(buf)))
+        };
+        match refused {
+            false => Ok(()),
+            true => self.refusal.take().map_or(Ok(()), Err),
+        }
+    }
+
+    /// Runs an out-of-line submission path; its refusal, if any, is left in `refusal` and
+    /// the answer is whether there is one (a flag in a register, for the inlined caller).
+    #[inline(always)]
+    fn stash(&mut self, f: impl FnOnce(&mut Self) -> Result<(), ChannelSubmitError>) -> bool {
+        match f(self) {
+            Ok(()) => false,
+            Err(e) => {
+                self.refusal = Some(e);
+                true
             }
         }
-        if self.head.paths.generation() == self.generation {
-            if let Some(i) = self.choose() {
-                let i = i & (MAX_PATHS - 1);
-                let (Some(qp), Some(ns)) = (self.qpairs[i].as_mut(), self.namespaces[i].as_deref())
-                else {
-                    return self.open_and_send(i, whole(tag), Some(buf));
-                };
-                let sent = if WRITE {
-                    qp.write(ns, lba, blocks, buf, whole(tag))
-                } else {
-                    qp.read(ns, lba, blocks, buf, whole(tag))
-                };
-                return match sent {
-                    Ok(()) => {
-                        self.sent[i] += 1;
-                        self.busy |= 1 << i;
-                        Ok(())
-                    }
-                    Err(e) => self.after_refusal(i, whole(tag), e),
-                };
-            }
-        }
-        self.submit_slow(whole(tag), Some(buf))
     }
 
     /// The path the fast path chose has no queue pair yet: open it and send there (or
@@ -211,9 +241,9 @@ impl<P: Platform> IoChannel<P> {
     /// error, if any, comes back as an `Option` so that the caller's `Ok` needs no store).
     #[cold]
     #[inline(never)]
-    fn after_direct_refusal(&mut self, tag: Tag, e: SubmitError) -> Option<ChannelSubmitError> {
+    fn after_direct_refusal(&mut self, tag: Tag, e: SubmitError) -> bool {
         let i = self.direct.as_ref().map_or(0, |d| d.path);
-        self.after_refusal(i, tag, e).err()
+        self.stash(|ch| ch.after_refusal(i, tag, e))
     }
 
     /// The fast path's queue pair refused the request: retry through the slow path.
