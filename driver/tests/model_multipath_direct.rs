@@ -155,7 +155,10 @@ fn an_idle_channel_in_direct_mode_lets_go_of_a_removed_controller_within_256_pol
     write_tags(&r, &mut ch, 0..50, true);
     let done = drain(&r, &mut ch, 50, 100_000);
     let last = exactly_once_ok(&done, 50);
-    assert!(done.iter().all(|c| c.path == Some(0)), "numa: path 0, direct");
+    assert!(
+        done.iter().all(|c| c.path == Some(0)),
+        "numa: path 0, direct"
+    );
     assert_eq!(ch.open_paths(), 0b01);
     // The direct path's controller goes while the channel has nothing in flight and submits
     // nothing: the subsystem hears of it, and the channel's idle polls let go of it.
@@ -164,7 +167,10 @@ fn an_idle_channel_in_direct_mode_lets_go_of_a_removed_controller_within_256_pol
     let mut idle = 0;
     while ch.open_paths() & 1 != 0 {
         assert!(idle < 256, "still holding path 0 after {idle} idle polls");
-        assert_eq!(ch.poll(usize::MAX, |c| panic!("nothing in flight: {c:?}")), 0);
+        assert_eq!(
+            ch.poll(usize::MAX, |c| panic!("nothing in flight: {c:?}")),
+            0
+        );
         idle += 1;
     }
     assert!(idle >= 1);

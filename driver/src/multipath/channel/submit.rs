@@ -60,7 +60,7 @@ impl<P: Platform> IoChannel<P> {
             blocks,
             op,
             failovers: 0,
-            reserved: 0,
+            _reserved: 0,
             span: Some(span),
         };
         let dir = if write {
@@ -139,7 +139,7 @@ impl<P: Platform> IoChannel<P> {
             blocks,
             op,
             failovers: 0,
-            reserved: 0,
+            _reserved: 0,
             span: None,
         };
         let refused = 'refused: {

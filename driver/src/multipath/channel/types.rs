@@ -54,7 +54,7 @@ pub(crate) struct Tag {
     pub(super) failovers: u8,
     /// Always 0: with it, `blocks`, `op` and `failovers` fill a whole word, which a
     /// submission writes with one store rather than three.
-    pub(super) reserved: u16,
+    pub(super) _reserved: u16,
     /// The borrowed memory of a raw request ([`super::IoChannel::submit_raw`]); `None` for a
     /// request that owns its buffer.
     pub(super) span: Option<DmaSpan>,
