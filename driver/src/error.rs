@@ -202,6 +202,14 @@ pub enum SubmitErrorKind {
         /// Its state.
         state: NamespaceState,
     },
+    /// The multipath head of the namespace changed its paths or options after a channel chose
+    /// this path for every request: only between a channel and its queue pair, which sends
+    /// the request again on the route the head now gives; never returned by the channel.
+    #[error("the paths of namespace {nsid}'s multipath head changed: send the request again through the head")]
+    PathsChanged {
+        /// The namespace.
+        nsid: u32,
+    },
     /// The namespace's LBA format has metadata or protection information, which vfnvme does not
     /// transfer: the command would move the wrong number of bytes, or metadata to address 0.
     #[error("namespace {nsid} is formatted with {metadata}: vfnvme does not transfer metadata or protection information, so I/O to it is refused (nothing was sent to the device); reformat the namespace to an LBA format without metadata (`vfnvme format BDF --nsid {nsid} --yes`, BDF being the controller's PCI address; this erases its data), or use another namespace")]

@@ -185,3 +185,53 @@ fn an_idle_channel_in_direct_mode_lets_go_of_a_removed_controller_within_256_pol
     assert_eq!(last.len() + 50, last2.len());
     verify(&r, &mut ch, &last2);
 }
+
+#[test]
+fn the_first_submission_after_a_head_change_takes_the_new_route_in_direct_mode() {
+    let r = rig(2, 1, HeadOptions::default());
+    let mut ch = r.channel(1, 1024);
+    let head = ch.head().clone();
+    write_tags(&r, &mut ch, 0..10, true);
+    let mut done = drain(&r, &mut ch, 10, 100_000);
+    assert!(done.iter().all(|c| c.path == Some(0)), "numa: path 0");
+    // Path 0 turns inaccessible and the driver hears of it; the channel neither polls nor
+    // submits in between, so only its next submission can notice. Sent down path 0, the
+    // request would fail there and come back failed over (failovers 1).
+    r.set(0, 1, AnaState::Inaccessible);
+    write_tags(&r, &mut ch, 10..11, true);
+    let one = drain(&r, &mut ch, 1, 100_000);
+    assert_eq!(
+        (one[0].path, one[0].failovers),
+        (Some(1), 0),
+        "{:?}",
+        one[0]
+    );
+    done.extend(one);
+    // Direct mode again, on path 1; then a policy switch, seen by the very next submission:
+    // round-robin sends the next two requests down both paths once path 0 is back.
+    write_tags(&r, &mut ch, 11..20, true);
+    done.extend(drain(&r, &mut ch, 9, 100_000));
+    r.set(0, 1, AnaState::Optimized);
+    write_tags(&r, &mut ch, 20..21, true);
+    let back = drain(&r, &mut ch, 1, 100_000);
+    assert_eq!(
+        back[0].path,
+        Some(0),
+        "numa prefers path 0 again: {:?}",
+        back[0]
+    );
+    done.extend(back);
+    head.set_policy(PathPolicy::RoundRobin);
+    write_tags(&r, &mut ch, 21..23, true);
+    let rr = drain(&r, &mut ch, 2, 100_000);
+    let paths: std::collections::BTreeSet<_> = rr.iter().map(|c| c.path).collect();
+    assert_eq!(paths.len(), 2, "round-robin at once: {rr:?}");
+    done.extend(rr);
+    let last = exactly_once_ok(&done, 23);
+    assert_eq!(
+        ch.stats().failovers,
+        0,
+        "no request went down a stale route"
+    );
+    verify(&r, &mut ch, &last);
+}

@@ -8,6 +8,7 @@ use crate::namespace::Namespace;
 use crate::platform::Platform;
 use crate::platform::RegisterIo;
 use crate::queue::deliver::Deliver;
+use crate::queue::io_queue::Gate;
 use crate::queue::tracker::Overdue;
 use crate::queue::{Direction, DoorbellStats, IoCompletion, IoQueue};
 use crate::quirks::Quirks;
@@ -284,6 +285,58 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
     ) -> Result<(), SubmitError> {
         // SAFETY: the caller upholds the contract documented above.
         unsafe { self.io.submit_raw(ns, dir, lba, blocks, span, tag) }
+    }
+
+    /// [`read`](Self::read), the namespace checked against `gate` (a multipath channel in
+    /// direct mode: [`Gate::Word`]).
+    #[inline]
+    pub(crate) fn read_gated(
+        &mut self,
+        ns: &Namespace,
+        gate: Gate,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        tag: T,
+    ) -> Result<(), SubmitError> {
+        self.io.read_gated(ns, gate, lba, blocks, buf, tag)
+    }
+
+    /// [`write`](Self::write), the namespace checked against `gate`.
+    #[inline]
+    pub(crate) fn write_gated(
+        &mut self,
+        ns: &Namespace,
+        gate: Gate,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        tag: T,
+    ) -> Result<(), SubmitError> {
+        self.io.write_gated(ns, gate, lba, blocks, buf, tag)
+    }
+
+    /// [`submit_raw`](Self::submit_raw), the namespace checked against `gate`.
+    ///
+    /// # Safety
+    /// As [`submit_raw`](Self::submit_raw).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn submit_raw_gated(
+        &mut self,
+        ns: &Namespace,
+        gate: Gate,
+        dir: Direction,
+        lba: u64,
+        blocks: u32,
+        span: vfnvme_hal::DmaSpan,
+        tag: T,
+    ) -> Result<(), SubmitError> {
+        // SAFETY: the caller upholds the contract of `submit_raw`.
+        unsafe {
+            self.io
+                .submit_raw_gated(ns, gate, dir, lba, blocks, span, tag)
+        }
     }
 
     /// Queues a flush.

@@ -116,6 +116,8 @@ pub(crate) struct PathCell {
     list: Atomic<PathList>,
     /// Bumped (Release) after every swap and every change of the head's options, so that a
     /// channel that reads it (Acquire) and finds it unchanged knows its cached view is current.
+    /// Each bump is followed by one of the route stamp of every namespace of the list (both
+    /// lists for a swap): see [`Namespace::io_word`].
     generation: AtomicUsize,
 }
 
@@ -149,6 +151,8 @@ impl PathCell {
     /// Marks the head changed without a new list (options changed, head removed).
     pub fn bump(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
+        let guard = pin();
+        self.read(&guard, stamp);
     }
 
     /// Runs `f` on the current list under `guard`.
@@ -168,13 +172,26 @@ impl PathCell {
         let old = self
             .list
             .swap(Owned::new(list).into_shared(guard), Ordering::AcqRel, guard);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        // After the generation: a channel that sees a new stamp sees the new generation.
+        self.read(guard, stamp);
         if !old.is_null() {
             // SAFETY: `old` was just unlinked by this swap (writers are serialised by the
             // subsystem's writer lock), so nothing else frees it; readers that may still hold
             // it are covered by the grace period `retire` waits for.
-            garbage.push(unsafe { old.into_owned() });
+            let old = unsafe { old.into_owned() };
+            stamp(&old);
+            garbage.push(old);
         }
-        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Bumps the route stamp of every namespace of `list`: a channel sending every request down
+/// one of them (direct mode) sees the head's change with the namespace check of its next
+/// submission, instead of a load of the generation of its own.
+fn stamp(list: &PathList) {
+    for p in &list.paths {
+        p.namespace.bump_route_stamp();
     }
 }
 
@@ -202,5 +219,57 @@ impl Drop for PathCell {
             let owned = unsafe { old.into_owned() };
             guard.defer(move || drop(owned));
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::namespace::NamespaceIdentity;
+
+    fn path(controller: usize) -> Path {
+        Path {
+            controller,
+            namespace: Arc::new(Namespace::new(1, NamespaceIdentity::default(), 8)),
+            state: PathState::Optimized,
+            numa_node: None,
+        }
+    }
+
+    #[test]
+    fn every_change_stamps_the_namespaces_of_the_lists_before_and_after_it() {
+        let (a, b, c) = (path(0), path(1), path(2));
+        let cell = PathCell::new(PathList {
+            paths: vec![a.clone(), b.clone()],
+        });
+        let words = |p: &[&Path]| p.iter().map(|p| p.namespace.io_word()).collect::<Vec<_>>();
+        let before = words(&[&a, &b, &c]);
+        let generation = cell.generation();
+        // Options change: the current list's namespaces.
+        cell.bump();
+        let after_bump = words(&[&a, &b, &c]);
+        assert_ne!(after_bump[0], before[0]);
+        assert_ne!(after_bump[1], before[1]);
+        assert_eq!(after_bump[2], before[2], "not a path of this head");
+        // A swap from [a, b] to [b, c]: a (gone), b and c (new) are all stamped.
+        let guard = pin();
+        let mut garbage = Vec::new();
+        cell.publish(
+            PathList {
+                paths: vec![b.clone(), c.clone()],
+            },
+            &guard,
+            &mut garbage,
+        );
+        retire(garbage, &guard);
+        let after_swap = words(&[&a, &b, &c]);
+        for (i, (x, y)) in after_bump.iter().zip(&after_swap).enumerate() {
+            assert_ne!(x, y, "path {i} stamped by the swap");
+            assert!(
+                Namespace::word_ready(*y),
+                "stamps leave the state byte alone"
+            );
+        }
+        assert_eq!(cell.generation(), generation + 2);
     }
 }

@@ -99,6 +99,16 @@ pub enum Direction {
     Write,
 }
 
+/// What a submission checks the namespace's state word against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gate {
+    /// The namespace takes I/O: active, a format without metadata.
+    Ready,
+    /// Exactly this word of [`Namespace::io_word`], read while the namespace was ready: still
+    /// ready, and its multipath head unchanged since (a channel in direct mode).
+    Word(u32),
+}
+
 impl<T: Copy + Default> IoQueue<T> {
     /// Rings of `depth` entries for queue `qid` and `depth - 1` trackers, so that outstanding
     /// commands never exceed what the CQ can hold. `max_transfer` is capped to
@@ -183,6 +193,10 @@ impl<T: Copy + Default> IoQueue<T> {
                 state,
             };
         }
+        if !ns.io_refused() {
+            // Ready, but not the word a gated submission expected: the head moved.
+            return SubmitErrorKind::PathsChanged { nsid: ns.nsid() };
+        }
         Self::metadata_refused(ns)
     }
 
@@ -197,8 +211,12 @@ impl<T: Copy + Default> IoQueue<T> {
     }
 
     #[inline(always)]
-    fn check_ns(ns: &Namespace, lba: u64, blocks: u64) -> Result<(), SubmitErrorKind> {
-        if !ns.io_ready() {
+    fn check_ns(ns: &Namespace, gate: Gate, lba: u64, blocks: u64) -> Result<(), SubmitErrorKind> {
+        let open = match gate {
+            Gate::Ready => ns.io_ready(),
+            Gate::Word(word) => ns.io_word() == word,
+        };
+        if !open {
             return Err(Self::refused(ns));
         }
         if blocks == 0 {
@@ -227,7 +245,7 @@ impl<T: Copy + Default> IoQueue<T> {
         buf: DmaBuffer,
         tag: T,
     ) -> Result<(), SubmitError> {
-        self.submit_data(ns, io_opcode::READ, lba, blocks, buf, tag)
+        self.submit_data(ns, Gate::Ready, io_opcode::READ, lba, blocks, buf, tag)
     }
 
     /// Queues a write of `blocks` blocks at `lba` from `buf`.
@@ -240,20 +258,50 @@ impl<T: Copy + Default> IoQueue<T> {
         buf: DmaBuffer,
         tag: T,
     ) -> Result<(), SubmitError> {
-        self.submit_data(ns, io_opcode::WRITE, lba, blocks, buf, tag)
+        self.submit_data(ns, Gate::Ready, io_opcode::WRITE, lba, blocks, buf, tag)
+    }
+
+    /// [`read`](Self::read) with the namespace checked against `gate`.
+    #[inline]
+    pub(crate) fn read_gated(
+        &mut self,
+        ns: &Namespace,
+        gate: Gate,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        tag: T,
+    ) -> Result<(), SubmitError> {
+        self.submit_data(ns, gate, io_opcode::READ, lba, blocks, buf, tag)
+    }
+
+    /// [`write`](Self::write) with the namespace checked against `gate`.
+    #[inline]
+    pub(crate) fn write_gated(
+        &mut self,
+        ns: &Namespace,
+        gate: Gate,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        tag: T,
+    ) -> Result<(), SubmitError> {
+        self.submit_data(ns, gate, io_opcode::WRITE, lba, blocks, buf, tag)
     }
 
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn submit_data(
         &mut self,
         ns: &Namespace,
+        gate: Gate,
         opcode: u8,
         lba: u64,
         blocks: u32,
         buf: DmaBuffer,
         tag: T,
     ) -> Result<(), SubmitError> {
-        if let Err(k) = Self::check_ns(ns, lba, blocks as u64) {
+        if let Err(k) = Self::check_ns(ns, gate, lba, blocks as u64) {
             return Err(SubmitError::new(k, Some(buf)));
         }
         let needed = (blocks as u64) << ns.lba_shift();
@@ -358,8 +406,28 @@ impl<T: Copy + Default> IoQueue<T> {
         span: DmaSpan,
         tag: T,
     ) -> Result<(), SubmitError> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.submit_raw_gated(ns, Gate::Ready, dir, lba, blocks, span, tag) }
+    }
+
+    /// [`submit_raw`](Self::submit_raw) with the namespace checked against `gate`.
+    ///
+    /// # Safety
+    /// As [`submit_raw`](Self::submit_raw).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn submit_raw_gated(
+        &mut self,
+        ns: &Namespace,
+        gate: Gate,
+        dir: Direction,
+        lba: u64,
+        blocks: u32,
+        span: DmaSpan,
+        tag: T,
+    ) -> Result<(), SubmitError> {
         let (iova, len) = (span.iova(), span.len());
-        Self::check_ns(ns, lba, blocks as u64).map_err(|k| SubmitError::new(k, None))?;
+        Self::check_ns(ns, gate, lba, blocks as u64).map_err(|k| SubmitError::new(k, None))?;
         let needed = (blocks as u64) << ns.lba_shift();
         if (len as u64) < needed {
             return Err(SubmitError::new(
@@ -419,7 +487,8 @@ impl<T: Copy + Default> IoQueue<T> {
         blocks: u32,
         tag: T,
     ) -> Result<(), SubmitError> {
-        Self::check_ns(ns, lba, blocks as u64).map_err(|k| SubmitError::new(k, None))?;
+        Self::check_ns(ns, Gate::Ready, lba, blocks as u64)
+            .map_err(|k| SubmitError::new(k, None))?;
         let rw = Rw {
             nsid: ns.nsid(),
             opcode: io_opcode::WRITE_ZEROES,
@@ -449,7 +518,7 @@ impl<T: Copy + Default> IoQueue<T> {
             }));
         }
         for r in ranges {
-            Self::check_ns(ns, r.slba, r.blocks as u64).map_err(err)?;
+            Self::check_ns(ns, Gate::Ready, r.slba, r.blocks as u64).map_err(err)?;
         }
         let Some(idx) = self.trackers.alloc() else {
             return Err(err(SubmitErrorKind::QueueFull { free: 0, needed: 1 }));

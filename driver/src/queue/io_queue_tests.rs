@@ -1,7 +1,7 @@
 //! Queue engine tests against a fake controller that reads SQEs and writes CQEs directly in
 //! ring memory.
 
-use super::io_queue::{IoCompletion, IoQueue};
+use super::io_queue::{Gate, IoCompletion, IoQueue};
 use super::ring::tests::{test_pool, Doorbells};
 use crate::error::SubmitErrorKind;
 use crate::namespace::{Namespace, NamespaceIdentity, NamespaceState};
@@ -707,4 +707,44 @@ fn retries_resend_the_command_as_queued_even_if_the_reset_came_before_its_doorbe
     );
     assert!(sent.iter().all(|c| c.cdw0 & 0xff == 0x01), "writes");
     assert_eq!(q.retries(), 3);
+}
+
+#[test]
+fn a_gated_submission_is_refused_once_the_route_stamp_or_the_state_moves() {
+    let (pool, mut q, _dev, _regs) = setup(16, 128 << 10);
+    let n = ns(9, 1000);
+    let word = n.io_word();
+    assert!(Namespace::word_ready(word));
+    q.read_gated(&n, Gate::Word(word), 0, 1, pool.alloc(512).unwrap(), 1)
+        .unwrap();
+    q.write_gated(&n, Gate::Word(word), 1, 1, pool.alloc(512).unwrap(), 2)
+        .unwrap();
+    // The head moved: the stamp changes, the namespace stays ready.
+    n.bump_route_stamp();
+    assert!(n.io_ready());
+    assert_eq!(n.state(), NamespaceState::Active);
+    assert_ne!(n.io_word(), word);
+    let e = q
+        .read_gated(&n, Gate::Word(word), 2, 1, pool.alloc(512).unwrap(), 3)
+        .unwrap_err();
+    assert_eq!(e.kind, SubmitErrorKind::PathsChanged { nsid: 1 });
+    assert!(e.buffer.is_some(), "the buffer comes back");
+    // Ungated submissions do not see the stamp; the new word is accepted.
+    q.read(&n, 2, 1, pool.alloc(512).unwrap(), 4).unwrap();
+    let word = n.io_word();
+    q.read_gated(&n, Gate::Word(word), 3, 1, pool.alloc(512).unwrap(), 5)
+        .unwrap();
+    // A state change keeps the stamp and refuses both kinds of submission.
+    n.set_state(NamespaceState::Removing);
+    assert_eq!(n.io_word() & !0xff, word & !0xff, "the stamp is kept");
+    let e = q
+        .read_gated(&n, Gate::Word(word), 4, 1, pool.alloc(512).unwrap(), 6)
+        .unwrap_err();
+    assert!(matches!(
+        e.kind,
+        SubmitErrorKind::NamespaceNotActive { nsid: 1, .. }
+    ));
+    n.set_state(NamespaceState::Active);
+    assert_eq!(n.io_word(), word, "active again, same stamp");
+    assert_eq!(q.outstanding(), 4);
 }

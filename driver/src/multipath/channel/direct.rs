@@ -4,6 +4,11 @@
 //! and namespace sit in [`Direct`], outside the per-path arrays, so that a submission and a
 //! poll reach them without the route, the per-path loop or the busy mask.
 //!
+//! The submission checks the namespace's state word against the one read as direct mode
+//! began: the head stamps the word of its paths' namespaces after each change (policy, ANA,
+//! paths; see `PathCell::publish`), so that one compare stands for both the namespace's state
+//! and the head's generation.
+//!
 //! Every cold entry point (slow submission, refusal, a poll with something to settle, a
 //! failed completion) first puts the queue pair back in its slot ([`IoChannel::undirect`]),
 //! does its work on the general arrays, and re-enters direct mode at the end when it applies
@@ -24,6 +29,9 @@ pub(super) struct Direct<P: Platform> {
     pub(super) path: usize,
     /// Commands sent on it since direct mode began (added to the per-path count on leaving).
     pub(super) sent: u64,
+    /// The namespace's state word as direct mode began ([`Namespace::io_word`]): every
+    /// submission is checked against it, which stands for the head's generation check too.
+    pub(super) word: u32,
 }
 
 impl<P: Platform> IoChannel<P> {
@@ -69,6 +77,12 @@ impl<P: Platform> IoChannel<P> {
         let Some(ns) = self.namespaces[i].clone() else {
             return;
         };
+        // The word first, the generation after: a word stamped by a change the channel has not
+        // seen yet comes with a generation that says so (see `PathCell::publish`).
+        let word = ns.io_word();
+        if !Namespace::word_ready(word) || self.head.paths.generation() != self.generation {
+            return;
+        }
         let Some(qp) = self.qpairs[i].take() else {
             return;
         };
@@ -78,6 +92,7 @@ impl<P: Platform> IoChannel<P> {
             ns,
             path: i,
             sent: 0,
+            word,
         });
     }
 }

@@ -7,6 +7,7 @@ use crate::error::{SubmitError, SubmitErrorKind};
 use crate::multipath::error::ChannelError;
 use crate::multipath::paths::MAX_PATHS;
 use crate::platform::Platform;
+use crate::queue::io_queue::Gate;
 use crate::queue::Direction;
 use vfnvme_hal::{DmaBuffer, DmaSpan};
 
@@ -69,20 +70,23 @@ impl<P: Platform> IoChannel<P> {
             Direction::Read
         };
         if let Some(d) = self.direct.as_mut() {
-            if self.head.paths.generation() == self.generation {
-                // SAFETY: the caller's contract: `span` is from the pool every path's
-                // controller shares and stays allocated until the request is delivered.
-                return match unsafe { d.qp.submit_raw(&d.ns, dir, lba, blocks, span, whole) } {
-                    Ok(()) => {
-                        d.sent += 1;
-                        Ok(())
-                    }
-                    Err(e) => match self.after_direct_refusal(whole, e) {
-                        false => Ok(()),
-                        true => self.refusal.take().map_or(Ok(()), Err),
-                    },
-                };
-            }
+            // The namespace's word stands for the head's generation (see `direct.rs`).
+            let gate = Gate::Word(d.word);
+            // SAFETY: the caller's contract: `span` is from the pool every path's controller
+            // shares and stays allocated until the request is delivered.
+            let sent = unsafe {
+                d.qp.submit_raw_gated(&d.ns, gate, dir, lba, blocks, span, whole)
+            };
+            return match sent {
+                Ok(()) => {
+                    d.sent += 1;
+                    Ok(())
+                }
+                Err(e) => match self.after_direct_refusal(whole, e) {
+                    false => Ok(()),
+                    true => self.refusal.take().map_or(Ok(()), Err),
+                },
+            };
         }
         if self.head.paths.generation() == self.generation {
             if let Some(i) = self.choose() {
@@ -144,19 +148,19 @@ impl<P: Platform> IoChannel<P> {
         };
         let refused = 'refused: {
             if let Some(d) = self.direct.as_mut() {
-                if self.head.paths.generation() == self.generation {
-                    let sent = if WRITE {
-                        d.qp.write(&d.ns, lba, blocks, buf, whole(tag))
-                    } else {
-                        d.qp.read(&d.ns, lba, blocks, buf, whole(tag))
-                    };
-                    match sent {
-                        Ok(()) => {
-                            d.sent += 1;
-                            return Ok(());
-                        }
-                        Err(e) => break 'refused self.after_direct_refusal(whole(tag), e),
+                // The namespace's word stands for the head's generation (see `direct.rs`).
+                let gate = Gate::Word(d.word);
+                let sent = if WRITE {
+                    d.qp.write_gated(&d.ns, gate, lba, blocks, buf, whole(tag))
+                } else {
+                    d.qp.read_gated(&d.ns, gate, lba, blocks, buf, whole(tag))
+                };
+                match sent {
+                    Ok(()) => {
+                        d.sent += 1;
+                        return Ok(());
                     }
+                    Err(e) => break 'refused self.after_direct_refusal(whole(tag), e),
                 }
             }
             if self.head.paths.generation() == self.generation {
@@ -277,6 +281,8 @@ impl<P: Platform> IoChannel<P> {
                 self.exclude(i);
                 self.submit_general(tag, e.buffer)
             }
+            // Direct mode's namespace word moved: the head changed (`submit_general` syncs).
+            SubmitErrorKind::PathsChanged { .. } => self.submit_general(tag, e.buffer),
             kind => Err(ChannelSubmitError {
                 error: ChannelError::Refused(kind),
                 buffer: e.buffer,
