@@ -72,9 +72,9 @@ if [ "$guest_only" -eq 0 ]; then
     prune target/doc
     check "Miri: spec, PRPs, registry, C ABI on the model" scripts/miri.sh
     prune target/miri
-    check "loom: model-check the namespace registry" \
+    check "loom: model-check the namespace registry and the heads' path lists" \
         env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
-        cargo test -p vfnvme --lib namespace --release
+        cargo test -p vfnvme --lib --release -- namespace multipath::paths_loom
     prune target/loom
     check "C ABI: header up to date" ffi/check-header.sh
     check "C ABI: example on the model" ffi/build-example.sh --run

@@ -1,7 +1,13 @@
 //! One namespace as the driver knows it: identity, format, size and state. A leaf value type:
 //! queues use it without the registry, scan and events of [`crate::namespaces`].
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+// The state word is loom's under `--cfg loom`, so that the route stamp's ordering against the
+// head's generation is model-checked (`multipath/paths_loom.rs`).
+#[cfg(loom)]
+use loom::sync::atomic::AtomicU32;
+#[cfg(not(loom))]
+use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What identifies a namespace across rescans. If any of it changes, the namespace is treated as
 /// removed and a new one added (a format or identity change is not a resize).

@@ -116,3 +116,42 @@ fn one_batch_publishes_many_heads() {
         drop(pin());
     });
 }
+
+/// Direct mode's protocol (`channel/direct.rs`): a channel reads the namespace's word, then the
+/// generation; the head publishes (generation first), then stamps the word. A channel that
+/// read the old generation must hold a word that the stamp changes, or it would keep sending
+/// down the old route with a word that still matches.
+#[test]
+fn a_word_read_before_an_unchanged_generation_is_stamped_by_the_change() {
+    model(|| {
+        let ns = Arc::new(Namespace::new(1, NamespaceIdentity::default(), 8));
+        let cell = Arc::new(PathCell::new(list(
+            &ns,
+            &[PathState::Optimized, PathState::Inaccessible],
+        )));
+        let (c, n) = (cell.clone(), ns.clone());
+        let channel = thread::spawn(move || {
+            let word = n.io_word();
+            let generation = c.generation();
+            (word, generation)
+        });
+        let guard = pin();
+        let mut garbage = Vec::new();
+        cell.publish(
+            list(&ns, &[PathState::Inaccessible, PathState::Optimized]),
+            &guard,
+            &mut garbage,
+        );
+        retire(garbage, &guard);
+        drop(guard);
+        let (word, generation) = channel.join().unwrap();
+        if generation == 1 {
+            assert_ne!(
+                ns.io_word(),
+                word,
+                "the channel routed with the old generation and its word still matches"
+            );
+        }
+        drop(pin());
+    });
+}
