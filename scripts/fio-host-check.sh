@@ -77,6 +77,46 @@ doorbells "batched doorbells at iodepth 32" 32 0.01 0.35
 doorbells "defer_sq_doorbell=0: one doorbell per commit at iodepth 32" 32 0.999 1.01 \
     --defer_sq_doorbell=0
 
+# Issue times from the TSC (ffi/fio/vfnvme_fio_issue_time.c): the engine spares fio one clock
+# read per I/O, counted by preloading a clock_gettime counter (ffi/fio/clock_count.c) with fio's
+# clock on clock_gettime, at iodepth 1 and 32, against tsc_issue_time=0. slat must stay what it
+# is: positive, below lat, and lat = slat + clat.
+clock_reads() {
+    local qd=$1 tsc=$2
+    CLOCK_COUNT_FILE="$out/clock-$qd-$tsc.txt" LD_PRELOAD="$(dirname "$engine")/clock_count.so" \
+        "$fio" --ioengine=external:"$engine" --thread=1 --name=clock --rw=randread --bs=4k \
+        --norandommap=1 --size=1g --number_ios=20000 "--iodepth=$qd" --clocksource=clock_gettime \
+        "--tsc_issue_time=$tsc" --output-format=json --output="$out/clock-$qd-$tsc.json" \
+        "--filename=trtype=model ns=1 id=clock$qd$tsc backing=null blocks=262144" \
+        >"$out/clock.log" 2>&1
+}
+for qd in 1 32; do
+    if clock_reads "$qd" 1 && clock_reads "$qd" 0 && python3 - "$out" "$qd" <<'PY'
+import json, re, sys
+out, qd = sys.argv[1], sys.argv[2]
+def run(tsc):
+    # The first thread to read the clock is fio's main thread (its startup calibration); the
+    # job's thread is the busiest of the others.
+    counts = [int(m) for m in re.findall(r"calls (\d+)", open(f"{out}/clock-{qd}-{tsc}.txt").read())]
+    text = open(f"{out}/clock-{qd}-{tsc}.json").read()
+    r = json.loads(text[text.index("{"):])["jobs"][0]["read"]
+    ios = r["total_ios"]
+    return max(counts[1:]) / ios, ios, r["slat_ns"]["mean"], r["clat_ns"]["mean"], r["lat_ns"]["mean"]
+on, off = run(1), run(0)
+print(f"  clock reads per I/O: {on[0]:.2f} with TSC issue times, {off[0]:.2f} without")
+print(f"  slat {on[2]:.0f} ns, clat {on[3]:.0f} ns, lat {on[4]:.0f} ns")
+ok = on[1] == off[1] == 20000 and on[0] <= off[0] - 0.95
+ok = ok and 0 < on[2] < on[4] and abs(on[2] + on[3] - on[4]) <= 0.02 * on[4]
+sys.exit(0 if ok else 1)
+PY
+    then
+        ok "one clock read fewer per I/O with TSC issue times, iodepth $qd"
+    else
+        cat "$out/clock.log"
+        bad "one clock read fewer per I/O with TSC issue times, iodepth $qd"
+    fi
+done
+
 # Engine options (fio's options table) instead of filename keys, and the rule between them:
 # a filename key overrides the option. Checked by what only those settings allow: 512-byte
 # I/O (lba_size), namespace 2 (namespaces, ns), the whole namespace written (blocks: fio sizes
@@ -106,9 +146,9 @@ PY
 "$fio" --enghelp="$engine" >"$out/enghelp.log" 2>&1 || true
 missing=""
 for key in trtype traddr ns id namespaces lba_size blocks latency_ns seed backing hang_reads \
-    admin_timeout_ms io_timeout_ms io_retries reset_after_ms defer_sq_doorbell paths mp_policy \
-    mp_queue_if_no_path mp_delayed_removal_ms mp_fail_after_ms mp_fail mp_detach_after_ms \
-    mp_attach_after_ms; do
+    admin_timeout_ms io_timeout_ms io_retries reset_after_ms defer_sq_doorbell tsc_issue_time \
+    paths mp_policy mp_queue_if_no_path mp_delayed_removal_ms mp_fail_after_ms mp_fail \
+    mp_detach_after_ms mp_attach_after_ms; do
     grep -q "^$key  *: ." "$out/enghelp.log" || missing="$missing $key"
 done
 if [[ -z "$missing" ]]; then

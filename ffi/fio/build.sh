@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the vfnvme fio ioengine: target/fio/vfnvme_fio.so (and its test driver
-# target/fio/getevents_check).
+# Builds the vfnvme fio ioengine: target/fio/vfnvme_fio.so (and its test helpers
+# target/fio/getevents_check and target/fio/clock_count.so).
 #
 # The engine is compiled against a fio source tree that matches the fio binary it is loaded into
 # (fio refuses an engine whose FIO_IOOPS_VERSION differs). By default that is Debian's fio 3.33
@@ -70,4 +70,7 @@ mkdir -p "$target/fio"
 "$cc" -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers \
     -D_GNU_SOURCE -include config-host.h -I"$fio_src" -rdynamic \
     -o "$target/fio/getevents_check" "$root/ffi/fio/getevents_check.c" -ldl
+# The clock read counter that scripts/fio-host-check.sh preloads into fio.
+"$cc" -O2 -g -Wall -Wextra -shared -fPIC -D_GNU_SOURCE \
+    -o "$target/fio/clock_count.so" "$root/ffi/fio/clock_count.c" -ldl -lpthread
 echo "$target/fio/vfnvme_fio.so"
