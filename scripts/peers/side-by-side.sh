@@ -38,6 +38,9 @@
 #   --vfnvme-variant "…"  one more vfnvme perf row with these extra arguments (repeatable: A/B of
 #                     several variants in one boot, each run right after vfnvme perf in each
 #                     round, on its controller); e.g. --vfnvme-variant "--queue-size 2048"
+#   --fio-vfnvme-variant "…"  one more fio + vfnvme row with these extra fio arguments, run right
+#                     after fio + vfnvme in each round, on its controller; e.g.
+#                     --fio-vfnvme-variant "--tsc_issue_time=0"
 # Environment: PEERS_OUT (the folder build.sh filled, default target/peers), VFNVME (the vfnvme
 # binary, default target/release/vfnvme), FIO_ENGINE (default target/fio/vfnvme_fio.so).
 #
@@ -83,7 +86,7 @@ if [[ "${1:-}" == --guest ]]; then
         vfnvme | vfnvme-v*) echo 0000:00:10.0 ;;
         libvfn) echo 0000:00:11.0 ;;
         spdk) echo 0000:00:12.0 ;;
-        fio-vfnvme) echo 0000:00:13.0 ;;
+        fio-vfnvme | fio-vfnvme-v) echo 0000:00:13.0 ;;
         fio-spdk) echo 0000:00:14.0 ;;
         esac
     }
@@ -120,9 +123,11 @@ if [[ "${1:-}" == --guest ]]; then
         spdk)
             "$bin/spdk_nvme_perf" -r "trtype:PCIe traddr:$bdf" -q "$qd" -o 4096 -w randread \
                 -t "$seconds" -L ;;
-        fio-vfnvme)
+        fio-vfnvme | fio-vfnvme-v)
+            [[ $tool == fio-vfnvme-v ]] && extra=${PEERS_FIO_VFNVME_VARIANT:-}
+            # shellcheck disable=SC2086
             fio "${fio_common[@]}" "--ioengine=external:$engine" "--iodepth=$qd" \
-                "--filename=trtype=PCIe traddr=${bdf//:/.} ns=1" "--output=$base.json" ;;
+                "--filename=trtype=PCIe traddr=${bdf//:/.} ns=1" "--output=$base.json" $extra ;;
         fio-spdk)
             fio "${fio_common[@]}" "--ioengine=$bin/spdk_nvme" "--iodepth=$qd" \
                 "--filename=trtype=PCIe traddr=${bdf//:/.} ns=1" "--output=$base.json" ;;
@@ -167,6 +172,9 @@ PEERS = {"vfnvme": ["libvfn", "spdk"], "libvfn": ["libvfn", "spdk"], "spdk": ["l
 for n, extra in enumerate(filter(None, os.environ.get("PEERS_VFNVME_VARIANTS", "").split("|")), 1):
     LABEL[f"vfnvme-v{n}"] = f"vfnvme perf {extra}"
     PEERS[f"vfnvme-v{n}"] = PEERS["vfnvme"]
+# The fio + vfnvme variant (--fio-vfnvme-variant).
+LABEL["fio-vfnvme-v"] = "fio + vfnvme " + os.environ.get("PEERS_FIO_VFNVME_VARIANT", "")
+PEERS["fio-vfnvme-v"] = PEERS["fio-vfnvme"]
 
 def parse(tool, base):
     """(iops, mean_us, p99_us or None) of one run, or None if it failed."""
@@ -252,7 +260,7 @@ fi
 
 # ---------------------------------------------------------------- host side
 setup=harness busy=0 seconds=5 qds="1 32" rounds=1 tools=$all_tools json="" timeout=2400 clocksource=""
-vfnvme_args="" fio_args="" vfnvme_cpus=0 variants=()
+vfnvme_args="" fio_args="" vfnvme_cpus=0 variants=() fio_variant=""
 while [[ $# -gt 0 ]]; do
     case $1 in
     --setup) setup=${2:?--setup needs harness, defaults or busy}; shift 2 ;;
@@ -268,6 +276,7 @@ while [[ $# -gt 0 ]]; do
     --fio-args) fio_args=${2?}; shift 2 ;;
     --vfnvme-cpus) vfnvme_cpus=${2:?--vfnvme-cpus needs a CPU list or none}; shift 2 ;;
     --vfnvme-variant) variants+=("${2:?--vfnvme-variant needs the extra arguments}"); shift 2 ;;
+    --fio-vfnvme-variant) fio_variant=${2:?--fio-vfnvme-variant needs the extra arguments}; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "side-by-side: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -298,6 +307,10 @@ if [[ ${#variants[@]} -gt 0 ]]; then
     else
         tools="${vtools# } $tools"
     fi
+fi
+if [[ -n "$fio_variant" ]]; then
+    [[ " $tools " == *" fio-vfnvme "* ]] || { echo "side-by-side: --fio-vfnvme-variant needs the tool fio-vfnvme" >&2; exit 2; }
+    tools=$(sed "s/\(^\| \)fio-vfnvme\( \|$\)/\1fio-vfnvme fio-vfnvme-v\2/" <<<"$tools")
 fi
 [[ "$seconds" =~ ^[0-9]+$ && "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "side-by-side: --seconds and --rounds take whole numbers" >&2; exit 2; }
 [[ $(id -u) -eq 0 ]] || { echo "side-by-side: run as root (it boots a QEMU guest with vfio)" >&2; exit 1; }
@@ -349,7 +362,7 @@ set +e
     --env "PEERS_FIO_ENGINE=$engine" --env "PEERS_SETUP=$label" \
     --env "PEERS_CLOCKSOURCE=$clocksource" --env "PEERS_VFNVME_ARGS=$vfnvme_args" \
     --env "PEERS_FIO_ARGS=$fio_args" --env "PEERS_VFNVME_CPUS=$vfnvme_cpus" \
-    --env "PEERS_VFNVME_VARIANTS=${vlist:-}" \
+    --env "PEERS_VFNVME_VARIANTS=${vlist:-}" --env "PEERS_FIO_VFNVME_VARIANT=$fio_variant" \
     -- "$root/scripts/peers/side-by-side.sh" --guest 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
