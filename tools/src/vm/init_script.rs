@@ -14,6 +14,10 @@ pub const HOST_TAG: &str = "host";
 /// 9p mount tag of the writable output folder.
 pub const OUT_TAG: &str = "out";
 
+/// Folders of the host's root that `/init` covers with an empty tmpfs in the guest (the shared
+/// root is read-only, and programs need these writable). Host files under them are not seen there.
+pub const GUEST_TMPFS: [&str; 3] = ["/tmp", "/var/tmp", "/run"];
+
 /// The `/init` script. Modules are listed in `/modules/order`, in load order.
 pub const INIT: &str = r#"#!/bin/busybox sh
 /bin/busybox --install -s
@@ -124,6 +128,18 @@ mod tests {
         let s = init_script();
         assert!(!s.contains('@'), "{s}");
         assert!(s.contains("VFNVME-GUEST-EXIT nonce=$nonce status=$1"));
+    }
+
+    #[test]
+    fn init_covers_exactly_the_listed_folders_with_tmpfs() {
+        let s = init_script();
+        let covered: Vec<&str> = s
+            .lines()
+            .filter_map(|l| l.strip_prefix("mount -t tmpfs "))
+            .filter_map(|l| l.split_whitespace().nth(3))
+            .filter_map(|dir| dir.strip_prefix("/host"))
+            .collect();
+        assert_eq!(covered, GUEST_TMPFS, "{s}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod console;
 mod cpio;
 mod devices;
 mod expect;
+mod guest_view;
 mod init_script;
 mod initramfs;
 mod install;
@@ -275,6 +276,11 @@ impl Guest<'_> {
     fn boot(&self, run: &paths::RunDirs, boot: &Boot<'_>) -> Result<console::RunResult> {
         let out_dir = path_str(&run.out)?;
         let cwd = std::env::current_dir().context("reading the current folder")?;
+        let cwd = guest_view::resolved(&cwd);
+        guest_view::require_visible("the current folder (where the command runs)", &cwd)?;
+        if let Some(program) = boot.command.first() {
+            guest_view::require_visible_program(program, &cwd)?;
+        }
         let cwd = path_str(&cwd)?;
         let script = run_script::run_script(&RunPlan {
             out_dir: &out_dir,

@@ -42,6 +42,10 @@ impl VmDirs {
         // The guest sees host paths verbatim: they must be absolute.
         let root =
             fs::canonicalize(&root).with_context(|| format!("resolving {}", root.display()))?;
+        super::guest_view::require_visible(
+            "the VM folder shared with the guest (target/vm, or $VFNVME_VM_DIR)",
+            &root,
+        )?;
         let dirs = Self {
             out: root.join("out"),
             images: root.join("images"),
@@ -88,13 +92,15 @@ impl RunDirs {
     }
 }
 
-/// The cargo target folder holding the running binary (it has a CACHEDIR.TAG), else ./target.
+/// The cargo target folder holding the running binary, else ./target. Cargo marks a target folder
+/// with a CACHEDIR.TAG when it creates it, and always writes `.rustc_info.json` there (a target
+/// folder another tool created first has no tag).
 fn target_dir() -> PathBuf {
     if let Ok(exe) = std::env::current_exe() {
         if let Some(dir) = exe
             .ancestors()
             .skip(1)
-            .find(|d| d.join("CACHEDIR.TAG").is_file())
+            .find(|d| d.join("CACHEDIR.TAG").is_file() || d.join(".rustc_info.json").is_file())
         {
             return dir.to_path_buf();
         }
