@@ -145,7 +145,8 @@ fio_tree() {
         return
     fi
     local tree
-    tree=$(find "${CARGO_TARGET_DIR:-$root/target}/fio-src" -maxdepth 1 -type d -name 'fio-*' 2>/dev/null | sort | tail -n1)
+    # No fio-src folder yet (a fresh checkout) is not an error: pipefail would make it one.
+    tree=$(find "${CARGO_TARGET_DIR:-$root/target}/fio-src" -maxdepth 1 -type d -name 'fio-*' 2>/dev/null | sort | tail -n1 || true)
     if [[ -z "$tree" || ! -f "$tree/ioengines.h" ]]; then
         note "no fio tree yet: running ffi/fio/build.sh to fetch Debian's fio source"
         "$root/ffi/fio/build.sh" >/dev/null
