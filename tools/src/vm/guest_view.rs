@@ -24,14 +24,13 @@ pub fn require_visible(what: &str, path: &Path) -> Result<()> {
     let Some(dir) = covering_tmpfs(path) else {
         return Ok(());
     };
+    let covered = GUEST_TMPFS.join(", ");
     bail!(
         "{what}, {}, is under {dir}, which the guest covers with an empty tmpfs (it shares the \
-         host's root read-only and needs {} writable), so the guest would not see it. Use a \
-         checkout and a working folder outside {}, e.g. under /root or /srv, or set \
+         host's root read-only and needs {covered} writable), so the guest would not see it. Use \
+         a checkout and a working folder outside {covered}, e.g. under /root or /srv, or set \
          VFNVME_VM_DIR to a folder there",
         path.display(),
-        GUEST_TMPFS.join(", "),
-        GUEST_TMPFS.join(", ")
     )
 }
 
@@ -41,9 +40,10 @@ pub fn require_visible_program(program: &str, cwd: &Path) -> Result<()> {
     if !program.contains('/') {
         return Ok(());
     }
-    let joined = cwd.join(program);
-    let resolved = joined.canonicalize().unwrap_or(joined);
-    require_visible(&format!("the command {program:?}"), &resolved)
+    require_visible(
+        &format!("the command {program:?}"),
+        &resolved(&cwd.join(program)),
+    )
 }
 
 /// The absolute form of `path` with symbolic links resolved, or `path` itself if that fails.
