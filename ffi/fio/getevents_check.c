@@ -8,6 +8,9 @@
  * 0 events once the timeout runs out (an engine that ignores the timeout polls forever; the
  * caller runs this under `timeout`). A completion-free zero timeout must also return at once.
  *
+ * Also, at iodepth 1 on a model that completes reads, queue() must hand the read back done
+ * (FIO_Q_COMPLETED without error, the engine's inline completion) and tell fio it completed.
+ *
  * Built and run by scripts/fio-host-check.sh: getevents_check ENGINE.so. Exits 0 on success.
  */
 #include <dlfcn.h>
@@ -54,6 +57,13 @@ void io_u_mark_submit(struct thread_data *td, unsigned int nr)
 {
 }
 
+static unsigned int marked_complete;
+
+void io_u_mark_complete(struct thread_data *td, unsigned int nr)
+{
+	marked_complete += nr;
+}
+
 static double seconds(void)
 {
 	struct timespec ts;
@@ -70,24 +80,21 @@ static double seconds(void)
 		}                                                                              \
 	} while (0)
 
-int main(int argc, char **argv)
+/* Sets up one fio thread of queue depth `depth` with one file `name`, and one 4 KiB read at offset
+ * 0 of it into the thread's buffer (not yet queued). */
+static struct io_u *one_read(struct ioengine_ops *ops, unsigned int depth, const char *name,
+			     struct thread_data **tdp)
 {
-	CHECK(argc == 2, "usage: getevents_check ENGINE.so");
-	void *h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-	CHECK(h, "dlopen %s: %s", argv[1], dlerror());
-	struct ioengine_ops *ops = dlsym(h, "ioengine");
-	CHECK(ops && ops->getevents, "no ioengine in %s", argv[1]);
-
 	struct thread_data *td = calloc(1, sizeof(*td));
 	struct fio_file *f = calloc(1, sizeof(*f));
 	struct fio_file **files = calloc(1, sizeof(*files));
 	struct io_u *io_u = calloc(1, sizeof(*io_u));
 	CHECK(td && f && files && io_u, "out of memory");
 	td->o.use_thread = 1;
-	td->o.iodepth = 4;
+	td->o.iodepth = depth;
 	td->o.td_ddir = TD_DDIR_READ;
 	td->o.max_bs[DDIR_READ] = td->o.max_bs[DDIR_WRITE] = td->o.max_bs[DDIR_TRIM] = 4096;
-	f->file_name = strdup("trtype=model ns=1 id=hung hang_reads=1");
+	f->file_name = strdup(name);
 	files[0] = f;
 	td->files = files;
 	td->files_index = 1;
@@ -102,6 +109,34 @@ int main(int argc, char **argv)
 	io_u->offset = 0;
 	io_u->xfer_buf = td->orig_buffer;
 	io_u->xfer_buflen = 4096;
+	*tdp = td;
+	return io_u;
+}
+
+int main(int argc, char **argv)
+{
+	CHECK(argc == 2, "usage: getevents_check ENGINE.so");
+	void *h = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+	CHECK(h, "dlopen %s: %s", argv[1], dlerror());
+	struct ioengine_ops *ops = dlsym(h, "ioengine");
+	CHECK(ops && ops->getevents, "no ioengine in %s", argv[1]);
+
+	/* iodepth 1: each read comes back from queue() done, and fio is told it completed. */
+	struct thread_data *td;
+	struct io_u *io_u = one_read(ops, 1, "trtype=model ns=1 id=inline", &td);
+	for (unsigned int i = 0; i < 100; i++) {
+		io_u->offset = (unsigned long long)i * 4096;
+		enum fio_q_status st = ops->queue(td, io_u);
+		CHECK(st == FIO_Q_COMPLETED, "iodepth 1: read %u: queue returned %d, want %d "
+		      "(FIO_Q_COMPLETED)", i, st, FIO_Q_COMPLETED);
+		CHECK(io_u->error == 0, "iodepth 1: read %u failed: error %d", i, io_u->error);
+	}
+	CHECK(marked_complete == 100, "iodepth 1: %u of 100 reads marked complete", marked_complete);
+	CHECK(ops->getevents(td, 0, 1, NULL) == 0, "iodepth 1: getevents found a completion left");
+	fprintf(stderr, "getevents_check: iodepth 1: 100 reads completed inside queue()\n");
+
+	/* iodepth 4, on a model whose reads never complete. */
+	io_u = one_read(ops, 4, "trtype=model ns=1 id=hung hang_reads=1", &td);
 	CHECK(ops->queue(td, io_u) == FIO_Q_QUEUED, "queue did not queue the read");
 	CHECK(ops->commit(td) == 0, "commit failed");
 
