@@ -14,10 +14,10 @@
  * Engine options (fio's options table, listed by `fio --enghelp=PATH/vfnvme_fio.so`, without
  * external:): every filename key is also a job option (--trtype=model --ns=2 ...), plus
  * admin_timeout_ms, io_timeout_ms, io_retries, reset_after_ms (a test hook), defer_sq_doorbell,
- * tsc_issue_time and inline_qd1. The options are the job's defaults; a key in a filename overrides them for
- * that file. With trtype given as an option, a filename that is neither key=value nor a short
- * form (fio uses the job name when there is no filename) only names the file: the target comes
- * from the options.
+ * tsc_issue_time and inline_qd1. The options are the job's defaults; a key in a filename
+ * overrides them for that file. With trtype given as an option, a filename that is neither
+ * key=value nor a short form (fio uses the job name when there is no filename) only names the
+ * file: the target comes from the options.
  *
  * One controller per traddr (or model id) is shared by every file and thread of the process;
  * each fio thread gets one queue pair per controller it uses. Namespace events (attach, detach,
@@ -1102,6 +1102,16 @@ static void vf_ready_push(struct vf_thread *vt, struct io_u *io_u)
 	vt->ready_count++;
 }
 
+/* Takes the oldest io_u out of the ready ring (which must not be empty). */
+static struct io_u *vf_ready_pop(struct vf_thread *vt)
+{
+	struct io_u *io_u = vt->ready[vt->ready_head];
+	if (++vt->ready_head == vt->depth)
+		vt->ready_head = 0;
+	vt->ready_count--;
+	return io_u;
+}
+
 /* The data pointer for io_u on tq's controller: the io_u's own buffer or a bounce buffer. */
 static void *vf_data(struct vf_thread *vt, struct vf_tq *tq, struct io_u *io_u)
 {
@@ -1311,14 +1321,14 @@ static struct vf_ctrl *vf_failed_ctrl(struct vf_thread *vt)
 /*
  * At iodepth=1 queue() hands fio the I/O already done, as fio's synchronous engines do: it rings
  * the doorbell and polls this one queue pair until the completion is in. fio then skips its
- * commit, getevents and event rounds, about a tenth of what it spends per I/O at this depth
- * (counted with callgrind, docs/fio-engine.md). Only when nothing else is in flight or waiting
- * to be handed back. False (the I/O stays queued, and getevents reports it as before) when the
- * poll fails or the controller reports an error.
+ * commit, getevents and event rounds, about 4% of the instructions per I/O at this depth
+ * (callgrind, docs/fio-engine.md). Only when nothing else is in flight or waiting to be handed
+ * back (queue() never gets here for multipath heads). False (the I/O stays queued, and
+ * getevents reports it as before) when the poll fails or the controller reports an error.
  */
 static bool vf_complete_inline(struct thread_data *td, struct vf_thread *vt, struct vf_tq *tq)
 {
-	if (tq->inflight != 1 || vt->ready_count || vt->mp)
+	if (tq->inflight != 1 || vt->ready_count)
 		return false;
 	vf_commit(td);
 	while (!vt->ready_count) {
@@ -1326,9 +1336,7 @@ static bool vf_complete_inline(struct thread_data *td, struct vf_thread *vt, str
 			return false;
 	}
 	/* The one completion in the ready ring is this io_u's: nothing else was in flight. */
-	if (++vt->ready_head == vt->depth)
-		vt->ready_head = 0;
-	vt->ready_count--;
+	vf_ready_pop(vt);
 	io_u_mark_complete(td, 1);
 	return true;
 }
@@ -1406,12 +1414,8 @@ static int vf_getevents(struct thread_data *td, unsigned int min, unsigned int m
 		}
 	}
 	unsigned int n = vt->ready_count < max ? vt->ready_count : max;
-	for (unsigned int i = 0; i < n; i++) {
-		vt->events[i] = vt->ready[vt->ready_head];
-		if (++vt->ready_head == vt->depth)
-			vt->ready_head = 0;
-	}
-	vt->ready_count -= n;
+	for (unsigned int i = 0; i < n; i++)
+		vt->events[i] = vf_ready_pop(vt);
 	vt->nevents = n;
 	return (int)n;
 }
