@@ -1341,6 +1341,22 @@ static bool vf_complete_inline(struct thread_data *td, struct vf_thread *vt, str
 	return true;
 }
 
+/* Adds `d` to `ts`. */
+static void vf_ts_add(struct timespec *ts, const struct timespec *d)
+{
+	ts->tv_sec += d->tv_sec;
+	ts->tv_nsec += d->tv_nsec;
+	ts->tv_sec += ts->tv_nsec / 1000000000L;
+	ts->tv_nsec %= 1000000000L;
+}
+
+/* Whether `now` is at or past `deadline`. */
+static bool vf_ts_reached(const struct timespec *now, const struct timespec *deadline)
+{
+	return now->tv_sec > deadline->tv_sec ||
+	       (now->tv_sec == deadline->tv_sec && now->tv_nsec >= deadline->tv_nsec);
+}
+
 static unsigned int vf_inflight(struct vf_thread *vt)
 {
 	unsigned int n = vt->mp ? vf_mp_inflight(vt) : 0;
@@ -1369,23 +1385,26 @@ static int vf_getevents(struct thread_data *td, unsigned int min, unsigned int m
 	if (vt->ready_count < min || !vt->ready_count) {
 		/*
 		 * A zero timeout (fio's "reap what is there") is one reap, no clock. Other
-		 * deadlines use the coarse clock, which the vDSO serves from memory whatever the
-		 * kernel's clocksource: CLOCK_MONOTONIC on hpet (a guest on QEMU's default CPU) is a
-		 * system call plus a trapped register read, twice per call. A deadline may then run
-		 * over by up to two ticks (2-20 ms).
+		 * deadlines are polled with the coarse clock, which the vDSO serves from memory
+		 * whatever the kernel's clocksource: CLOCK_MONOTONIC on hpet (a guest on QEMU's
+		 * default CPU) is a system call plus a trapped register read, so it is read only at
+		 * the start and the end of a timed wait. A deadline may run over by up to two ticks
+		 * (2-20 ms), never end early.
 		 */
 		int zero = t && t->tv_sec == 0 && t->tv_nsec == 0;
-		struct timespec deadline = { 0, 0 };
+		struct timespec deadline = { 0, 0 }, exact_deadline = { 0, 0 };
 		if (t && !zero) {
-			/* One tick more: the coarse clock lags the real one by up to a tick, and the
-			 * wait must not end before the timeout. */
+			/* One tick more: the coarse clock lags the real one by about a tick. It can
+			 * lag more (a tick late on a busy or virtual CPU), so once the coarse clock
+			 * says the time is up, the real clock confirms it: the wait never ends before
+			 * the timeout, and the real clock is read only at its end. */
 			struct timespec tick = { 0, 0 };
 			clock_getres(CLOCK_MONOTONIC_COARSE, &tick);
 			clock_gettime(CLOCK_MONOTONIC_COARSE, &deadline);
-			deadline.tv_sec += t->tv_sec + tick.tv_sec;
-			deadline.tv_nsec += t->tv_nsec + tick.tv_nsec;
-			deadline.tv_sec += deadline.tv_nsec / 1000000000L;
-			deadline.tv_nsec %= 1000000000L;
+			vf_ts_add(&deadline, t);
+			vf_ts_add(&deadline, &tick);
+			clock_gettime(CLOCK_MONOTONIC, &exact_deadline);
+			vf_ts_add(&exact_deadline, t);
 		}
 		for (;;) {
 			if (vf_reap(vt))
@@ -1399,9 +1418,11 @@ static int vf_getevents(struct thread_data *td, unsigned int min, unsigned int m
 			if (t) {
 				struct timespec now;
 				clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-				if (now.tv_sec > deadline.tv_sec ||
-				    (now.tv_sec == deadline.tv_sec && now.tv_nsec >= deadline.tv_nsec))
-					break;
+				if (vf_ts_reached(&now, &deadline)) {
+					clock_gettime(CLOCK_MONOTONIC, &now);
+					if (vf_ts_reached(&now, &exact_deadline))
+						break;
+				}
 			} else {
 				struct vf_ctrl *c = vf_failed_ctrl(vt);
 				if (c) {
