@@ -173,6 +173,21 @@ else
     bad "getevents returns at its timeout with min 1 and a hung read"
 fi
 
+# A read the device never completes ends at the I/O timeout (an Abort, then a controller reset)
+# as an EIO that fio reports, instead of hanging fio: on the model, virtual time passes while
+# the engine polls a queue whose command the device holds. `timeout` turns a hang into a FAIL.
+rc=0
+timeout 120 "$fio" --ioengine=external:"$engine" --thread=1 --name=hung --rw=randread --bs=4k \
+    --iodepth=4 --size=1m --io_timeout_ms=100 \
+    "--filename=trtype=model ns=1 id=hungfio hang_reads=1" >"$out/hung.log" 2>&1 || rc=$?
+if [[ $rc -ne 0 && $rc -ne 124 && $rc -lt 128 ]] && grep -q "Input/output error" "$out/hung.log" &&
+    grep -q "aborted by controller reset" "$out/hung.log"; then
+    ok "a hung read ends at io_timeout_ms with EIO (exit $rc)"
+else
+    cat "$out/hung.log"
+    bad "a hung read ends at io_timeout_ms with EIO (exit $rc)"
+fi
+
 # Multipath heads on a model subsystem of two controllers: verify=crc32c passes while the path
 # through controller 0 fails under I/O (ANA inaccessible, or hot removal), and the engine's
 # per-path counts show the shift; round-robin uses both paths while both are usable.

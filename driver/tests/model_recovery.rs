@@ -142,6 +142,41 @@ fn a_stuck_read_is_aborted_then_reset_and_the_queue_pair_carries_on() {
     assert!(p.dma_violations().is_empty());
 }
 
+/// A host that only polls (no `relax()`, as the C ABI and fio's engine do) still reaches the
+/// I/O timeout of a read the device holds: virtual time passes on its empty polls. Without
+/// that the read hung for good.
+#[test]
+fn a_stuck_read_times_out_for_a_host_that_only_polls() {
+    let (p, ctrl) = up(config(vec![stuck_read()], false));
+    let ns = ctrl.namespace(1).unwrap();
+    let mut qp = ctrl.alloc_qpair(QpairOptions::default()).unwrap();
+    let start = p.now_ns();
+    qp.read(&ns, 0, 1, ctrl.dma().alloc(512).unwrap(), 3)
+        .unwrap();
+    let mut got = Vec::new();
+    let mut polls = 0u64;
+    while got.is_empty() && polls < 1_000_000 {
+        qp.poll(usize::MAX, |c| got.push(c));
+        polls += 1;
+    }
+    assert_eq!(got.len(), 1, "the stuck read ends ({polls} polls)");
+    assert_eq!((got[0].tag, got[0].status), (3, Status::ABORTED_BY_RESET));
+    let waited = p.now_ns() - start;
+    assert!(
+        waited >= 2 * IO_TIMEOUT_MS * 1_000_000,
+        "a timeout, an Abort, then another timeout before the reset: {waited} ns"
+    );
+    // An idle queue pair with nothing held polls without moving the clock.
+    let idle = p.now_ns();
+    for _ in 0..1_000 {
+        assert_eq!(qp.poll(usize::MAX, |_| ()), 0);
+    }
+    assert_eq!(p.now_ns(), idle);
+    // And I/O goes on after the reset.
+    qp.write_sync(&ns, 0, 1, ctrl.dma().alloc(512).unwrap())
+        .expect("a write after the reset");
+}
+
 #[test]
 fn reset_with_open_queue_pairs_keeps_them_usable() {
     let (p, ctrl) = up(config(vec![], false));

@@ -261,6 +261,30 @@ impl Core {
         }
     }
 
+    /// Advances virtual time by the idle step, then doubles the step (up to `IDLE_STEP_MAX`).
+    fn idle_advance(&self) {
+        let step = self.idle_step.load(Ordering::Relaxed);
+        self.idle_step
+            .store((step * 2).min(IDLE_STEP_MAX), Ordering::Relaxed);
+        self.clock.fetch_add(step, Ordering::AcqRel);
+    }
+
+    /// Whether fault injection may hold commands that complete late or never (configured
+    /// stalls, or armed faults).
+    #[inline]
+    fn may_hold_commands(&self) -> bool {
+        !self.cfg.stalls.is_empty() || self.faults.armed.load(Ordering::Relaxed)
+    }
+
+    /// Whether commands that complete on `cq` (number `cqid`) are held back with nothing
+    /// pending for them: stalled, or (fault injection) still open with their completion lost.
+    fn holds_for(&self, cqid: usize, cq: &Cq) -> bool {
+        !cq.open.is_empty()
+            || lock(&self.stalled)
+                .iter()
+                .any(|s| usize::from(s.cqid) == cqid)
+    }
+
     /// Advances virtual time to the next model event after now, or by an idle step.
     pub fn relax(&self) {
         let _busy = self.busy(0);
@@ -285,12 +309,7 @@ impl Core {
                 self.reset_idle();
                 self.advance_to(t);
             }
-            None => {
-                let step = self.idle_step.load(Ordering::Relaxed);
-                self.idle_step
-                    .store((step * 2).min(IDLE_STEP_MAX), Ordering::Relaxed);
-                self.clock.fetch_add(step, Ordering::AcqRel);
-            }
+            None => self.idle_advance(),
         }
         // Stalled commands are not events to jump to (they would complete before the driver
         // saw its timeout): they run when time passes them.
@@ -558,7 +577,7 @@ impl Core {
     /// Executes the held-back commands that are due (their data moves now) and queues their
     /// completions (due now) if they complete.
     pub fn run_stalled(&self) {
-        if self.cfg.stalls.is_empty() && !self.faults.armed.load(Ordering::Relaxed) {
+        if !self.may_hold_commands() {
             return;
         }
         // A stopped (fatal) or vanished device moves no data.
@@ -650,6 +669,17 @@ impl Core {
         };
         let mut g = lock(slot);
         let Some(cq) = g.as_mut() else { return };
+        if cq.pending.is_empty() && self.may_hold_commands() && self.holds_for(cqid, cq) {
+            // Nothing will complete on this queue unless time passes: a command the device
+            // holds (a stall, a lost completion) is only noticed by the host's timeout, which
+            // a host that just polls would otherwise never reach. Time passes while it polls,
+            // as on a real device: the smallest idle step per poll (about what a poll of an
+            // idle queue costs; a 30 s timeout takes 30 M polls, a 200 ms wait of the host
+            // polls far fewer).
+            drop(g);
+            self.clock.fetch_add(IDLE_STEP_MIN, Ordering::AcqRel);
+            return;
+        }
         if cq.pending.is_empty() || cq.free() == 0 {
             return;
         }

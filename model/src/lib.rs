@@ -18,6 +18,9 @@
 //! - Commands execute (data moves) when the SQ doorbell is written; their completions become due
 //!   at submit time + latency and are posted by `Platform::before_poll` (never more than the CQ
 //!   has free slots). Commands in flight complete in parallel.
+//! - A poll of a queue whose commands the device holds back (a stall, a lost completion) with
+//!   nothing pending advances virtual time by 1 µs, so a host that only polls reaches its
+//!   I/O timeout.
 //! - Shadow doorbells (Doorbell Buffer Config) apply to I/O queues only; the admin queue always
 //!   uses MMIO doorbells. The model reads shadow values in `before_poll` and writes EventIdx
 //!   values equal to the positions it has consumed.
