@@ -27,6 +27,11 @@ use vfnvme_hal::DmaBuffer;
 pub struct QpairOptions {
     /// Entries per ring (2..=CAP.MQES+1); at most `depth - 1` commands are in flight.
     pub depth: u32,
+    /// Commands in flight at most (SPDK's `io_queue_requests`): 0 (the default) or more than
+    /// `depth - 1` mean `depth - 1`. Each takes a tracker with a 4 KiB PRP list page; a ring
+    /// deeper than this costs 80 bytes per extra entry and lets the driver write the CQ head
+    /// doorbell less often (an MMIO write each, a trap under emulation).
+    pub max_in_flight: u32,
     /// How long the `*_sync` helpers wait for a completion.
     pub sync_timeout_ms: u64,
     /// Doorbell batching for callers that commit after every submission (SPDK's
@@ -41,6 +46,7 @@ impl Default for QpairOptions {
     fn default() -> Self {
         QpairOptions {
             depth: 256,
+            max_in_flight: 0,
             sync_timeout_ms: 30_000,
             defer_sq_doorbell: false,
         }
@@ -118,6 +124,7 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
             shared.platform.regs(),
             qid,
             options.depth,
+            options.max_in_flight,
             shared.cap.dstrd(),
             shared.shadow.as_ref(),
             info.max_transfer_bytes,

@@ -53,6 +53,9 @@ pub struct IoQueue<T = u64> {
     trackers: Trackers<T>,
     /// Largest data transfer per command in bytes (a multiple of 4 KiB, ≤ 2 MiB).
     max_transfer: usize,
+    /// CQ slots beyond one per tracker (ring entries - 1 - trackers): room the CQ head
+    /// doorbell may be deferred into.
+    cq_slack: usize,
     /// Completions ignored because their command identifier named no command in flight.
     spurious: u64,
     /// Copies of the commands in flight for retries (`None`: retries off).
@@ -110,27 +113,38 @@ pub(crate) enum Gate {
 }
 
 impl<T: Copy + Default> IoQueue<T> {
-    /// Rings of `depth` entries for queue `qid` and `depth - 1` trackers, so that outstanding
-    /// commands never exceed what the CQ can hold. `max_transfer` is capped to
+    /// Rings of `depth` entries for queue `qid` and `slots` trackers (commands in flight at
+    /// most; 0 or more than `depth - 1` mean `depth - 1`, so that outstanding commands never
+    /// exceed what the CQ can hold). Fewer trackers than ring entries cost less memory (a PRP
+    /// list page each) and let the CQ head doorbell wait longer. `max_transfer` is capped to
     /// [`prp::MAX_TRANSFER`] and rounded down to whole pages. The queue's doorbells are
     /// checked against `regs` here (see [`Rings::new`]).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new<R: RegisterIo + ?Sized>(
         pool: &DmaPool,
         regs: &R,
         qid: u16,
         depth: u32,
+        slots: u32,
         dstrd: u8,
         shadow: Option<&Arc<ShadowBuffers>>,
         max_transfer: usize,
     ) -> Result<Self, HalError> {
         let rings = Rings::new(pool, regs, qid, depth, dstrd, shadow)?;
-        let trackers = Trackers::new(pool, depth.saturating_sub(1) as usize)?;
+        let cq_capacity = depth.saturating_sub(1) as usize;
+        let slots = match slots as usize {
+            0 => cq_capacity,
+            n => n.min(cq_capacity),
+        };
+        let trackers = Trackers::new(pool, slots)?;
+        let cq_slack = cq_capacity - trackers.capacity();
         let max_transfer = (max_transfer.min(prp::MAX_TRANSFER) / prp::PAGE_SIZE * prp::PAGE_SIZE)
             .max(prp::PAGE_SIZE);
         Ok(IoQueue {
             rings,
             trackers,
             max_transfer,
+            cq_slack,
             spurious: 0,
             retry: None,
         })
@@ -740,10 +754,10 @@ impl<T: Copy + Default> IoQueue<T> {
     /// outstanding plus a resubmission of each reaped one) still has a free slot, a polled
     /// queue has no use for it. Each write is an MMIO write, a trap into the device model under
     /// emulation; at QD 32 on a 256-entry queue this writes one head per ~110 completions
-    /// instead of one per poll.
+    /// instead of one per poll, and on a 1024-entry ring with 63 trackers one per ~500.
     #[inline(always)]
     fn ring_cq_when_needed<R: RegisterIo>(&mut self, regs: &R) {
-        if 2 * self.rings.cq_unrung() as usize > self.trackers.free_count() {
+        if 2 * self.rings.cq_unrung() as usize > self.cq_slack + self.trackers.free_count() {
             self.rings.ring_cq(regs);
         }
     }

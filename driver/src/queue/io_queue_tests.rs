@@ -92,7 +92,7 @@ fn ns(lba_shift: u8, blocks: u64) -> Namespace {
 fn setup(depth: u32, max_transfer: usize) -> (DmaPool, IoQueue, FakeDevice, Doorbells) {
     let pool = test_pool();
     let regs = Doorbells::default();
-    let q = IoQueue::new(&pool, &regs, 1, depth, 0, None, max_transfer).unwrap();
+    let q = IoQueue::new(&pool, &regs, 1, depth, 0, 0, None, max_transfer).unwrap();
     (pool, q, FakeDevice::new(depth), regs)
 }
 
@@ -186,6 +186,50 @@ fn cq_head_rung_at_once_when_the_queue_is_too_shallow_to_defer() {
     assert_eq!(drain(&mut q, &regs).len(), 3);
     // Deferring would leave 3 CQ slots occupied with 3 commands resubmittable into a 4-entry CQ.
     assert_eq!(*regs.0.lock().unwrap(), vec![(0x1008, 3), (0x100c, 3)]);
+}
+
+/// A ring deeper than its trackers (`slots`): the trackers cap the commands in flight, and the
+/// CQ head doorbell waits for the extra CQ room as well. At QD 1 on 1024 entries with 63
+/// trackers, one head write per 512 completions (one per 32 on a 64-entry ring).
+#[test]
+fn a_ring_deeper_than_its_trackers_caps_in_flight_and_defers_the_cq_head_longer() {
+    for (depth, slots, every) in [(1024u32, 63u32, 512usize), (64, 0, 32), (64, 7, 32)] {
+        let pool = test_pool();
+        let regs = Doorbells::default();
+        let mut q = IoQueue::new(&pool, &regs, 1, depth, slots, 0, None, 4096).unwrap();
+        let mut dev = FakeDevice::new(depth);
+        let cap = if slots == 0 {
+            depth as usize - 1
+        } else {
+            slots as usize
+        };
+        assert_eq!((q.depth(), q.capacity()), (depth, cap));
+        let n = ns(9, 1 << 20);
+        let ios = 2000usize;
+        for i in 0..ios as u64 {
+            q.read(&n, i, 1, pool.alloc(4096).unwrap(), i).unwrap();
+            q.commit(&regs);
+            for c in dev.fetch(&mut q) {
+                dev.complete(&mut q, c.cid(), Status::SUCCESS);
+            }
+            assert_eq!(drain(&mut q, &regs).len(), 1);
+        }
+        let log = regs.0.lock().unwrap().clone();
+        let heads = log.iter().filter(|(off, _)| *off == 0x100c).count();
+        let tails = log.iter().filter(|(off, _)| *off == 0x1008).count();
+        assert_eq!(tails, ios, "depth {depth}: one SQ doorbell per I/O");
+        assert_eq!(
+            heads,
+            ios / every,
+            "depth {depth}, {cap} trackers: CQ head writes"
+        );
+        // The trackers, not the ring, bound what is in flight.
+        for t in 0..cap as u64 {
+            q.read(&n, t, 1, pool.alloc(512).unwrap(), t).unwrap();
+        }
+        let e = q.read(&n, 0, 1, pool.alloc(512).unwrap(), 99).unwrap_err();
+        assert_eq!(e.kind, SubmitErrorKind::QueueFull { free: 0, needed: 1 });
+    }
 }
 
 #[test]
@@ -584,7 +628,7 @@ fn payload_cdw0_and_slot_come_back_with_the_completion() {
     }
     let pool = test_pool();
     let regs = Doorbells::default();
-    let mut q: IoQueue<Payload> = IoQueue::new(&pool, &regs, 1, 16, 0, None, 4096).unwrap();
+    let mut q: IoQueue<Payload> = IoQueue::new(&pool, &regs, 1, 16, 0, 0, None, 4096).unwrap();
     let mut dev = FakeDevice::new(16);
     let n = ns(9, 1000);
     let mut slots = vec![];
