@@ -113,9 +113,10 @@ pub struct PerfArgs {
     /// the run with an error.
     #[arg(long = "continue-on-error")]
     pub continue_on_error: bool,
-    /// Entries of each queue pair's rings (up to CAP.MQES+1); default: twice the I/Os in
-    /// flight + 1 and at least 64, where it fits. Smaller than --qd + 1 holds I/Os back until a
-    /// slot frees (counted as queued requests).
+    /// Entries of each queue pair's rings (up to CAP.MQES+1), as many commands in flight at
+    /// most (less one). Default: 1024 entries where it fits, with room for twice the I/Os in
+    /// flight (at least 63 commands); fewer CQ head doorbell writes. Smaller than --qd + 1
+    /// holds I/Os back until a slot frees (counted as queued requests).
     #[arg(long = "queue-size", value_name = "N")]
     pub queue_size: Option<u32>,
     /// Also write the results as JSON to this file ("-" = standard output).
@@ -331,9 +332,17 @@ fn prepare_jobs<P: Platform>(
     let info = ctrl.identify();
     let per_cmd = info.max_transfer_bytes.max(4096) as u64;
     let commands_per_io = args.io_size.div_ceil(per_cmd);
-    let depth = match args.queue_size {
-        Some(size) => options::check_queue_size(size, commands_per_io, info.max_queue_depth)?,
-        None => options::queue_depth_for(args.qd, commands_per_io, info.max_queue_depth)?,
+    // The ring, and the commands in flight at most (0: the ring's, as --queue-size asks).
+    let (depth, max_in_flight) = match args.queue_size {
+        Some(size) => (
+            options::check_queue_size(size, commands_per_io, info.max_queue_depth)?,
+            0,
+        ),
+        None => {
+            let slots = options::queue_depth_for(args.qd, commands_per_io, info.max_queue_depth)?;
+            let ring = options::ring_entries_for(slots, info.max_queue_depth);
+            (ring, slots - 1)
+        }
     };
     let threads = args.threads();
     if args.queue_pairs() > u32::from(info.io_queue_pairs) {
@@ -354,6 +363,7 @@ fn prepare_jobs<P: Platform>(
             let qp = ctrl
                 .alloc_qpair(QpairOptions {
                     depth,
+                    max_in_flight,
                     ..QpairOptions::default()
                 })
                 .with_context(|| {

@@ -220,9 +220,17 @@ pub fn prepare<P: Platform>(
     let info = first.identify();
     let per_cmd = info.max_transfer_bytes.max(4096) as u64;
     let commands_per_io = args.io_size.div_ceil(per_cmd);
-    let depth = match args.queue_size {
-        Some(size) => options::check_queue_size(size, commands_per_io, info.max_queue_depth)?,
-        None => options::queue_depth_for(args.qd, commands_per_io, info.max_queue_depth)?,
+    // The ring, and the commands in flight at most (0: the ring's, as --queue-size asks).
+    let (depth, max_in_flight) = match args.queue_size {
+        Some(size) => (
+            options::check_queue_size(size, commands_per_io, info.max_queue_depth)?,
+            0,
+        ),
+        None => {
+            let slots = options::queue_depth_for(args.qd, commands_per_io, info.max_queue_depth)?;
+            let ring = options::ring_entries_for(slots, info.max_queue_depth);
+            (ring, slots - 1)
+        }
     };
     let threads = args.threads();
     for (_, c, _) in mp.controllers() {
@@ -257,6 +265,7 @@ pub fn prepare<P: Platform>(
                 ChannelOptions {
                     qpair: QpairOptions {
                         depth,
+                        max_in_flight,
                         ..QpairOptions::default()
                     },
                     capacity: args.qd as usize,
