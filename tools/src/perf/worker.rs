@@ -284,10 +284,6 @@ impl Offsets {
 /// Tag layout: bit 63 = write, the rest = buffer slot.
 const WRITE_TAG: u64 = 1 << 63;
 
-/// A completion of one poll: its tag, failure, buffer (taken when resubmitted) and submission
-/// time (clock units, or `UNTIMED`).
-type Reaped = (u64, Option<IoFailure>, Option<DmaBuffer>, u64);
-
 /// Runs the loop on `qp` against `ns` with `buffers` (one per outstanding I/O, each
 /// `plan.io_size` bytes long). Returns when the measured time is over (or the I/O limit is
 /// reached, or an I/O failed without `continue_on_error`) and every I/O is back. Publishes the
@@ -356,9 +352,8 @@ pub fn run_on<T: IoTarget>(
     let mut submitted_at = vec![UNTIMED; qd];
     let sample_every = u64::from(plan.lat_sample.max(1));
     let mut batch_no: u64 = 0;
-    // Completions of one poll (tag, failure, buffer, and its submission time once taken from
-    // `submitted_at`); capacity qd, so pushing never allocates.
-    let mut reaped: Vec<Reaped> = Vec::with_capacity(qd);
+    // Completions of one poll; capacity qd, so pushing never allocates.
+    let mut reaped: Vec<(u64, Option<IoFailure>, Option<DmaBuffer>)> = Vec::with_capacity(qd);
     // I/Os held back while the submission queue is full (capacity qd: never allocates).
     let mut held: std::collections::VecDeque<(u64, DmaBuffer)> =
         std::collections::VecDeque::with_capacity(qd);
@@ -420,9 +415,7 @@ pub fn run_on<T: IoTarget>(
     let mut idle: u32 = 0;
     loop {
         stats.polls += 1;
-        let n = qp.poll(qd, |tag, failure, buf| {
-            reaped.push((tag, failure, buf, UNTIMED))
-        });
+        let n = qp.poll(qd, |tag, failure, buf| reaped.push((tag, failure, buf)));
         if n == 0 {
             stats.idle_polls += 1;
             idle += 1;
@@ -456,9 +449,9 @@ pub fn run_on<T: IoTarget>(
         // Read the clock if this batch starts timed I/Os, or completes one.
         let sample = batch_no.is_multiple_of(sample_every);
         if sample
-            || reaped.iter().any(|(tag, _, _, _)| {
-                submitted_at.get((tag & !WRITE_TAG) as usize) != Some(&UNTIMED)
-            })
+            || reaped
+                .iter()
+                .any(|(tag, _, _)| submitted_at.get((tag & !WRITE_TAG) as usize) != Some(&UNTIMED))
         {
             now = clock.now();
             last_progress = now;
@@ -474,37 +467,10 @@ pub fn run_on<T: IoTarget>(
         if measuring {
             res.batches += 1;
         }
-        // A failure without --continue-on-error ends submitting, for the whole batch.
-        if !plan.continue_on_error && reaped.iter().any(|(_, f, _, _)| f.is_some()) {
-            draining = true;
-        }
-        // First the resubmissions and their doorbell, then the accounting: the device gets the
-        // next commands as soon as the batch is seen. (Under emulation that is worth more than
-        // its instructions: QEMU's main loop is still awake for a few µs after it posted the
-        // completion, and waking it again costs far more.) Each entry keeps its submission
-        // time: `submitted_at` is its slot's, about to be reused.
-        for (tag, _, buf, t0) in reaped.iter_mut() {
-            let slot = *tag & !WRITE_TAG;
-            *t0 = submitted_at.get(slot as usize).copied().unwrap_or(UNTIMED);
-            let resubmit = now < end && !draining && stats.submitted + (held.len() as u64) < limit;
-            if let (true, Some(buf)) = (resubmit, buf.take()) {
-                if let Some(t) = submitted_at.get_mut(slot as usize) {
-                    *t = if sample { now } else { UNTIMED };
-                }
-                if held.is_empty() {
-                    if let Some(h) = submit(qp, &mut offsets, &mut stats, slot, buf)? {
-                        held.push_back(h);
-                    }
-                } else {
-                    held.push_back((slot, buf));
-                }
-            }
-        }
-        if held.is_empty() {
-            qp.commit();
-        }
-        for (tag, failure, _, t0) in reaped.drain(..) {
+        for (tag, failure, buf) in reaped.drain(..) {
+            let slot = tag & !WRITE_TAG;
             if measuring {
+                let t0 = submitted_at.get(slot as usize).copied().unwrap_or(UNTIMED);
                 if t0 != UNTIMED {
                     latency.saturating_record(now.saturating_sub(t0).max(1));
                 }
@@ -518,6 +484,22 @@ pub fn run_on<T: IoTarget>(
                 res.errors += 1;
                 if res.first_error.is_none() {
                     res.first_error = Some(failure);
+                }
+                if !plan.continue_on_error {
+                    draining = true;
+                }
+            }
+            let Some(buf) = buf else { continue };
+            if now < end && !draining && stats.submitted + (held.len() as u64) < limit {
+                if let Some(t) = submitted_at.get_mut(slot as usize) {
+                    *t = if sample { now } else { UNTIMED };
+                }
+                if held.is_empty() {
+                    if let Some(h) = submit(qp, &mut offsets, &mut stats, slot, buf)? {
+                        held.push_back(h);
+                    }
+                } else {
+                    held.push_back((slot, buf));
                 }
             }
         }
