@@ -220,18 +220,12 @@ pub fn prepare<P: Platform>(
     let info = first.identify();
     let per_cmd = info.max_transfer_bytes.max(4096) as u64;
     let commands_per_io = args.io_size.div_ceil(per_cmd);
-    // The ring, and the commands in flight at most (0: the ring's, as --queue-size asks).
-    let (depth, max_in_flight) = match args.queue_size {
-        Some(size) => (
-            options::check_queue_size(size, commands_per_io, info.max_queue_depth)?,
-            0,
-        ),
-        None => {
-            let slots = options::queue_depth_for(args.qd, commands_per_io, info.max_queue_depth)?;
-            let ring = options::ring_entries_for(slots, info.max_queue_depth);
-            (ring, slots - 1)
-        }
-    };
+    let (depth, max_in_flight) = options::ring_and_in_flight(
+        args.queue_size,
+        args.qd,
+        commands_per_io,
+        info.max_queue_depth,
+    )?;
     let threads = args.threads();
     for (_, c, _) in mp.controllers() {
         let granted = c.identify().io_queue_pairs;

@@ -296,6 +296,23 @@ pub fn ring_entries_for(slots_depth: u32, max_entries: u32) -> u32 {
     slots_depth.max(DEFAULT_RING_ENTRIES.min(max_entries))
 }
 
+/// The ring entries and the commands in flight at most (0: the ring's) of each queue pair:
+/// `--queue-size` as given (checked), else [`ring_entries_for`] the [`queue_depth_for`] `qd`.
+pub fn ring_and_in_flight(
+    queue_size: Option<u32>,
+    qd: u32,
+    commands_per_io: u64,
+    max_entries: u32,
+) -> Result<(u32, u32), PerfInputError> {
+    Ok(match queue_size {
+        Some(size) => (check_queue_size(size, commands_per_io, max_entries)?, 0),
+        None => {
+            let slots = queue_depth_for(qd, commands_per_io, max_entries)?;
+            (ring_entries_for(slots, max_entries), slots - 1)
+        }
+    })
+}
+
 /// Checks the queue depth against the controller's largest queue; returns the depth whose
 /// `depth - 1` commands may be in flight (the ring is [`ring_entries_for`] it): twice the commands in flight + 1 where the controller allows it (so the driver can
 /// write the CQ head doorbell after the resubmissions' SQ doorbell, see `IoQueue::reap`), and at
