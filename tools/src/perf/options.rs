@@ -314,9 +314,10 @@ pub fn ring_and_in_flight(
 }
 
 /// Checks the queue depth against the controller's largest queue; returns the depth whose
-/// `depth - 1` commands may be in flight (the ring is [`ring_entries_for`] it): twice the commands in flight + 1 where the controller allows it (so the driver can
-/// write the CQ head doorbell after the resubmissions' SQ doorbell, see `IoQueue::reap`), and at
-/// least [`MIN_DEFAULT_RING`] (or CAP.MQES+1 if smaller), else commands in flight + 1.
+/// `depth - 1` commands may be in flight (the ring is [`ring_entries_for`] it): twice the
+/// commands in flight + 1 where the controller allows it (so the driver can write the CQ head
+/// doorbell after the resubmissions' SQ doorbell, see `IoQueue::reap`), and at least
+/// [`MIN_DEFAULT_RING`] (or CAP.MQES+1 if smaller), else commands in flight + 1.
 ///
 /// `commands_per_io` is how many NVMe commands one I/O takes (more than 1 when it is split at
 /// the controller's transfer limit); `max_entries` is CAP.MQES+1.
