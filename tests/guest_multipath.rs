@@ -116,9 +116,9 @@ pub fn delta(a: [u64; 2], b: [u64; 2]) -> [u64; 2] {
     [b[0] - a[0], b[1] - a[1]]
 }
 
-/// Prints (past libtest's capture) the table row of a failover test (prefix `MULTIPATH-FAILOVER`): issued, completed
-/// OK, with error, lost, duplicated, corrupt, failed over, then the commands sent per path in
-/// each phase.
+/// Prints (past libtest's capture) the table row of a failover test (prefix `MULTIPATH-FAILOVER`):
+/// issued, completed OK, with error, lost, duplicated, corrupt, failed over, then the commands sent
+/// per path in each phase.
 pub fn report(test: &str, t: &Tally, lost: u64, failovers: u64, phases: &[(&str, [u64; 2])]) {
     let per: Vec<String> = phases
         .iter()

@@ -150,10 +150,10 @@ impl AdminQueue {
         })
     }
 
-    /// Runs one command whose data lives in `data` (DMA buffers, or a value that owns them),
-    /// which the queue owns while the device may use it: `data` comes back with a successful
-    /// completion (and is freed with an error one). If the command times out they stay parked with its command identifier, and are
-    /// freed when its completion arrives or the controller is disabled
+    /// Runs one command whose data lives in `data` (DMA buffers, or a value that owns them), which
+    /// the queue owns while the device may use it: `data` comes back with a successful completion
+    /// (and is freed with an error one). If the command times out they stay parked with its command
+    /// identifier, and are freed when its completion arrives or the controller is disabled
     /// ([`release_parked`](Self::release_parked)); the caller never gets them back, so it can't
     /// free or reuse memory the device may still write.
     pub(crate) fn run_owned<P: Platform, T: Send + 'static>(

@@ -435,8 +435,9 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         self.check()
     }
 
-    /// The second half of [`poll`](Self::poll), after [`poll_must_recover`](Self::poll_must_recover)
-    /// said no: commits, then delivers up to `max` completions to `f`.
+    /// The second half of [`poll`](Self::poll), after
+    /// [`poll_must_recover`](Self::poll_must_recover) said no: commits, then delivers up to `max`
+    /// completions to `f`.
     #[inline(always)]
     pub(crate) fn poll_checked<F: FnMut(IoCompletion<T>)>(&mut self, max: usize, f: F) -> usize {
         self.io.commit(self.platform.regs());

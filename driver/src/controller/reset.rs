@@ -27,10 +27,10 @@ impl<P: Platform> Controller<P> {
         self.rescan_after_reset()
     }
 
-    /// Looks at the controller's health (the admin poll does this): registers that read all
-    /// ones, or a platform that says the device is going away ([`Platform::removed`]: the
-    /// kernel asked for it back), mark it removed; Controller Fatal Status (CSTS.CFS) resets it; a reset done by a
-    /// queue pair is followed by the namespace rescan it calls for.
+    /// Looks at the controller's health (the admin poll does this): registers that read all ones,
+    /// or a platform that says the device is going away ([`Platform::removed`]: the kernel asked
+    /// for it back), mark it removed; Controller Fatal Status (CSTS.CFS) resets it; a reset done by
+    /// a queue pair is followed by the namespace rescan it calls for.
     pub fn check_health(&self) -> Result<(), Error> {
         let csts = Csts(self.shared.platform.regs().read32(CSTS));
         if csts.is_all_ones() || self.shared.platform.removed() {

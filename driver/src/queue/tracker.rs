@@ -194,10 +194,10 @@ impl<T: Copy + Default> Trackers<T> {
             }
         }
     }
-    /// Records the completion of command `cid` with the CQE's 15-bit status `field` (without
-    /// the phase bit) and dword 0 `cdw0`: frees a non-head command's tracker, counts the command against its
-    /// request, and when it was the request's last outstanding command frees the head too and
-    /// hands back the request's result.
+    /// Records the completion of command `cid` with the CQE's 15-bit status `field` (without the
+    /// phase bit) and dword 0 `cdw0`: frees a non-head command's tracker, counts the command
+    /// against its request, and when it was the request's last outstanding command frees the head
+    /// too and hands back the request's result.
     #[inline(always)]
     pub fn complete(&mut self, cid: u16, field: u16, cdw0: u32) -> Completed<T> {
         self.complete_with(cid, field, cdw0)

@@ -245,8 +245,9 @@ impl RemovalNotice {
     }
 
     /// Whether the kernel has asked for the device back: one atomic load (a watcher thread
-    /// blocks on the eventfd and latches the request), cheap enough for the I/O path. When it is true, fail outstanding I/O and drop the device, its BAR and
-    /// this notice so that the kernel's removal can finish.
+    /// blocks on the eventfd and latches the request), cheap enough for the I/O path. When it
+    /// is true, fail outstanding I/O and drop the device, its BAR and this notice so that the
+    /// kernel's removal can finish.
     pub fn requested(&self) -> bool {
         self.event.requested()
     }

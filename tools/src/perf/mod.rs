@@ -45,7 +45,8 @@ pub struct PerfArgs {
     /// Same as --device, given without the flag.
     #[arg(value_name = "BDF")]
     pub positional: Vec<String>,
-    /// Measure the in-memory controller model (two null namespaces, 4 KiB LBAs) instead of a device.
+    /// Measure the in-memory controller model (two null namespaces, 4 KiB LBAs) instead of a
+    /// device.
     #[arg(long, conflicts_with_all = ["devices", "positional"])]
     pub model: bool,
     /// With --model: measure a multipath head of a model subsystem of N controllers (paths)

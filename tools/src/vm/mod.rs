@@ -90,8 +90,8 @@ pub struct VmArgs {
     #[arg(long)]
     verbose: bool,
     /// Plain QEMU: keep the timer slack QEMU inherits (Linux's default is 50 µs) instead of
-    /// lowering it to 1 ns, and the guest kernel's default clocksource (hpet under TCG) instead
-    /// of `clocksource=tsc tsc=reliable`. For figures that must hold outside the harness's settings.
+    /// lowering it to 1 ns, and the guest kernel's default clocksource (hpet under TCG) instead of
+    /// `clocksource=tsc tsc=reliable`. For figures that must hold outside the harness's settings.
     #[arg(long)]
     qemu_defaults: bool,
     /// List the scenarios and exit.
