@@ -10,6 +10,11 @@
 #   fio-vfnvme   00:13.0     fio 3.33 with vfnvme's engine (ffi/fio)
 #   fio-spdk     00:14.0     fio 3.33 with SPDK's fio plugin (spdk_nvme)
 #
+# Two more fio rows, not in the default set, bound what any fio engine can make in that guest:
+#   fio-model    (none)      fio + vfnvme's engine on the in-memory controller model: the engine,
+#                            C ABI and driver with no device round trip (vfnvme's ceiling)
+#   fio-null     (none)      fio's own null engine: no engine work at all (fio's ceiling)
+#
 # Prints one table: tool, QD, IOPS, mean latency, p99 latency, and the ratio of IOPS to the best
 # peer at that QD (perf tools: the better of libvfn and spdk_nvme_perf; fio rows: fio-spdk).
 # Build everything first with scripts/peers/build.sh; usage and caveats are in docs/peers.md.
@@ -27,7 +32,8 @@
 #   --qds "1 32"      queue depths (default "1 32")
 #   --rounds N        rounds of all tools (default 1); with more, each row is the run with the
 #                     median IOPS (the lower middle one for an even count); the JSON keeps every run
-#   --tools "..."     subset/order of: vfnvme libvfn spdk fio-vfnvme fio-spdk (default all)
+#   --tools "..."     subset/order of: vfnvme libvfn spdk fio-vfnvme fio-spdk (default all), and
+#                     the ceilings fio-model fio-null
 #   --json FILE       also write the results as JSON
 #   --timeout S       guest timeout in seconds (default 2400)
 #   --vfnvme-args "…" extra arguments for every `vfnvme perf` run (A/B experiments, e.g.
@@ -53,6 +59,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 all_tools="vfnvme libvfn spdk fio-vfnvme fio-spdk"
+ceiling_tools="fio-model fio-null"
 
 # ---------------------------------------------------------------- guest side
 if [[ "${1:-}" == --guest ]]; then
@@ -88,6 +95,7 @@ if [[ "${1:-}" == --guest ]]; then
         spdk) echo 0000:00:12.0 ;;
         fio-vfnvme | fio-vfnvme-v) echo 0000:00:13.0 ;;
         fio-spdk) echo 0000:00:14.0 ;;
+        fio-model | fio-null) echo none ;;
         esac
     }
     fio_common=(--name=peers --rw=randread --bs=4k --numjobs=1 --thread=1 --time_based=1
@@ -131,6 +139,13 @@ if [[ "${1:-}" == --guest ]]; then
         fio-spdk)
             fio "${fio_common[@]}" "--ioengine=$bin/spdk_nvme" "--iodepth=$qd" \
                 "--filename=trtype=PCIe traddr=${bdf//:/.} ns=1" "--output=$base.json" ;;
+        fio-model)
+            # 1 GiB of 4 KiB blocks, as the controllers; reads complete at the next poll.
+            fio "${fio_common[@]}" "--ioengine=external:$engine" "--iodepth=$qd" \
+                "--filename=trtype=model ns=1 id=ceiling lba_size=4096 blocks=262144" \
+                "--output=$base.json" ;;
+        fio-null)
+            fio "${fio_common[@]}" --ioengine=null "--iodepth=$qd" "--output=$base.json" ;;
         esac
     }
 
@@ -164,10 +179,13 @@ LABEL = {
     "spdk": "spdk_nvme_perf",
     "fio-vfnvme": "fio + vfnvme",
     "fio-spdk": "fio + spdk_nvme",
+    "fio-model": "fio + vfnvme, model (ceiling)",
+    "fio-null": "fio + null engine (ceiling)",
 }
 # The peers a row is compared with: perf tools against the better perf peer, fio against SPDK's plugin.
 PEERS = {"vfnvme": ["libvfn", "spdk"], "libvfn": ["libvfn", "spdk"], "spdk": ["libvfn", "spdk"],
-         "fio-vfnvme": ["fio-spdk"], "fio-spdk": ["fio-spdk"]}
+         "fio-vfnvme": ["fio-spdk"], "fio-spdk": ["fio-spdk"],
+         "fio-model": ["fio-spdk"], "fio-null": ["fio-spdk"]}
 # vfnvme perf variants (--vfnvme-variant): tool vfnvme-vN runs with the Nth, "|"-separated.
 for n, extra in enumerate(filter(None, os.environ.get("PEERS_VFNVME_VARIANTS", "").split("|")), 1):
     LABEL[f"vfnvme-v{n}"] = f"vfnvme perf {extra}"
@@ -292,7 +310,7 @@ busy) busy=1 ;;
 *) echo "side-by-side: --setup must be harness, defaults or busy, not '$setup'" >&2; exit 2 ;;
 esac
 for t in $tools; do
-    [[ " $all_tools " == *" $t "* ]] || { echo "side-by-side: unknown tool '$t' (choose from: $all_tools)" >&2; exit 2; }
+    [[ " $all_tools $ceiling_tools " == *" $t "* ]] || { echo "side-by-side: unknown tool '$t' (choose from: $all_tools $ceiling_tools)" >&2; exit 2; }
 done
 if [[ ${#variants[@]} -gt 0 ]]; then
     # Each variant runs right after vfnvme perf (or first, without it) in every round.
@@ -325,7 +343,7 @@ for t in $tools; do
     vfnvme) need "$vfnvme" vfnvme ;;
     libvfn) need "$bin/libvfn-perf" "LIBVFN_SRC=... build.sh libvfn" ;;
     spdk) need "$bin/spdk_nvme_perf" "DPDK_SRC=... SPDK_SRC=... build.sh dpdk spdk" ;;
-    fio-vfnvme) need "$engine" vfnvme ;;
+    fio-vfnvme | fio-model) need "$engine" vfnvme ;;
     fio-spdk) need "$bin/spdk_nvme" "DPDK_SRC=... SPDK_SRC=... build.sh dpdk spdk" ;;
     esac
 done
