@@ -33,7 +33,8 @@
 #define VFNVME_SC_ABORTED_BY_RESET 113
 
 // Status Code 70h of type 3h (Host Pathing Error): the controller is gone (removed) or failed
-// for good; the buffer is back, nothing more will complete on this controller.
+// for good; the buffer is back (unless `rc` is VFNVME_ERR_BUSY: the controller could not be
+// disabled and the buffer stays held), nothing more will complete on this controller.
 #define VFNVME_SC_CONTROLLER_LOST 112
 
 // What happened to a controller (`vfnvme_ctrl_next_ctrl_event`).
@@ -357,7 +358,10 @@ struct vfnvme_cpl {
   // status or vfnvme_ctrl_reset); the queue pair stays usable and the command may be
   // submitted again. sc = 0x70 (VFNVME_SC_CONTROLLER_LOST) when the controller is gone
   // (hot removal) or failed and could not be reset: free the queue pairs and close the
-  // controller.
+  // controller. Exception: sc = 0x70 with `rc` = VFNVME_ERR_BUSY means the controller could
+  // not even be disabled, so the device may still read or write the buffer: it is not
+  // back, vfnvme_dma_free refuses it (VFNVME_ERR_BUSY) for the life of the process, and it
+  // must not be reused.
   uint16_t status;
   // Status Code Type (status bits 10:8), for convenience.
   uint8_t sct;
@@ -365,6 +369,8 @@ struct vfnvme_cpl {
   uint8_t sc;
   // 0, or a negative `vfnvme_status` when the driver itself failed the command (e.g. the
   // namespace was removed or the controller failed) without a device status.
+  // VFNVME_ERR_BUSY with sct 3 / sc 0x70: the device may still access the command's
+  // buffer, which stays held (see `status`).
   int32_t rc;
 };
 
@@ -484,7 +490,7 @@ struct vfnvme_mp_event {
 
 // Options for `vfnvme_qpair_alloc_opts`. Zero-initialise, then set what you need.
 struct vfnvme_qpair_opts {
-  // Entries per ring, 2..=65536 (commands in flight at most: `depth`, as for
+  // Entries per ring, 2..=65536 (commands in flight at most: `depth - 1` and 4096, as for
   // vfnvme_qpair_alloc; 0: 256).
   uint32_t depth;
   // Doorbell batching for callers that commit after every submission (SPDK's
@@ -587,7 +593,8 @@ int32_t vfnvme_dma_alloc(const struct vfnvme_ctrl *ctrl, size_t len, void **ptr,
 
 // Frees a buffer from vfnvme_dma_alloc. Fails with VFNVME_ERR_BUSY while a command submitted
 // on one of this controller's queue pairs with a data pointer inside the buffer has not been
-// reaped (poll it first; a free racing a submit of the same buffer on another thread, without
+// reaped, and for good once such a command completed with `rc` VFNVME_ERR_BUSY (the device
+// may still access the buffer: the controller could not be disabled) (poll it first; a free racing a submit of the same buffer on another thread, without
 // synchronisation between the two, is not detected). NULL is a no-op; any other pointer not
 // from vfnvme_dma_alloc of this controller fails with VFNVME_ERR_BAD_BUFFER. From here on the
 // submit functions refuse the buffer with VFNVME_ERR_BAD_BUFFER (until vfnvme_dma_alloc hands
@@ -1023,8 +1030,9 @@ int32_t vfnvme_subsys_dma_alloc(const struct vfnvme_subsys *subsys, size_t len, 
 // Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_subsys_dma_free(const struct vfnvme_subsys *subsys, void *ptr);
 
-// Allocates an I/O queue pair with `depth` entries (commands in flight at most: `depth`; the
-// driver may round it to what the controller supports) and stores it in `*out`.
+// Allocates an I/O queue pair with `depth` entries (commands in flight at most: `depth - 1`,
+// and at most 4096, so that every command identifier keeps a generation; the driver may round
+// it to what the controller supports) and stores it in `*out`.
 //
 // Thread safety: thread-safe (takes the controller's admin lock). The queue pair itself must
 // then be used by one thread at a time.

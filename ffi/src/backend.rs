@@ -62,6 +62,9 @@ pub struct RawCompletion {
     pub cdw0: u32,
     /// 0, or a negative status code for a driver-side failure.
     pub rc: i32,
+    /// The device may still access the request's memory (the controller could not be
+    /// disabled): the request's in-flight mark stays, so that its buffer is never freed.
+    pub memory_held: bool,
 }
 
 /// The callback and argument of one command in flight: the payload each request carries in the
@@ -140,7 +143,8 @@ pub trait QpairOps: Send {
     fn poll(&mut self, max: u32, f: &mut dyn FnMut(RawCompletion)) -> usize;
     /// Reaps up to `out.len()` completions straight into `out[0..n]` (the batch path: no call
     /// per completion): each entry gets the `arg` given at submission, and the request's
-    /// `in_flight` mark is cleared. Returns `n`.
+    /// `in_flight` mark is cleared (kept if the device may still access its memory). Returns
+    /// `n`.
     fn poll_into(
         &mut self,
         in_flight: &[std::sync::atomic::AtomicUsize],

@@ -58,6 +58,17 @@ pub(crate) fn status_field(s: vfnvme::spec::Status) -> u16 {
         | (u16::from(s.dnr) << 14)
 }
 
+/// `vfnvme_cpl.rc` of a completion: VFNVME_ERR_BUSY when the device may still access the
+/// request's memory (its buffer stays held), else 0.
+#[inline(always)]
+pub(crate) fn held_rc(memory_held: bool) -> i32 {
+    if memory_held {
+        Status::VfnvmeErrBusy as i32
+    } else {
+        0
+    }
+}
+
 /// A submission error as an ABI error.
 #[cold]
 #[inline(never)]
@@ -213,7 +224,8 @@ impl<P: Platform> QpairOps for QueuePair<P, Slot> {
                 slot: c.slot,
                 status: status_field(c.status),
                 cdw0: c.cdw0,
-                rc: 0,
+                rc: held_rc(c.memory_held),
+                memory_held: c.memory_held,
             })
         })
     }
@@ -221,14 +233,19 @@ impl<P: Platform> QpairOps for QueuePair<P, Slot> {
     fn poll_into(&mut self, in_flight: &[AtomicUsize], out: &mut [Completion]) -> usize {
         let mut n = 0usize;
         QueuePair::poll(self, out.len(), |c| {
-            if let Some(m) = in_flight.get(usize::from(c.slot)) {
-                m.store(0, Ordering::Relaxed);
+            // The device may still access a held request's buffer: its mark stays.
+            if !c.memory_held {
+                if let Some(m) = in_flight.get(usize::from(c.slot)) {
+                    m.store(0, Ordering::Relaxed);
+                }
             }
             // `poll` delivers at most `out.len()` completions.
             if let Some(o) = out.get_mut(n) {
+                let mut cpl = Cpl::from_status(status_field(c.status), c.cdw0);
+                cpl.rc = held_rc(c.memory_held);
                 *o = Completion {
                     arg: c.tag.arg,
-                    cpl: Cpl::from_status(status_field(c.status), c.cdw0),
+                    cpl,
                 };
                 n += 1;
             }

@@ -351,8 +351,9 @@ fn qp_mut<'a>(qp: *mut Qpair) -> FfiResult<&'a mut Qpair> {
     })
 }
 
-/// Allocates an I/O queue pair with `depth` entries (commands in flight at most: `depth`; the
-/// driver may round it to what the controller supports) and stores it in `*out`.
+/// Allocates an I/O queue pair with `depth` entries (commands in flight at most: `depth - 1`,
+/// and at most 4096, so that every command identifier keeps a generation; the driver may round
+/// it to what the controller supports) and stores it in `*out`.
 ///
 /// Thread safety: thread-safe (takes the controller's admin lock). The queue pair itself must
 /// then be used by one thread at a time.
@@ -463,10 +464,14 @@ pub unsafe extern "C" fn vfnvme_qpair_free(qp: *mut Qpair) -> i32 {
         drop(q);
         // SAFETY: the controller outlives its queue pairs (see Qpair::ctrl).
         let c = unsafe { &*ctrl };
+        // Marks still set belong to requests whose memory the device may still access (a
+        // controller that could not be disabled): they stay, and vfnvme_dma_free keeps
+        // refusing those buffers.
+        let held = in_flight.iter().any(|m| m.load(Ordering::Relaxed) != 0);
         c.in_flight
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|t| !Arc::ptr_eq(t, &in_flight));
+            .retain(|t| held || !Arc::ptr_eq(t, &in_flight));
         c.qpairs.fetch_sub(1, Ordering::AcqRel);
         Ok(0)
     })
@@ -659,8 +664,11 @@ pub unsafe extern "C" fn vfnvme_qpair_process_completions(qp: *mut Qpair, max: u
                 inner, in_flight, ..
             } = q;
             inner.poll(max, &mut |c: RawCompletion| {
-                if let Some(m) = in_flight.get(usize::from(c.slot)) {
-                    m.store(0, Ordering::Relaxed);
+                // The device may still access a held request's buffer: its mark stays.
+                if !c.memory_held {
+                    if let Some(m) = in_flight.get(usize::from(c.slot)) {
+                        m.store(0, Ordering::Relaxed);
+                    }
                 }
                 let mut cpl = Cpl::from_status(c.status, c.cdw0);
                 cpl.rc = c.rc;

@@ -17,7 +17,10 @@ pub struct Cpl {
     /// status or vfnvme_ctrl_reset); the queue pair stays usable and the command may be
     /// submitted again. sc = 0x70 (VFNVME_SC_CONTROLLER_LOST) when the controller is gone
     /// (hot removal) or failed and could not be reset: free the queue pairs and close the
-    /// controller.
+    /// controller. Exception: sc = 0x70 with `rc` = VFNVME_ERR_BUSY means the controller could
+    /// not even be disabled, so the device may still read or write the buffer: it is not
+    /// back, vfnvme_dma_free refuses it (VFNVME_ERR_BUSY) for the life of the process, and it
+    /// must not be reused.
     pub status: u16,
     /// Status Code Type (status bits 10:8), for convenience.
     pub sct: u8,
@@ -25,6 +28,8 @@ pub struct Cpl {
     pub sc: u8,
     /// 0, or a negative `vfnvme_status` when the driver itself failed the command (e.g. the
     /// namespace was removed or the controller failed) without a device status.
+    /// VFNVME_ERR_BUSY with sct 3 / sc 0x70: the device may still access the command's
+    /// buffer, which stays held (see `status`).
     pub rc: i32,
 }
 
@@ -59,7 +64,8 @@ pub const VFNVME_SCT_PATH: u8 = 3;
 /// command in flight; the buffer is back and the command may be submitted again.
 pub const VFNVME_SC_ABORTED_BY_RESET: u8 = 0x71;
 /// Status Code 70h of type 3h (Host Pathing Error): the controller is gone (removed) or failed
-/// for good; the buffer is back, nothing more will complete on this controller.
+/// for good; the buffer is back (unless `rc` is VFNVME_ERR_BUSY: the controller could not be
+/// disabled and the buffer stays held), nothing more will complete on this controller.
 pub const VFNVME_SC_CONTROLLER_LOST: u8 = 0x70;
 
 /// The completion callback: `arg` is the pointer given at submission; `cpl` is valid only during
@@ -192,7 +198,7 @@ pub struct CtrlOpts {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct QpairOpts {
-    /// Entries per ring, 2..=65536 (commands in flight at most: `depth`, as for
+    /// Entries per ring, 2..=65536 (commands in flight at most: `depth - 1` and 4096, as for
     /// vfnvme_qpair_alloc; 0: 256).
     pub depth: u32,
     /// Doorbell batching for callers that commit after every submission (SPDK's

@@ -131,7 +131,7 @@ impl<P: Platform> Shared<P> {
             let mut admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
             if let Err(e) = enable::disable(platform, self.cap, self.quirks) {
                 // The device may still use every queue's memory: nobody may reclaim it.
-                self.device.store(STUCK, Ordering::Release);
+                self.mark_stuck(&e);
                 return Err(e);
             }
             // The device stopped: queue pairs may now end their requests and take their
@@ -200,8 +200,8 @@ impl<P: Platform> Shared<P> {
     /// A step after the disable failed: the controller is marked failed (a best-effort disable
     /// first, so that it stays off) and `e` passed on.
     fn fail(&self, e: Error) -> Error {
-        if enable::disable(&*self.platform, self.cap, self.quirks).is_err() {
-            self.device.store(STUCK, Ordering::Release);
+        if let Err(d) = enable::disable(&*self.platform, self.cap, self.quirks) {
+            self.mark_stuck(&d);
             return e;
         }
         self.fail_disabled(e)
@@ -231,11 +231,8 @@ impl<P: Platform> Shared<P> {
         if !csts.is_all_ones() {
             let _admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
             if let Err(e) = enable::disable(&*self.platform, self.cap, self.quirks) {
-                log::error!(
-                    "{}: the controller is going away but could not be disabled ({e}); its memory is leaked",
-                    self.platform.name()
-                );
-                self.device.store(STUCK, Ordering::Release);
+                self.mark_stuck(&format_args!("it is going away: {e}"));
+                // Queue pairs notice at their next check and end their requests, held.
                 self.epoch.fetch_add(1, Ordering::AcqRel);
                 self.events.publish(ControllerEvent::Removed);
                 return true;

@@ -105,6 +105,27 @@ impl<P: Platform> Shared<P> {
         }
     }
 
+    /// Whether the device may still use memory it was given: the controller could not be
+    /// disabled. The one rule for everything the device was given (queue rings, trackers,
+    /// request buffers owned or borrowed, admin pages): none of it is freed, reused or handed
+    /// back while this holds, and once set it holds for the life of the process.
+    #[inline]
+    pub fn memory_held(&self) -> bool {
+        self.device.load(Ordering::Acquire) == STUCK
+    }
+
+    /// Records that disabling the controller failed (`why`): from now on
+    /// [`memory_held`](Self::memory_held). Logged once.
+    #[cold]
+    pub(crate) fn mark_stuck(&self, why: &dyn std::fmt::Display) {
+        if self.device.swap(STUCK, Ordering::AcqRel) != STUCK {
+            log::error!(
+                "{}: the controller could not be disabled ({why}); the device may still use every buffer it was given, which is kept (leaked) for the life of the process",
+                self.platform.name()
+            );
+        }
+    }
+
     /// Whether the controller may be enabled (not disabled by [`quiesce`](Self::quiesce), nor
     /// stuck).
     pub(crate) fn live(&self) -> bool {
@@ -149,11 +170,7 @@ impl<P: Platform> Shared<P> {
                 true
             }
             Err(e) => {
-                log::error!(
-                    "{}: {e}; the controller may still DMA into memory it was given, which is leaked on purpose",
-                    self.platform.name()
-                );
-                self.device.store(STUCK, Ordering::Release);
+                self.mark_stuck(&e);
                 false
             }
         }
@@ -322,7 +339,7 @@ impl<P: Platform> Shared<P> {
     fn quiesced_or_live_deleted(&self) -> bool {
         // While LIVE with `shut_down` set, `shutdown` deleted every queue successfully (a
         // failure disables the controller under the same lock).
-        self.device.load(Ordering::Acquire) != STUCK
+        !self.memory_held()
     }
 
     /// Delete SQ `qid` (if `sq`), `reap`, Delete CQ `qid`: whether every delete succeeded.

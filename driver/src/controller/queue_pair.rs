@@ -25,10 +25,12 @@ use vfnvme_hal::DmaBuffer;
 /// Options of a new queue pair.
 #[derive(Debug, Clone, Copy)]
 pub struct QpairOptions {
-    /// Entries per ring (2..=CAP.MQES+1); at most `depth - 1` commands are in flight.
+    /// Entries per ring (2..=CAP.MQES+1); at most `depth - 1` commands are in flight, and at
+    /// most [`MAX_IN_FLIGHT`](crate::queue::MAX_IN_FLIGHT) (so that every command identifier
+    /// keeps a generation).
     pub depth: u32,
     /// Commands in flight at most (SPDK's `io_queue_requests`): 0 (the default) or more than
-    /// `depth - 1` mean `depth - 1`. Each takes a tracker with a 4 KiB PRP list page; a ring
+    /// `depth - 1` mean `depth - 1` (capped as for `depth`). Each takes a tracker with a 4 KiB PRP list page; a ring
     /// deeper than this costs 80 bytes per extra entry and lets the driver write the CQ head
     /// doorbell less often (an MMIO write each, a trap under emulation).
     pub max_in_flight: u32,
@@ -73,8 +75,6 @@ pub struct QueuePair<P: Platform, T: Copy + Default = u64> {
     /// Whether the queues exist on the controller (false after a reset until they are created
     /// again, and for good once the controller is lost).
     created: bool,
-    /// The controller could not be disabled: the device may still use this queue's memory.
-    stuck: bool,
     /// Polls so far, wrapping at 256: the poll that wraps it looks at resets and timeouts.
     polls: u8,
     /// When the next timeout check is due (platform clock, ns).
@@ -166,7 +166,6 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
             sync_timeout_ns: options.sync_timeout_ms.saturating_mul(1_000_000),
             epoch,
             created: true,
-            stuck: false,
             polls: 0,
             next_check_ns: 0,
             check_interval_ns: shared.io_timeout_ns / u64::from(TIMEOUT_CHECKS),
@@ -200,10 +199,11 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         self.io.depth()
     }
     /// Whether the controller could not be disabled after a failure: the device may still use
-    /// this queue pair's memory and that of the requests it ended (their owned buffers were
-    /// kept, not handed back; borrowed memory must not be reused either).
+    /// this queue pair's memory and that of the requests it ended (their completions say
+    /// [`IoCompletion::memory_held`]; owned buffers were kept, not handed back; borrowed memory
+    /// must not be reused either). It stays so for the life of the process.
     pub fn is_stuck(&self) -> bool {
-        self.stuck
+        self.shared.memory_held()
     }
     /// Commands in flight (a split request counts each of its commands).
     #[inline]
@@ -402,10 +402,12 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
     /// completions to `f`. Returns how many were delivered; their CQ head doorbell is written by
     /// the next `commit` or `poll`, after the SQ doorbell of whatever is resubmitted (or at once
     /// when the queue is too shallow for that: at most `depth / 2` commands in flight defer).
+    /// Requests that recovery ended (a reset, a timeout, the loss of the controller) are
+    /// delivered the same way, at most `max` per call: the rest wait for the next poll.
     #[inline]
     pub fn poll<F: FnMut(IoCompletion<T>)>(&mut self, max: usize, f: F) -> usize {
         if self.poll_must_recover() {
-            return self.recover(f);
+            return self.recover(max, f);
         }
         self.poll_checked(max, f)
     }
@@ -470,7 +472,7 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         if self.platform.removed() {
             self.shared.mark_removed();
         }
-        if self.stuck || !self.created || self.shared.epoch() != self.epoch {
+        if self.io.ended_pending() != 0 || self.needs_recovery() {
             return true;
         }
         if self.check_interval_ns == 0 || self.io.outstanding() == 0 {
@@ -525,36 +527,52 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         true
     }
 
+    /// Whether the queues must be recovered: a reset or the loss of the controller since they
+    /// were created, or a controller that could not be disabled.
+    fn needs_recovery(&self) -> bool {
+        !self.created || self.shared.epoch() != self.epoch || self.shared.memory_held()
+    }
+
     /// After a reset or the loss of the controller: ends every request in flight with
     /// [`Status::ABORTED_BY_RESET`] (or [`Status::CONTROLLER_LOST`]), buffers handed back as
-    /// the device stopped (leaked if it could not be stopped), then creates the queues again
-    /// if the controller is back. With retries on
+    /// the device stopped (held, [`IoCompletion::memory_held`], if it could not be stopped),
+    /// then creates the queues again if the controller is back. With retries on
     /// ([`ControllerOptions::io_retries`](crate::ControllerOptions::io_retries)) and the
     /// controller back, the requests are sent again on the new queues instead (but for those
-    /// out of retries or timed out). Returns how many requests ended.
+    /// out of retries or timed out). Then delivers up to `max` ended requests to `f`; the rest
+    /// wait for the next poll (which comes back here). Returns how many were delivered.
     #[cold]
     #[inline(never)]
-    pub(crate) fn recover(&mut self, mut f: impl FnMut(IoCompletion<T>)) -> usize {
+    pub(crate) fn recover(&mut self, max: usize, f: impl FnMut(IoCompletion<T>)) -> usize {
+        if self.needs_recovery() {
+            self.recover_queues();
+        }
+        let n = self.io.deliver_ended(max, f);
+        if self.io.ended_pending() != 0 {
+            // The next poll's tick runs the periodic check, which sends it back here.
+            self.polls = u8::MAX;
+        }
+        n
+    }
+
+    /// The recovery of [`recover`](Self::recover): ends what the controller no longer
+    /// carries (or may still carry, held) and creates the queues again if it is back.
+    fn recover_queues(&mut self) {
         let settled = self.shared.settled();
         let epoch = self.shared.epoch();
-        if settled == Settled::Stuck && epoch == self.epoch && self.created {
-            // Not after a disable: only a timeout brings us here. The device may still use
-            // the buffers; end the requests without them.
-            self.stuck = true;
-        }
         let status = match settled {
             Settled::Live => Status::ABORTED_BY_RESET,
             _ => Status::CONTROLLER_LOST,
         };
-        let leak = self.stuck || settled == Settled::Stuck;
-        let requeue = settled == Settled::Live && !leak && self.io.retries_enabled();
-        let mut n = 0;
+        // The one rule: while the device may still use memory it was given, nothing it was
+        // given is handed back, freed or reused.
+        let held = self.shared.memory_held();
+        let requeue = settled == Settled::Live && !held && self.io.retries_enabled();
         if !requeue {
-            n = self.io.fail_all(status, self.platform.dma(), leak, &mut f);
+            self.io.end_all(status, self.platform.dma(), held);
         }
         self.created = false;
-        self.stuck |= settled == Settled::Stuck;
-        if settled == Settled::Live {
+        if settled == Settled::Live && !held {
             let (cq, sq) = create_commands(self.qid, &self.io);
             // SAFETY: the rings belong to `self.io`, which this queue pair keeps until the
             // queues are deleted on drop (or the controller is disabled).
@@ -575,14 +593,13 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
             }
         }
         if requeue {
-            n = if self.created {
-                self.io.requeue_after_reset(status, &mut f)
+            if self.created {
+                self.io.requeue_after_reset(status);
             } else {
                 // The queues are not there; the device was disabled by the reset.
-                self.io.fail_all(status, self.platform.dma(), false, &mut f)
-            };
+                self.io.end_all(status, self.platform.dma(), false);
+            }
         }
-        n
     }
 
     /// Polls until the single outstanding request completes (bounded by the sync timeout).
@@ -612,7 +629,8 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
             outstanding => return Err(Error::QueueBusy { outstanding }),
         }
         if self.check() {
-            self.recover(drop);
+            // Nothing is outstanding, so nothing is ended here: only the queues come back.
+            self.recover(usize::MAX, drop);
         }
         if !self.created {
             return Err(self.shared.not_live_error());
@@ -724,7 +742,7 @@ impl<P: Platform, T: Copy + Default> Drop for QueuePair<P, T> {
         // SAFETY: `io` is taken exactly once, here, and `self.io` is not used afterwards.
         let mut io = unsafe { ManuallyDrop::take(&mut self.io) };
         let (platform, qid) = (&self.platform, self.qid);
-        if self.stuck {
+        if self.shared.memory_held() {
             log::error!(
                 "{}: queue pair {qid}: leaked its DMA memory (the controller could not be disabled)",
                 platform.name()

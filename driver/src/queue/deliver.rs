@@ -46,6 +46,7 @@ impl<T, F: FnMut(IoCompletion<T>)> Deliver<T> for ByClosure<F> {
             cdw0,
             slot,
             buffer: buffer.take(),
+            memory_held: false,
         })
     }
 

@@ -5,7 +5,7 @@ use super::deliver::{ByClosure, Deliver};
 use super::prp;
 use super::retry::RetryBook;
 use super::ring::{Rings, ShadowBuffers};
-use super::tracker::{Overdue, Trackers, Unfinished};
+use super::tracker::{Ended, Overdue, Trackers, Unfinished};
 use crate::error::{SubmitError, SubmitErrorKind};
 use crate::namespace::{Namespace, NamespaceState};
 use crate::platform::RegisterIo;
@@ -33,8 +33,14 @@ pub struct IoCompletion<T = u64> {
     /// The request's slot: its head command identifier, which [`IoQueue::next_slot`] named
     /// before the submission (for side tables indexed per request).
     pub slot: u16,
-    /// The buffer given at submission (`None` for commands without data).
+    /// The buffer given at submission (`None` for commands without data, and when
+    /// `memory_held`).
     pub buffer: Option<DmaBuffer>,
+    /// The device may still access the request's memory: it was ended after the controller
+    /// could not be disabled. An owned buffer was kept (leaked, `buffer` is `None`); borrowed
+    /// memory ([`IoQueue::submit_raw`]) must never be freed or reused, and the request's slot
+    /// is never given to another request.
+    pub memory_held: bool,
 }
 
 impl<T> IoCompletion<T> {
@@ -115,7 +121,7 @@ pub(crate) enum Gate {
 impl<T: Copy + Default> IoQueue<T> {
     /// Rings of `depth` entries for queue `qid` and `slots` trackers (commands in flight at
     /// most; 0 or more than `depth - 1` mean `depth - 1`, so that outstanding commands never
-    /// exceed what the CQ can hold). Fewer trackers than ring entries cost less memory (a PRP
+    /// exceed what the CQ can hold; at most [`super::tracker::MAX_TRACKERS`]). Fewer trackers than ring entries cost less memory (a PRP
     /// list page each) and let the CQ head doorbell wait longer. `max_transfer` is capped to
     /// [`prp::MAX_TRANSFER`] and rounded down to whole pages. The queue's doorbells are
     /// checked against `regs` here (see [`Rings::new`]).
@@ -162,10 +168,10 @@ impl<T: Copy + Default> IoQueue<T> {
     pub fn depth(&self) -> u32 {
         self.rings.depth()
     }
-    /// Commands in flight.
+    /// Commands in flight (requests ended by recovery and not yet delivered among them).
     #[inline]
     pub fn outstanding(&self) -> usize {
-        self.trackers.capacity() - self.trackers.free_count()
+        self.trackers.in_service() - self.trackers.free_count()
     }
     /// The slot the next submitted request will occupy ([`IoCompletion::slot`] gives it back),
     /// or `None` when no command slot is free: lets a caller fill a side table indexed per
@@ -892,25 +898,42 @@ impl<T: Copy + Default> IoQueue<T> {
         self.trackers.mark_abort_sent(cid);
     }
 
-    /// After the device provably stopped using this queue (a reset's disable) or can no longer
-    /// be reached: ends every request in flight, including those queued but not rung, with
-    /// `status` through `f`, handing back their buffers (or leaking them if `leak`: the device
-    /// may still use them), and resets the rings for the queue's re-creation. Returns how many
-    /// requests ended.
-    pub(crate) fn fail_all(
+    /// Ends every request in flight, including those queued but not rung, with `status`,
+    /// without the device: after it provably stopped using this queue (a reset's disable) or
+    /// can no longer be reached, or, with `held`, when it may still use the requests' memory
+    /// (it could not be disabled: owned buffers are leaked into `pool`, trackers retired).
+    /// The requests wait for [`deliver_ended`](Self::deliver_ended). Resets the rings for the
+    /// queue's re-creation. Returns how many requests ended.
+    pub(crate) fn end_all(&mut self, status: Status, pool: &DmaPool, held: bool) -> usize {
+        let n = self.trackers.end_all(status, held, |b| pool.leak(b));
+        self.rings.reset();
+        n
+    }
+
+    /// Requests ended by recovery and not yet delivered.
+    #[inline(always)]
+    pub(crate) fn ended_pending(&self) -> usize {
+        self.trackers.ended_count()
+    }
+
+    /// Delivers up to `max` requests ended by recovery to `f`, in the order they ended; the
+    /// rest wait for the next call. Returns how many were delivered.
+    pub(crate) fn deliver_ended(
         &mut self,
-        status: Status,
-        pool: &DmaPool,
-        leak: bool,
+        max: usize,
         mut f: impl FnMut(IoCompletion<T>),
     ) -> usize {
-        let n = self.trackers.fail_all(status, |slot, tag, buffer| {
-            let buffer = match buffer {
-                Some(b) if leak => {
-                    pool.leak(b);
-                    None
-                }
-                other => other,
+        let mut n = 0;
+        while n < max {
+            let Some(Ended {
+                slot,
+                tag,
+                status,
+                buffer,
+                memory_held,
+            }) = self.trackers.next_ended()
+            else {
+                break;
             };
             f(IoCompletion {
                 tag,
@@ -918,9 +941,10 @@ impl<T: Copy + Default> IoQueue<T> {
                 cdw0: 0,
                 slot,
                 buffer,
-            })
-        });
-        self.rings.reset();
+                memory_held,
+            });
+            n += 1;
+        }
         n
     }
 

@@ -105,6 +105,7 @@ impl<T: Copy + Default> IoQueue<T> {
                 cdw0,
                 slot,
                 buffer,
+                memory_held: false,
             }),
             Completed::Pending => None,
             Completed::Unknown => {
@@ -117,13 +118,9 @@ impl<T: Copy + Default> IoQueue<T> {
     /// After a reset disabled the controller and this queue was created again (its rings are
     /// reset here): sends every command in flight again, unless its request has a command out of
     /// retries or one that timed out (its Abort went out); those requests end with `status`
-    /// through `f`, buffers handed back (the device stopped). Returns how many requests ended.
-    /// O(trackers).
-    pub(crate) fn requeue_after_reset(
-        &mut self,
-        status: Status,
-        mut f: impl FnMut(IoCompletion<T>),
-    ) -> usize {
+    /// and wait for [`IoQueue::deliver_ended`] (buffers handed back: the device stopped).
+    /// Returns how many requests ended. O(trackers).
+    pub(crate) fn requeue_after_reset(&mut self, status: Status) -> usize {
         // Commands queued but not rung yet have no copy: take it before the rings go.
         self.save_unrung();
         self.rings.reset();
@@ -131,11 +128,13 @@ impl<T: Copy + Default> IoQueue<T> {
             return 0;
         };
         let n = self.trackers.capacity() as u16;
+        // A tracker of a request in flight (not one ended earlier and not yet delivered).
+        let in_flight = |t: &&crate::queue::tracker::Tracker<T>| t.busy != 0 && !t.ended;
         // Pass 1: the requests that can't go again, marked on their head (`remaining` = 0
         // there; the heads of the others count their commands again in pass 3).
         let mut hopeless = Vec::new();
         for idx in 0..n {
-            let Some(t) = self.trackers.get(idx).filter(|t| t.busy != 0) else {
+            let Some(t) = self.trackers.get(idx).filter(in_flight) else {
                 continue;
             };
             if t.busy & ABORT_SENT != 0 || !r.may_retry(idx) {
@@ -145,40 +144,26 @@ impl<T: Copy + Default> IoQueue<T> {
         hopeless.sort_unstable();
         hopeless.dedup();
         for idx in 0..n {
-            let Some(t) = self.trackers.get_mut(idx).filter(|t| t.busy != 0) else {
+            let Some(t) = self
+                .trackers
+                .get_mut(idx)
+                .filter(|t| t.busy != 0 && !t.ended)
+            else {
                 continue;
             };
             if t.parent == idx {
                 t.remaining = 0;
             }
         }
-        // Pass 2: end those requests.
-        let mut ended = 0;
-        for &head in &hopeless {
-            let Some(h) = self.trackers.get_mut(head).filter(|h| h.busy != 0) else {
-                continue;
-            };
-            let (tag, buffer) = (h.tag, h.buffer.take());
-            f(IoCompletion {
-                tag,
-                status,
-                cdw0: 0,
-                slot: head,
-                buffer,
-            });
-            ended += 1;
-        }
-        // Pass 3: free the commands of ended requests, send the others again.
+        // Pass 2: free the other commands of the hopeless requests, send the others again.
         for idx in 0..n {
-            let Some(parent) = self
-                .trackers
-                .get(idx)
-                .filter(|t| t.busy != 0)
-                .map(|t| t.parent)
-            else {
+            let Some(parent) = self.trackers.get(idx).filter(in_flight).map(|t| t.parent) else {
                 continue;
             };
             if hopeless.binary_search(&parent).is_ok() {
+                if parent != idx {
+                    self.trackers.end_command(idx, false);
+                }
                 continue;
             }
             let cid = self.trackers.renew(idx);
@@ -189,14 +174,10 @@ impl<T: Copy + Default> IoQueue<T> {
                 h.remaining = h.remaining.wrapping_add(1);
             }
         }
-        for idx in 0..n {
-            let Some(parent) = self.trackers.get(idx).map(|t| t.parent) else {
-                continue;
-            };
-            if hopeless.binary_search(&parent).is_ok() {
-                self.trackers.release(idx);
-            }
+        // Pass 3: end the hopeless requests.
+        for &head in &hopeless {
+            self.trackers.end_head(head, status, false, drop);
         }
-        ended
+        hopeless.len()
     }
 }

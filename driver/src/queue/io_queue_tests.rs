@@ -737,8 +737,9 @@ fn retries_resend_the_command_as_queued_even_if_the_reset_came_before_its_doorbe
         q.write(&n, 500 + i, 1, pool.alloc(4096).unwrap(), 10 + i)
             .unwrap();
     }
-    let ended = q.requeue_after_reset(Status::ABORTED_BY_RESET, |_| panic!("nothing ends"));
+    let ended = q.requeue_after_reset(Status::ABORTED_BY_RESET);
     assert_eq!(ended, 0);
+    assert_eq!(q.ended_pending(), 0, "nothing ends");
     let mut dev = FakeDevice::new(8);
     let sent = dev.fetch(&mut q);
     assert_eq!(sent.len(), 3);

@@ -13,3 +13,4 @@ mod io_queue_tests;
 
 pub use io_queue::{Direction, IoCompletion, IoQueue};
 pub use ring::DoorbellStats;
+pub use tracker::MAX_TRACKERS as MAX_IN_FLIGHT;

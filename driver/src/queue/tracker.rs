@@ -2,14 +2,28 @@
 //! low bits and a generation in the bits above (those the index does not need), bumped each
 //! time the tracker is taken: a completion entry that names a tracker's previous command (a
 //! device that posts a completion twice, late) does not match its current identifier and is
-//! ignored instead of ending the request that now uses the tracker. With more than 32768
-//! trackers there are no generation bits.
+//! ignored instead of ending the request that now uses the tracker. A queue pair has at most
+//! [`MAX_TRACKERS`] trackers, so that every identifier keeps at least four generation bits
+//! (sixteen generations) whatever the ring size (the spec allows 65,536 entries).
+//!
+//! Recovery ends requests without the device ([`Trackers::end_all`]): each ended request's
+//! trackers get a new generation at once (a late completion of its commands ends nothing) and
+//! its head waits in a queue until a poll delivers it ([`Trackers::next_ended`]), however few
+//! completions that poll takes. When the device may still use the memory of the requests it
+//! ended (a controller that could not be disabled), their trackers are retired instead of
+//! freed: never handed out again, so that the slot, the buffer marks indexed by it and the
+//! buffer stay held for the life of the queue pair.
 //!
 //! A request split into several commands (MDTS) has a head tracker that holds the user's tag,
 //! buffer, the number of commands still outstanding and the first error.
 
 use crate::spec::Status;
+use std::collections::VecDeque;
 use vfnvme_hal::{DmaBuffer, DmaPool, HalError};
+
+/// The most trackers (commands in flight) a queue pair has: 12 index bits leave 4 generation
+/// bits in a 16-bit command identifier, as Linux's `nvme_cid` does.
+pub const MAX_TRACKERS: usize = 4096;
 
 /// Per-command state. Hot fields first; the PRP list page last. `T` is the caller's payload of
 /// a request (a `u64` tag for Rust callers; the C ABI keeps its callback and argument here).
@@ -36,6 +50,11 @@ pub struct Tracker<T> {
     /// The command identifier of this tracker's current (or last) command: its index plus
     /// its generation (see the module documentation).
     pub cid: u16,
+    /// Ended by recovery: a head waiting for delivery, or a retired tracker (with `held`).
+    pub ended: bool,
+    /// The device may still use the memory of this tracker's request: once delivered (a
+    /// head) or at once (another command of the request), the tracker is retired for good.
+    pub held: bool,
 }
 
 impl<T> Tracker<T> {
@@ -97,6 +116,21 @@ pub enum Completed<T> {
     },
 }
 
+/// A request ended by recovery, as [`Trackers::next_ended`] delivers it.
+#[derive(Debug)]
+pub struct Ended<T> {
+    /// Its head tracker (its slot).
+    pub slot: u16,
+    /// The caller's payload of the request.
+    pub tag: T,
+    /// The status recovery gave it.
+    pub status: Status,
+    /// The user's buffer (`None` when the device may still use it: it was leaked).
+    pub buffer: Option<DmaBuffer>,
+    /// The device may still use the request's memory (see [`Tracker::held`]).
+    pub memory_held: bool,
+}
+
 /// The trackers of a queue pair and the LIFO list of free ones.
 ///
 /// The free list is threaded through the trackers themselves (`next_free`), so taking and
@@ -109,15 +143,19 @@ pub struct Trackers<T> {
     free_count: usize,
     /// The index bits of a command identifier.
     idx_mask: u16,
-    /// One generation: added to a tracker's identifier each time it is taken (0: no
-    /// generation bits).
+    /// One generation: added to a tracker's identifier each time it is taken.
     gen_step: u16,
+    /// Trackers not retired (see [`Tracker::held`]): the capacity still in service.
+    in_service: usize,
+    /// Heads of requests ended by recovery, in the order they ended, until delivered
+    /// (preallocated: a tracker is in it at most once).
+    ended: VecDeque<u16>,
 }
 
 impl<T: Copy + Default> Trackers<T> {
-    /// `count` (at most 65535) trackers, each with a 4 KiB PRP list page.
+    /// `count` (at most [`MAX_TRACKERS`]) trackers, each with a 4 KiB PRP list page.
     pub fn new(pool: &DmaPool, count: usize) -> Result<Self, HalError> {
-        let count = count.min(NO_TRACKER as usize);
+        let count = count.min(MAX_TRACKERS);
         let idx_bits = u16::BITS - (count.saturating_sub(1) as u16).leading_zeros();
         let idx_mask = ((1u32 << idx_bits) - 1) as u16;
         let gen_step = (1u32 << idx_bits) as u16;
@@ -138,6 +176,8 @@ impl<T: Copy + Default> Trackers<T> {
                 },
                 // The first command on it gets generation 0: its identifier is its index.
                 cid: (i as u16).wrapping_sub(gen_step),
+                ended: false,
+                held: false,
             });
         }
         // Pop order: 0, 1, 2, ...
@@ -147,12 +187,26 @@ impl<T: Copy + Default> Trackers<T> {
             slots: slots.into_boxed_slice(),
             idx_mask,
             gen_step,
+            in_service: count,
+            ended: VecDeque::with_capacity(count),
         })
     }
     /// Total trackers.
     #[inline(always)]
     pub fn capacity(&self) -> usize {
         self.slots.len()
+    }
+    /// Trackers in service: all but those retired because the device may still use their
+    /// request's memory. `in_service() - free_count()` requests' commands are outstanding
+    /// (ended requests not yet delivered among them).
+    #[inline(always)]
+    pub fn in_service(&self) -> usize {
+        self.in_service
+    }
+    /// Requests ended by recovery and not yet delivered.
+    #[inline(always)]
+    pub fn ended_count(&self) -> usize {
+        self.ended.len()
     }
     /// Free trackers.
     #[inline(always)]
@@ -182,12 +236,14 @@ impl<T: Copy + Default> Trackers<T> {
         t.cid = t.cid.wrapping_add(self.gen_step);
         Some((idx, t))
     }
-    /// Returns a tracker to the free list. Ignores a tracker that is not busy.
+    /// Returns a tracker to the free list. Ignores a tracker that is not busy, and a retired
+    /// one (the device may still use its request's memory).
     #[inline(always)]
     pub fn release(&mut self, idx: u16) {
         if let Some(t) = self.slots.get_mut(idx as usize) {
-            if t.busy != 0 {
+            if t.busy != 0 && !t.held {
                 t.busy = 0;
+                t.ended = false;
                 t.next_free = self.free_head;
                 self.free_head = idx;
                 self.free_count += 1;
@@ -274,7 +330,8 @@ impl<T: Copy + Default> Trackers<T> {
         let limit = checks.clamp(1, ABORT_SENT - 2);
         let mut overdue = None;
         for t in self.slots.iter_mut() {
-            if t.busy == 0 {
+            // Ended requests are no longer the device's: nothing to time out.
+            if t.busy == 0 || t.ended {
                 continue;
             }
             let abort_sent = t.busy & ABORT_SENT != 0;
@@ -303,32 +360,100 @@ impl<T: Copy + Default> Trackers<T> {
             t.busy = FRESH | ABORT_SENT;
         }
     }
-    /// Ends every outstanding request with `status`, calling `f` with each head's payload and
-    /// buffer (`None` if `keep_buffers` is false: the caller leaks them), and frees every
-    /// tracker. For after the device provably stopped (a reset's disable) or can't be reached.
-    pub fn fail_all(
+    /// Ends every request in flight (not ended already) with `status`, without the device:
+    /// the device provably stopped (a reset's disable) or can't be reached, or, with `held`,
+    /// it may still use the requests' memory (it could not be disabled). Each of their
+    /// trackers gets a new generation, so that a late completion of its command ends nothing;
+    /// each head waits for [`next_ended`](Self::next_ended). With `held`, the owned buffers go
+    /// to `keep` (to be leaked) and the trackers are retired instead of freed. Returns how many
+    /// requests ended.
+    pub fn end_all(
         &mut self,
         status: Status,
-        mut f: impl FnMut(u16, T, Option<DmaBuffer>),
+        held: bool,
+        mut keep: impl FnMut(DmaBuffer),
     ) -> usize {
-        let mut failed = 0;
-        for idx in 0..self.slots.len() {
-            let Some(t) = self.slots.get_mut(idx) else {
+        let mut n = 0;
+        for idx in 0..self.slots.len() as u16 {
+            let Some(t) = self.slots.get(idx as usize) else {
                 break;
             };
-            if t.busy == 0 {
+            if t.busy == 0 || t.ended {
                 continue;
             }
-            if usize::from(t.parent) == idx {
-                t.status = status;
-                f(idx as u16, t.tag, t.buffer.take());
-                failed += 1;
+            if t.parent == idx {
+                self.end_head(idx, status, held, &mut keep);
+                n += 1;
+            } else {
+                self.end_command(idx, held);
             }
         }
-        for idx in 0..self.slots.len() {
-            self.release(idx as u16);
+        n
+    }
+    /// Ends the request headed by `idx` with `status` (see [`end_all`](Self::end_all)); its
+    /// other commands' trackers are the caller's to end ([`end_command`](Self::end_command)).
+    pub fn end_head(
+        &mut self,
+        idx: u16,
+        status: Status,
+        held: bool,
+        mut keep: impl FnMut(DmaBuffer),
+    ) {
+        let step = self.gen_step;
+        let Some(t) = self.slots.get_mut(idx as usize) else {
+            return;
+        };
+        if t.busy == 0 || t.ended {
+            return;
         }
-        failed
+        t.cid = t.cid.wrapping_add(step);
+        t.ended = true;
+        t.held = held;
+        t.status = status;
+        if held {
+            if let Some(b) = t.buffer.take() {
+                keep(b);
+            }
+        }
+        self.ended.push_back(idx);
+    }
+    /// Ends command tracker `idx` of an ended request that is not its head: freed, or retired
+    /// with `held`.
+    pub fn end_command(&mut self, idx: u16, held: bool) {
+        let step = self.gen_step;
+        let Some(t) = self.slots.get_mut(idx as usize) else {
+            return;
+        };
+        if t.busy == 0 || t.ended {
+            return;
+        }
+        t.cid = t.cid.wrapping_add(step);
+        if held {
+            t.ended = true;
+            t.held = true;
+            self.in_service -= 1;
+        } else {
+            self.release(idx);
+        }
+    }
+    /// The next request ended by recovery, in the order they ended: its head tracker is freed
+    /// now, or retired if the device may still use the request's memory.
+    pub fn next_ended(&mut self) -> Option<Ended<T>> {
+        let slot = self.ended.pop_front()?;
+        let t = self.slots.get_mut(slot as usize)?;
+        let ended = Ended {
+            slot,
+            tag: t.tag,
+            status: t.status,
+            buffer: t.buffer.take(),
+            memory_held: t.held,
+        };
+        if t.held {
+            self.in_service -= 1;
+        } else {
+            self.release(slot);
+        }
+        Some(ended)
     }
     /// The index of the busy tracker whose current command is `cid`, if any.
     pub fn busy_index(&self, cid: u16) -> Option<u16> {
@@ -425,14 +550,86 @@ mod tests {
     }
 
     #[test]
-    fn with_more_than_32768_trackers_the_identifier_is_the_index() {
+    fn every_queue_size_keeps_sixteen_generations() {
         let pool = test_pool();
-        let mut t = Trackers::<u64>::new(&pool, 40_000).unwrap();
-        for _ in 0..3 {
-            let i = t.alloc().unwrap();
-            assert_eq!(t.cid(i), i);
+        // A ring of 65,536 entries asks for 65,535 trackers: capped, 12 index bits.
+        let mut t = Trackers::<u64>::new(&pool, 65_535).unwrap();
+        assert_eq!(t.capacity(), MAX_TRACKERS);
+        let idx = t.alloc().unwrap();
+        let first = t.cid(idx);
+        let mut seen = vec![first];
+        for _ in 0..15 {
+            t.release(idx);
+            assert_eq!(t.alloc(), Some(idx), "LIFO: the same tracker again");
+            let cid = t.cid(idx);
+            assert_eq!(cid & 0xfff, idx, "the index stays in the low 12 bits");
+            assert!(
+                !seen.contains(&cid),
+                "identifier {cid:#x} came round within 16 uses"
+            );
+            seen.push(cid);
+        }
+        request(&mut t, &[idx], 5);
+        for &old in &seen[..15] {
+            assert!(matches!(t.complete(old, 0, 0), Completed::Unknown));
+        }
+        assert!(matches!(
+            t.complete(seen[15], 0, 0),
+            Completed::Done { tag: 5, .. }
+        ));
+    }
+
+    #[test]
+    fn ended_requests_wait_for_delivery_and_held_ones_are_retired() {
+        let pool = test_pool();
+        let mut t = Trackers::<u64>::new(&pool, 8).unwrap();
+        let a = t.alloc().unwrap();
+        request(&mut t, &[a], 1);
+        let (b, c) = (t.alloc().unwrap(), t.alloc().unwrap());
+        request(&mut t, &[b, c], 2);
+        let (cid_a, cid_c) = (t.cid(a), t.cid(c));
+        assert_eq!(t.end_all(Status::ABORTED_BY_RESET, false, drop), 2);
+        assert_eq!(t.ended_count(), 2);
+        assert_eq!(
+            t.free_count(),
+            6,
+            "the split request's second command is free at once"
+        );
+        // A late completion of an ended command ends nothing.
+        assert!(matches!(t.complete(cid_a, 0, 0), Completed::Unknown));
+        assert!(matches!(t.complete(cid_c, 0, 0), Completed::Unknown));
+        assert_eq!(t.age(1), None, "ended requests do not time out");
+        let first = t.next_ended().unwrap();
+        assert_eq!((first.slot, first.tag, first.memory_held), (a, 1, false));
+        assert_eq!(first.status, Status::ABORTED_BY_RESET);
+        assert_eq!(t.free_count(), 7);
+        assert_eq!(t.next_ended().unwrap().tag, 2);
+        assert!(t.next_ended().is_none());
+        assert_eq!((t.free_count(), t.in_service()), (8, 8));
+
+        // Held: the trackers never come back.
+        let d = t.alloc().unwrap();
+        request(&mut t, &[d], 3);
+        let (e, f) = (t.alloc().unwrap(), t.alloc().unwrap());
+        request(&mut t, &[e, f], 4);
+        assert_eq!(t.end_all(Status::CONTROLLER_LOST, true, drop), 2);
+        assert_eq!(
+            t.in_service(),
+            7,
+            "the held request's other command is retired at once"
+        );
+        let ended: Vec<_> = std::iter::from_fn(|| t.next_ended()).collect();
+        assert!(ended.iter().all(|x| x.memory_held && x.buffer.is_none()));
+        assert_eq!((t.in_service(), t.free_count()), (5, 5));
+        for i in [d, e, f] {
             t.release(i);
         }
+        assert_eq!(t.free_count(), 5, "retired trackers are not released");
+        let mut got = Vec::new();
+        while let Some(i) = t.alloc() {
+            got.push(i);
+        }
+        assert!(!got.iter().any(|i| [d, e, f].contains(i)), "{got:?}");
     }
 
     /// Sets up a request of `cids.len()` commands headed by `cids[0]`.

@@ -140,10 +140,13 @@ fn end_record(records: &mut Records, rec: u64, held: bool) -> *mut c_void {
 /// A finished request as C sees it (`arg` filled in when it is handed out).
 #[inline(always)]
 fn completion(c: &ChannelCompletion) -> MpCompletion {
-    let (cpl, reason) = match &c.result {
+    let (mut cpl, reason) = match &c.result {
         Ok(()) => (Cpl::default(), MpFail::VfnvmeMpFailNone),
         Err(e) => failure(e),
     };
+    if c.memory_held {
+        cpl.rc = crate::driver_ops::held_rc(true);
+    }
     MpCompletion {
         arg: std::ptr::null_mut(),
         cpl,

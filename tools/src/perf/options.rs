@@ -72,7 +72,7 @@ pub enum PerfInputError {
     #[error("--qd 0: keep at least one I/O outstanding (--qd 1 or more)")]
     ZeroQueueDepth,
     /// Queue depth above what the controller's queues hold.
-    #[error("--qd {qd} needs {commands} submission queue slots per queue pair, but this controller's queues hold at most {max} commands (CAP.MQES+1 = {depth} entries): use --qd {max_qd} or less")]
+    #[error("--qd {qd} needs {commands} commands in flight per queue pair, but one queue pair holds at most {max} (CAP.MQES+1 = {depth} entries, and at most vfnvme's {} per queue pair): use --qd {max_qd} or less", vfnvme::queue::MAX_IN_FLIGHT)]
     QueueDepthTooLarge {
         /// The queue depth asked for.
         qd: u32,
@@ -330,7 +330,9 @@ pub fn queue_depth_for(
         return Err(PerfInputError::ZeroQueueDepth);
     }
     let commands = u64::from(qd) * commands_per_io.max(1);
-    let max = max_entries.saturating_sub(1);
+    let max = max_entries
+        .saturating_sub(1)
+        .min(vfnvme::queue::MAX_IN_FLIGHT as u32);
     if commands > u64::from(max) {
         return Err(PerfInputError::QueueDepthTooLarge {
             qd,

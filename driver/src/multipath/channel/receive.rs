@@ -135,5 +135,7 @@ pub(super) fn recover_path<P: Platform>(
     pending: &mut VecDeque<Pending>,
     outbox: &mut VecDeque<ChannelCompletion>,
 ) {
-    qp.recover(|c: IoCompletion<Tag>| sort_later(c, i, pending, outbox));
+    qp.recover(usize::MAX, |c: IoCompletion<Tag>| {
+        sort_later(c, i, pending, outbox)
+    });
 }
