@@ -70,6 +70,11 @@ pub(crate) struct Shared<P: Platform> {
     pub features: Mutex<Vec<(u8, u32)>>,
     /// Set by a reset: the namespaces should be scanned again.
     pub rescan_due: AtomicBool,
+    /// The pages every admin command of unknown length moves its data through (guard list,
+    /// scratch, bounce; see `controller/admin_data.rs`): the device may keep using them after
+    /// such a command completes, so they are the driver's alone, kept until the controller is
+    /// disabled on drop (or leaked).
+    pub unknown_pages: Mutex<Option<vfnvme_hal::DmaBuffer>>,
 }
 
 impl<P: Platform> Shared<P> {
@@ -102,6 +107,7 @@ impl<P: Platform> Shared<P> {
             async_event_config: AtomicU32::new(0),
             features: Mutex::new(Vec::new()),
             rescan_due: AtomicBool::new(false),
+            unknown_pages: Mutex::new(None),
         }
     }
 
@@ -418,11 +424,19 @@ impl<P: Platform> Drop for Shared<P> {
         // SAFETY: `admin` is taken exactly once, here, and `self` is not used afterwards (only
         // its remaining fields are dropped).
         let admin = unsafe { ManuallyDrop::take(&mut self.admin) };
+        let unknown_pages = self
+            .unknown_pages
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         if idle {
             return;
         }
         let pool = self.platform.dma();
         pool.leak(admin);
+        if let Some(pages) = unknown_pages {
+            pool.leak(pages);
+        }
         if let Some(shadow) = self.shadow.take() {
             pool.leak(shadow);
         }

@@ -3,16 +3,21 @@
 //!
 //! The data pointer describes exactly the bytes the command moves, as
 //! [`AdminCommand::transfer`] reads them from the command (a PRP list page is allocated when the
-//! transfer spans more than two pages). For a command whose length the driver can't read
-//! (vendor-specific), PRP1 is the buffer's first page and PRP2 a *guard list*: a page whose
-//! entries all point at a scratch page, with the last entry pointing back at the list itself
-//! (a chain that never ends), so however much the device moves, everything past the buffer
-//! lands in the scratch pages.
+//! transfer spans more than two pages). The buffer and the list pages move into the admin queue
+//! for the command: if it times out the device may still use them, so they stay parked with its
+//! command identifier and are freed only when its completion arrives or the controller is
+//! disabled (or leaked, if it can't be disabled), never given back to the caller.
 //!
-//! The buffer and the list pages move into the admin queue for the command: if it times out
-//! the device may still use them, so they stay parked with its command identifier and are
-//! freed only when its completion arrives or the controller is disabled (or leaked, if it
-//! can't be disabled), never given back to the caller.
+//! A command whose length the driver can't read (a vendor-specific or unknown opcode or
+//! feature) may also be one that keeps using host memory after it completes, as Host Memory
+//! Buffer and Doorbell Buffer Config do. So the device never gets the caller's memory for it:
+//! the data goes through the controller's own *unknown-length pages*, kept until the
+//! controller is disabled on drop (leaked if it can't be): a bounce page at PRP1 (the caller's
+//! bytes are copied in before and back out after a successful completion) and at PRP2 a
+//! *guard list*: a page whose entries all point at a scratch page, with the last entry pointing
+//! back at the list itself (a chain that never ends), so however much the device moves,
+//! everything past the first page lands in the scratch page. Commands of unknown length take
+//! turns on these pages (a lock).
 
 use super::Controller;
 use crate::admin::{DeviceUse, Shared};
@@ -38,10 +43,15 @@ struct DataPointer {
 pub(crate) trait DataHolder: Send + 'static {
     /// The buffer, if any.
     fn buffer(&self) -> Option<&DmaBuffer>;
+    /// The buffer, if any, to write into.
+    fn buffer_mut(&mut self) -> Option<&mut DmaBuffer>;
 }
 
 impl DataHolder for DmaBuffer {
     fn buffer(&self) -> Option<&DmaBuffer> {
+        Some(self)
+    }
+    fn buffer_mut(&mut self) -> Option<&mut DmaBuffer> {
         Some(self)
     }
 }
@@ -50,7 +60,16 @@ impl DataHolder for () {
     fn buffer(&self) -> Option<&DmaBuffer> {
         None
     }
+    fn buffer_mut(&mut self) -> Option<&mut DmaBuffer> {
+        None
+    }
 }
+
+/// Pages of the unknown-length area (see the module documentation): the guard list, the
+/// scratch page its entries point at, the bounce page.
+const GUARD_LIST: usize = 0;
+const SCRATCH: usize = 1;
+const BOUNCE: usize = 2;
 
 impl<P: Platform> Shared<P> {
     /// Runs `cmd` with the data in `data` (from byte `at` of its buffer) and waits. `limit` is
@@ -63,16 +82,82 @@ impl<P: Platform> Shared<P> {
         at: usize,
         limit: usize,
     ) -> Result<(Completion, D), Error> {
+        if cmd.transfer()? == DataTransfer::Unknown {
+            return self.admin_unknown_length(cmd, data, at);
+        }
         let dptr = self.data_pointer(cmd, data.buffer(), at, limit)?;
         let mut c = cmd.to_command();
         c.set_prps(dptr.prp1, dptr.prp2);
         // SAFETY: the data pointer covers only memory moved into the admin queue with the
         // command: `data`'s buffer from `at` for at least the bytes the command moves (read
-        // from the command itself by `data_pointer`), or for a command of unknown length one
-        // page of that buffer and then the guard pages; the device uses them only until the
-        // command completes (the safe API refuses commands that keep using memory).
+        // from the command itself by `data_pointer`); the device uses it only until the
+        // command completes (commands that keep using memory are refused or, of unknown
+        // length, go through `admin_unknown_length`).
         let (done, (data, _pages)) =
             unsafe { self.admin_sync_owned(c, (data, dptr.pages), DeviceUse::UntilCompletion) }?;
+        Ok((done, data))
+    }
+
+    /// [`admin_data`](Self::admin_data) for a command whose length the driver can't read: its
+    /// data goes through the controller's unknown-length pages (see the module
+    /// documentation), never the caller's buffer.
+    fn admin_unknown_length<D: DataHolder>(
+        &self,
+        cmd: &AdminCommand,
+        mut data: D,
+        at: usize,
+    ) -> Result<(Completion, D), Error> {
+        let opcode = cmd.opcode;
+        let len = data.buffer().map_or(0, |b| b.len().saturating_sub(at));
+        if len > UNKNOWN_TRANSFER_MAX {
+            return Err(AdminCommandError::UnknownLength {
+                opcode,
+                len,
+                max: UNKNOWN_TRANSFER_MAX,
+            }
+            .into());
+        }
+        let mut area = self.unknown_pages.lock().unwrap_or_else(|e| e.into_inner());
+        if area.is_none() {
+            let mut pages = self.platform.dma().alloc(3 * PAGE_SIZE)?;
+            let base = pages.iova();
+            let (list, scratch) = (base, base + (SCRATCH * PAGE_SIZE) as u64);
+            let entries = &mut pages.as_mut_slice()[GUARD_LIST * PAGE_SIZE..][..PAGE_SIZE];
+            let last = entries.len() - 8;
+            for (i, e) in entries.chunks_exact_mut(8).enumerate() {
+                let to = if i * 8 == last { list } else { scratch };
+                e.copy_from_slice(&to.to_le_bytes());
+            }
+            *area = Some(pages);
+        }
+        // Filled just above.
+        let Some(pages) = area.as_mut() else {
+            return Err(AdminCommandError::UnknownLength {
+                opcode,
+                len,
+                max: UNKNOWN_TRANSFER_MAX,
+            }
+            .into());
+        };
+        let base = pages.iova();
+        let bounce = &mut pages.as_mut_slice()[BOUNCE * PAGE_SIZE..][..PAGE_SIZE];
+        bounce.fill(0);
+        if let Some(b) = data.buffer() {
+            bounce[..len].copy_from_slice(&b.as_slice()[at..at + len]);
+        }
+        let mut c = cmd.to_command();
+        c.set_prps(
+            base + (BOUNCE * PAGE_SIZE) as u64,
+            base + (GUARD_LIST * PAGE_SIZE) as u64,
+        );
+        // SAFETY: the data pointer covers only the unknown-length pages, which `self` keeps
+        // until the controller is disabled on drop (or leaks them): however long the device
+        // uses them, and however much it moves (the guard list chains back into itself).
+        let (done, ()) = unsafe { self.admin_sync_owned(c, (), DeviceUse::UntilCompletion) }?;
+        if let (Some(b), Some(pages)) = (data.buffer_mut(), area.as_ref()) {
+            let bounce = &pages.as_slice()[BOUNCE * PAGE_SIZE..][..PAGE_SIZE];
+            b.as_mut_slice()[at..at + len].copy_from_slice(&bounce[..len]);
+        }
         Ok((done, data))
     }
 
@@ -135,42 +220,13 @@ impl<P: Platform> Shared<P> {
                 })?;
                 Ok(DataPointer { prp1, prp2, pages })
             }
-            DataTransfer::Unknown => {
-                if let Some(b) = buf {
-                    let iova = b.iova() + at as u64;
-                    if len > UNKNOWN_TRANSFER_MAX
-                        || !iova.is_multiple_of(PAGE_SIZE as u64)
-                        || b.capacity() < at + PAGE_SIZE
-                    {
-                        return Err(AdminCommandError::UnknownLength {
-                            opcode,
-                            len,
-                            max: UNKNOWN_TRANSFER_MAX,
-                        }
-                        .into());
-                    }
-                }
-                // Page 0: the guard list; page 1: the scratch page its entries point at;
-                // page 2: PRP1's page when there is no buffer.
-                let mut guard = self.platform.dma().alloc(3 * PAGE_SIZE)?;
-                let base = guard.iova();
-                let (list, scratch) = (base, base + PAGE_SIZE as u64);
-                let entries = &mut guard.as_mut_slice()[..PAGE_SIZE];
-                let last = entries.len() - 8;
-                for (i, e) in entries.chunks_exact_mut(8).enumerate() {
-                    let to = if i * 8 == last { list } else { scratch };
-                    e.copy_from_slice(&to.to_le_bytes());
-                }
-                let prp1 = match buf {
-                    Some(b) => b.iova() + at as u64,
-                    None => base + 2 * PAGE_SIZE as u64,
-                };
-                Ok(DataPointer {
-                    prp1,
-                    prp2: list,
-                    pages: Some(guard),
-                })
+            // Handled by `admin_unknown_length`, never with the caller's memory.
+            DataTransfer::Unknown => Err(AdminCommandError::UnknownLength {
+                opcode,
+                len,
+                max: UNKNOWN_TRANSFER_MAX,
             }
+            .into()),
         }
     }
 }

@@ -1,41 +1,53 @@
-//! The live subsystem and channel handles, so that control-path calls on a handle already
-//! closed (or never opened) fail with VFNVME_ERR_INVALID_ARGUMENT instead of touching freed
-//! memory. The I/O path does not consult it (no locks there).
+//! The live subsystem and channel handles with their kind, so that control-path calls on a
+//! handle already closed (or never opened), or on a handle of the other kind (a channel passed
+//! as a subsystem), fail with VFNVME_ERR_INVALID_ARGUMENT instead of touching freed memory or
+//! reading one type as another. The I/O path does not consult it (no locks there).
 
 use crate::error::{FfiError, FfiResult, Status};
-use std::collections::BTreeSet;
+use std::any::TypeId;
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-static LIVE: Mutex<BTreeSet<usize>> = Mutex::new(BTreeSet::new());
+/// Live handles: address → the type behind it.
+static LIVE: Mutex<BTreeMap<usize, TypeId>> = Mutex::new(BTreeMap::new());
 
-fn live() -> std::sync::MutexGuard<'static, BTreeSet<usize>> {
+fn live() -> std::sync::MutexGuard<'static, BTreeMap<usize, TypeId>> {
     LIVE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Records a new handle.
-pub fn add<T>(p: *const T) {
-    live().insert(p as usize);
+/// Records a new handle of type `T`.
+pub fn add<T: 'static>(p: *const T) {
+    live().insert(p as usize, TypeId::of::<T>());
 }
 
-/// Forgets a handle; false if it was not live.
-pub fn remove<T>(p: *const T) -> bool {
-    live().remove(&(p as usize))
+/// Forgets a handle of type `T`; false if it was not a live one of that type.
+pub fn remove<T: 'static>(p: *const T) -> bool {
+    let mut live = live();
+    if live.get(&(p as usize)) != Some(&TypeId::of::<T>()) {
+        return false;
+    }
+    live.remove(&(p as usize)).is_some()
 }
 
-/// Fails unless `p` is a live handle of kind `what`.
-pub fn check<T>(p: *const T, what: &'static str) -> FfiResult<()> {
+/// Fails unless `p` is a live handle of type `T` (named `what` in the message).
+pub fn check<T: 'static>(p: *const T, what: &'static str) -> FfiResult<()> {
     if p.is_null() {
         return Err(FfiError::new(
             Status::VfnvmeErrInvalidArgument,
             format!("{what} is NULL; pass one vfnvme opened"),
         ));
     }
-    if live().contains(&(p as usize)) {
-        Ok(())
-    } else {
-        Err(FfiError::new(
+    match live().get(&(p as usize)) {
+        Some(&t) if t == TypeId::of::<T>() => Ok(()),
+        Some(_) => Err(FfiError::new(
+            Status::VfnvmeErrInvalidArgument,
+            format!(
+                "{p:p} is not a {what} but another kind of vfnvme handle; pass the {what} itself"
+            ),
+        )),
+        None => Err(FfiError::new(
             Status::VfnvmeErrInvalidArgument,
             format!("{what} {p:p} is not open (already closed, or not from vfnvme)"),
-        ))
+        )),
     }
 }
