@@ -389,7 +389,7 @@ impl<T: Copy + Default> IoQueue<T> {
         let (prp1, prp2) = match prp::build(iova, bytes, t.prp_list.as_mut_slice(), list_iova) {
             Ok(p) => p,
             Err(e) => {
-                self.trackers.release(idx);
+                self.trackers.unwind(idx);
                 return Err(SubmitError::new(e.into(), buf));
             }
         };
@@ -599,7 +599,7 @@ impl<T: Copy + Default> IoQueue<T> {
             match prp::build(b.iova(), bytes, t.prp_list.as_mut_slice(), list_iova) {
                 Ok((prp1, prp2)) => cmd.set_prps(prp1, prp2),
                 Err(e) => {
-                    self.trackers.release(idx);
+                    self.trackers.unwind(idx);
                     return Err(SubmitError::new(e.into(), buf));
                 }
             }

@@ -3,7 +3,7 @@
 
 use super::{IoCompletion, IoQueue};
 use crate::queue::retry::RetryBook;
-use crate::queue::tracker::{Completed, ABORT_SENT};
+use crate::queue::tracker::{Completed, ABORT_SENT, ENDED};
 use crate::spec::Status;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -129,7 +129,7 @@ impl<T: Copy + Default> IoQueue<T> {
         };
         let n = self.trackers.capacity() as u16;
         // A tracker of a request in flight (not one ended earlier and not yet delivered).
-        let in_flight = |t: &&crate::queue::tracker::Tracker<T>| t.busy != 0 && !t.ended;
+        let in_flight = |t: &&crate::queue::tracker::Tracker<T>| t.busy != 0 && t.busy & ENDED == 0;
         // Pass 1: the requests that can't go again, marked on their head (`remaining` = 0
         // there; the heads of the others count their commands again in pass 3).
         let mut hopeless = Vec::new();
@@ -147,7 +147,7 @@ impl<T: Copy + Default> IoQueue<T> {
             let Some(t) = self
                 .trackers
                 .get_mut(idx)
-                .filter(|t| t.busy != 0 && !t.ended)
+                .filter(|t| t.busy != 0 && t.busy & ENDED == 0)
             else {
                 continue;
             };

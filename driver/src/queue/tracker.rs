@@ -18,7 +18,6 @@
 //! buffer, the number of commands still outstanding and the first error.
 
 use crate::spec::Status;
-use std::collections::VecDeque;
 use vfnvme_hal::{DmaBuffer, DmaPool, HalError};
 
 /// The most trackers (commands in flight) a queue pair has: 12 index bits leave 4 generation
@@ -32,8 +31,11 @@ pub struct Tracker<T> {
     /// The head tracker of the request this command belongs to (itself for the head).
     pub parent: u16,
     /// 0 while free. While a command is outstanding on this tracker (or, for a head, the
-    /// request is): [`FRESH`] plus the timeout checks it has lived through (saturating below
-    /// [`ABORT_SENT`]), with [`ABORT_SENT`] set once an Abort went out for it.
+    /// request is): [`FRESH`] plus the timeout checks it has lived through (saturating within
+    /// [`AGE`]), with [`ABORT_SENT`] set once an Abort went out for it. [`ENDED`]: ended by
+    /// recovery, a head waiting for delivery or a retired tracker (with [`HELD`]: the device
+    /// may still use the memory of its request, so it is retired once delivered, or at once
+    /// for another command of the request).
     pub busy: u8,
     /// Head only: commands of the request still outstanding.
     pub remaining: u16,
@@ -45,16 +47,12 @@ pub struct Tracker<T> {
     pub buffer: Option<DmaBuffer>,
     /// This command's PRP list page (also the Dataset Management range page).
     pub prp_list: DmaBuffer,
-    /// While free: the next free tracker ([`NO_TRACKER`] at the end of the list).
+    /// While free: the next free tracker; while a head ended by recovery waits for delivery:
+    /// the next such head ([`NO_TRACKER`] at the end of either list).
     next_free: u16,
     /// The command identifier of this tracker's current (or last) command: its index plus
     /// its generation (see the module documentation).
     pub cid: u16,
-    /// Ended by recovery: a head waiting for delivery, or a retired tracker (with `held`).
-    pub ended: bool,
-    /// The device may still use the memory of this tracker's request: once delivered (a
-    /// head) or at once (another command of the request), the tracker is retired for good.
-    pub held: bool,
 }
 
 impl<T> Tracker<T> {
@@ -75,6 +73,12 @@ const NO_TRACKER: u16 = u16::MAX;
 pub const FRESH: u8 = 1;
 /// [`Tracker::busy`] flag: an Abort was sent for this command.
 pub const ABORT_SENT: u8 = 0x80;
+/// [`Tracker::busy`] flag: ended by recovery (see [`Trackers::end_all`]).
+pub const ENDED: u8 = 0x40;
+/// [`Tracker::busy`] flag with [`ENDED`]: the device may still use the request's memory.
+pub const HELD: u8 = 0x20;
+/// [`Tracker::busy`] bits that count the timeout checks a command lived through.
+pub const AGE: u8 = 0x1f;
 
 /// A command found by [`Trackers::age`] that has outlived the timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,7 +131,7 @@ pub struct Ended<T> {
     pub status: Status,
     /// The user's buffer (`None` when the device may still use it: it was leaked).
     pub buffer: Option<DmaBuffer>,
-    /// The device may still use the request's memory (see [`Tracker::held`]).
+    /// The device may still use the request's memory (see [`HELD`]).
     pub memory_held: bool,
 }
 
@@ -140,16 +144,20 @@ pub struct Trackers<T> {
     slots: Box<[Tracker<T>]>,
     /// The first free tracker, or [`NO_TRACKER`].
     free_head: u16,
-    free_count: usize,
+    /// How many trackers are on the free list (at most [`MAX_TRACKERS`]).
+    free_count: u16,
     /// The index bits of a command identifier.
     idx_mask: u16,
     /// One generation: added to a tracker's identifier each time it is taken.
     gen_step: u16,
-    /// Trackers not retired (see [`Tracker::held`]): the capacity still in service.
-    in_service: usize,
-    /// Heads of requests ended by recovery, in the order they ended, until delivered
-    /// (preallocated: a tracker is in it at most once).
-    ended: VecDeque<u16>,
+    /// The first and last heads of requests ended by recovery and not yet delivered (a FIFO
+    /// threaded through `next_free`, as the free list is), or [`NO_TRACKER`].
+    ended_head: u16,
+    ended_tail: u16,
+    /// How many heads wait in that list.
+    ended_len: u16,
+    /// Trackers retired for good ([`HELD`]).
+    retired: u16,
 }
 
 impl<T: Copy + Default> Trackers<T> {
@@ -176,19 +184,19 @@ impl<T: Copy + Default> Trackers<T> {
                 },
                 // The first command on it gets generation 0: its identifier is its index.
                 cid: (i as u16).wrapping_sub(gen_step),
-                ended: false,
-                held: false,
             });
         }
         // Pop order: 0, 1, 2, ...
         Ok(Trackers {
             free_head: if count > 0 { 0 } else { NO_TRACKER },
-            free_count: count,
+            free_count: count as u16,
             slots: slots.into_boxed_slice(),
             idx_mask,
             gen_step,
-            in_service: count,
-            ended: VecDeque::with_capacity(count),
+            ended_head: NO_TRACKER,
+            ended_tail: NO_TRACKER,
+            ended_len: 0,
+            retired: 0,
         })
     }
     /// Total trackers.
@@ -201,17 +209,17 @@ impl<T: Copy + Default> Trackers<T> {
     /// (ended requests not yet delivered among them).
     #[inline(always)]
     pub fn in_service(&self) -> usize {
-        self.in_service
+        self.slots.len() - usize::from(self.retired)
     }
     /// Requests ended by recovery and not yet delivered.
     #[inline(always)]
     pub fn ended_count(&self) -> usize {
-        self.ended.len()
+        usize::from(self.ended_len)
     }
     /// Free trackers.
     #[inline(always)]
     pub fn free_count(&self) -> usize {
-        self.free_count
+        usize::from(self.free_count)
     }
     /// The tracker the next [`Trackers::alloc`] or [`Trackers::alloc_mut`] takes, if any.
     #[inline(always)]
@@ -236,14 +244,26 @@ impl<T: Copy + Default> Trackers<T> {
         t.cid = t.cid.wrapping_add(self.gen_step);
         Some((idx, t))
     }
+    /// Gives back tracker `idx`, just taken for a submission that failed before it reached the
+    /// ring (never ended, so never retired).
+    #[inline(always)]
+    pub fn unwind(&mut self, idx: u16) {
+        if let Some(t) = self.slots.get_mut(idx as usize) {
+            if t.busy != 0 {
+                t.busy = 0;
+                t.next_free = self.free_head;
+                self.free_head = idx;
+                self.free_count += 1;
+            }
+        }
+    }
     /// Returns a tracker to the free list. Ignores a tracker that is not busy, and a retired
     /// one (the device may still use its request's memory).
     #[inline(always)]
     pub fn release(&mut self, idx: u16) {
         if let Some(t) = self.slots.get_mut(idx as usize) {
-            if t.busy != 0 && !t.held {
+            if t.busy != 0 && t.busy & HELD == 0 {
                 t.busy = 0;
-                t.ended = false;
                 t.next_free = self.free_head;
                 self.free_head = idx;
                 self.free_count += 1;
@@ -327,17 +347,15 @@ impl<T: Copy + Default> Trackers<T> {
     /// that has now lived through more than `checks` of them (its age saturates there), or
     /// `None`. Control path: O(trackers), run at most once per check interval.
     pub fn age(&mut self, checks: u8) -> Option<Overdue> {
-        let limit = checks.clamp(1, ABORT_SENT - 2);
+        let limit = checks.clamp(1, AGE - 2);
         let mut overdue = None;
         for t in self.slots.iter_mut() {
             // Ended requests are no longer the device's: nothing to time out.
-            if t.busy == 0 || t.ended {
+            if t.busy == 0 || t.busy & ENDED != 0 {
                 continue;
             }
             let abort_sent = t.busy & ABORT_SENT != 0;
-            let age = (t.busy & !ABORT_SENT)
-                .saturating_add(1)
-                .min(limit + FRESH + 1);
+            let age = (t.busy & AGE).saturating_add(1).min(limit + FRESH + 1);
             t.busy = age | (t.busy & ABORT_SENT);
             if age > limit + FRESH && overdue.is_none() {
                 overdue = Some(Overdue {
@@ -378,7 +396,7 @@ impl<T: Copy + Default> Trackers<T> {
             let Some(t) = self.slots.get(idx as usize) else {
                 break;
             };
-            if t.busy == 0 || t.ended {
+            if t.busy == 0 || t.busy & ENDED != 0 {
                 continue;
             }
             if t.parent == idx {
@@ -403,19 +421,24 @@ impl<T: Copy + Default> Trackers<T> {
         let Some(t) = self.slots.get_mut(idx as usize) else {
             return;
         };
-        if t.busy == 0 || t.ended {
+        if t.busy == 0 || t.busy & ENDED != 0 {
             return;
         }
         t.cid = t.cid.wrapping_add(step);
-        t.ended = true;
-        t.held = held;
+        t.busy |= if held { ENDED | HELD } else { ENDED };
         t.status = status;
         if held {
             if let Some(b) = t.buffer.take() {
                 keep(b);
             }
         }
-        self.ended.push_back(idx);
+        t.next_free = NO_TRACKER;
+        match self.slots.get_mut(self.ended_tail as usize) {
+            Some(tail) => tail.next_free = idx,
+            None => self.ended_head = idx,
+        }
+        self.ended_tail = idx;
+        self.ended_len += 1;
     }
     /// Ends command tracker `idx` of an ended request that is not its head: freed, or retired
     /// with `held`.
@@ -424,14 +447,13 @@ impl<T: Copy + Default> Trackers<T> {
         let Some(t) = self.slots.get_mut(idx as usize) else {
             return;
         };
-        if t.busy == 0 || t.ended {
+        if t.busy == 0 || t.busy & ENDED != 0 {
             return;
         }
         t.cid = t.cid.wrapping_add(step);
         if held {
-            t.ended = true;
-            t.held = true;
-            self.in_service -= 1;
+            t.busy |= ENDED | HELD;
+            self.retired += 1;
         } else {
             self.release(idx);
         }
@@ -439,17 +461,22 @@ impl<T: Copy + Default> Trackers<T> {
     /// The next request ended by recovery, in the order they ended: its head tracker is freed
     /// now, or retired if the device may still use the request's memory.
     pub fn next_ended(&mut self) -> Option<Ended<T>> {
-        let slot = self.ended.pop_front()?;
+        let slot = self.ended_head;
         let t = self.slots.get_mut(slot as usize)?;
+        self.ended_head = t.next_free;
+        if self.ended_head == NO_TRACKER {
+            self.ended_tail = NO_TRACKER;
+        }
+        self.ended_len -= 1;
         let ended = Ended {
             slot,
             tag: t.tag,
             status: t.status,
             buffer: t.buffer.take(),
-            memory_held: t.held,
+            memory_held: t.busy & HELD != 0,
         };
-        if t.held {
-            self.in_service -= 1;
+        if ended.memory_held {
+            self.retired += 1;
         } else {
             self.release(slot);
         }
