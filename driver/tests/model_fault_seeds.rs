@@ -5,6 +5,13 @@
 //! the medium, and through a clean read after recovery when the controller survived), and no
 //! buffer the device could still write was handed back (the model's DMA violations).
 //!
+//! The last class (issue 30) plays a controller that can't be disabled (`ignore_disable`) whose
+//! device the kernel asks back while I/O is in flight (`ModelPlatform::request_removal`, then
+//! `Controller::mark_removed` or the queue pairs' periodic checks), with commands the device
+//! carries out late, and queue pairs dropped at random moments with requests outstanding; once
+//! virtual time has run past every late command, the model must have seen no access to memory
+//! the driver freed. A dropped queue pair's requests end by the drop (counted as dropped).
+//!
 //! `FAULT_SEEDS=N` runs seeds 0..N (default: 1000 in release builds, 500 in debug builds);
 //! `FAULT_SEED=N` runs only seed N, which replays the run exactly (the model and the driver are
 //! deterministic on virtual time). `--nocapture` shows a summary line per fault class;
@@ -51,8 +58,8 @@ fn saturate(seed: u64, class: usize) -> bool {
 /// Polls (each followed by a step of virtual time) after which a run counts as hung.
 const POLL_LIMIT: usize = 20_000_000;
 
-/// The fault classes, one per seed (`seed % CLASSES.len()`).
-const CLASSES: [&str; 10] = [
+/// The fault classes, one per seed ([`class_of`]).
+const CLASSES: [&str; 11] = [
     "late completion",
     "lost completion",
     "duplicate completion",
@@ -63,7 +70,35 @@ const CLASSES: [&str; 10] = [
     "all-ones reads (gone)",
     "no ready after reset",
     "mixed",
+    "stuck removal",
 ];
+
+/// The class of a controller that can't be disabled, removed with I/O in flight while queue
+/// pairs are dropped (see the module documentation).
+const STUCK_REMOVAL: usize = 10;
+/// The late commands of [`STUCK_REMOVAL`] execute this long after their fetch (by seed): past
+/// the CAP.TO wait (500 ms) of the disable that `mark_removed` tries first, so that they land
+/// after the queue pairs were dropped.
+const STUCK_LATE_NS: [u64; 3] = [700_000_000, 1_200_000_000, 2_000_000_000];
+/// The I/O timeout of [`STUCK_REMOVAL`] seeds where the removal comes first (longer than any
+/// late command: no reset before the removal); the other seeds time out, fail to reset and
+/// end stuck before the removal.
+const STUCK_REMOVAL_FIRST_TIMEOUT_MS: u64 = 10_000;
+
+/// The fault class of seed `seed`: [`STUCK_REMOVAL`] for one seed in eleven, else `seed % 10`
+/// (so that every other seed runs exactly what it ran before that class was added).
+fn class_of(seed: u64) -> usize {
+    if seed % 11 == 10 {
+        STUCK_REMOVAL
+    } else {
+        (seed % 10) as usize
+    }
+}
+
+/// Whether [`STUCK_REMOVAL`] seed `seed` removes the device before any reset (long I/O timeout).
+fn removal_first(seed: u64) -> bool {
+    (seed / 11).is_multiple_of(2)
+}
 
 fn plan(seed: u64, class: usize) -> FaultPlan {
     let base = FaultPlan {
@@ -100,6 +135,11 @@ fn plan(seed: u64, class: usize) -> FaultPlan {
         8 => FaultPlan {
             lost: 10,
             no_ready: 500,
+            ..base
+        },
+        STUCK_REMOVAL => FaultPlan {
+            late: 60,
+            late_ns: STUCK_LATE_NS[(seed / 10 % 3) as usize],
             ..base
         },
         _ => FaultPlan {
@@ -183,6 +223,8 @@ struct Tally {
     timeouts: u64,
     resets: u64,
     retries: u64,
+    /// I/Os ended by dropping their queue pair.
+    dropped: u64,
 }
 
 struct Run {
@@ -197,6 +239,9 @@ struct Run {
     tally: Tally,
     /// A fingerprint of the run: every completion's tag and status, in order.
     trace: u64,
+    /// The controller may end stuck (can't be disabled): requests may end without their
+    /// buffers (leaked, not handed back).
+    may_stick: bool,
 }
 
 impl Run {
@@ -222,6 +267,18 @@ impl Run {
             self.busy.remove(&b);
         }
         let Some(buf) = c.buffer else {
+            if self.may_stick && c.status.is_host_failure() {
+                // Leaked: the device may still carry it out (the controller could not be
+                // disabled), so its blocks stay busy for good and a write may land any time.
+                self.tally.error += 1;
+                for b in lba..lba + blocks {
+                    self.busy.insert(b, ());
+                    if let Some(v) = write {
+                        self.may_hold.entry(b).or_insert_with(|| vec![0]).push(v);
+                    }
+                }
+                return;
+            }
             self.problems.push(format!(
                 "I/O {} ended ({:?}) without its buffer: leaked, yet the controller could be disabled",
                 c.tag, c.status
@@ -267,6 +324,21 @@ impl Run {
                 }
             }
             None => {}
+        }
+    }
+
+    /// Queue pair `q` was dropped: its requests in flight end with it (no completion comes);
+    /// a write among them may or may not have reached the medium.
+    fn dropped_qpair(&mut self, q: usize) {
+        for io in self.ios.iter_mut().filter(|io| io.qp == q && io.ended == 0) {
+            io.ended = 1;
+            self.tally.dropped += 1;
+            for b in io.lba..io.lba + io.blocks {
+                self.busy.remove(&b);
+                if let Some(v) = io.write {
+                    self.may_hold.entry(b).or_insert_with(|| vec![0]).push(v);
+                }
+            }
         }
     }
 
@@ -338,7 +410,99 @@ fn config(seed: u64, class: usize) -> ModelConfig {
         reorder_completions: seed / 10 % 2 == 1,
         seed,
         faults: plan(seed, class),
+        ignore_disable: class == STUCK_REMOVAL,
         ..ModelConfig::default()
+    }
+}
+
+/// When a [`STUCK_REMOVAL`] seed drops one of its queue pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DropAt {
+    /// With the others, after the run.
+    End,
+    /// Once this many I/Os were submitted (before or after the removal).
+    Ios(usize),
+    /// Right after the controller is seen removed (or failed), before the queue pair polls
+    /// again: it has not noticed, and may still have requests outstanding.
+    AtGone,
+    /// This many rounds of polls after the controller is seen removed (or failed).
+    AfterGone(usize),
+}
+
+/// When and how a [`STUCK_REMOVAL`] seed removes the device and drops its queue pairs.
+struct RemovalPlan {
+    /// Submitted I/Os after which the kernel asks for the device back.
+    after_ios: usize,
+    /// `Controller::mark_removed` at once; otherwise the queue pairs' periodic checks notice.
+    mark: bool,
+    /// Per queue pair, when it is dropped.
+    drops: [DropAt; QPAIRS],
+    /// Set once the removal was requested (no more submissions then).
+    requested: bool,
+    /// The round at which the controller was seen removed or failed (its events).
+    gone_at: Option<usize>,
+    /// The controller's events (`Removed`, `Failed`).
+    events: std::sync::mpsc::Receiver<ControllerEvent>,
+}
+
+impl RemovalPlan {
+    /// The plan of seed `seed` (its own generator: the I/O stream is drawn as for any class).
+    fn new(seed: u64, events: std::sync::mpsc::Receiver<ControllerEvent>) -> Self {
+        let mut rng = Rng(splitmix(seed ^ 0x7265_6d6f_7665));
+        let after_ios = IOS / 8 + rng.below(IOS as u64 / 2) as usize;
+        let mark = rng.below(2) == 0;
+        let drops = std::array::from_fn(|_| match rng.below(8) {
+            0..=3 => DropAt::AtGone,
+            4 => DropAt::Ios(rng.below(IOS as u64) as usize),
+            5 => DropAt::AfterGone(1 + rng.below(300) as usize),
+            _ => DropAt::End,
+        });
+        RemovalPlan {
+            after_ios,
+            mark,
+            drops,
+            requested: false,
+            gone_at: None,
+            events,
+        }
+    }
+
+    /// At the start of round `round`: requests the removal when its time came (and marks the
+    /// controller removed, if the plan says so), notes when the controller is seen gone, and
+    /// drops the queue pairs whose moment came.
+    fn step(
+        &mut self,
+        round: usize,
+        run: &mut Run,
+        ctrl: &Controller<ModelPlatform>,
+        qps: &mut [Option<QueuePair<ModelPlatform>>],
+    ) {
+        if !self.requested && run.ios.len() >= self.after_ios {
+            run.platform.request_removal();
+            self.requested = true;
+            if self.mark {
+                ctrl.mark_removed();
+            }
+        }
+        if self.gone_at.is_none()
+            && self
+                .events
+                .try_iter()
+                .any(|e| matches!(e, ControllerEvent::Removed | ControllerEvent::Failed))
+        {
+            self.gone_at = Some(round);
+        }
+        for (q, slot) in qps.iter_mut().enumerate() {
+            let now = match self.drops[q] {
+                DropAt::End => false,
+                DropAt::Ios(n) => run.ios.len() >= n,
+                DropAt::AtGone => self.gone_at.is_some(),
+                DropAt::AfterGone(k) => self.gone_at.is_some_and(|g| round >= g + k),
+            };
+            if now && slot.take().is_some() {
+                run.dropped_qpair(q);
+            }
+        }
     }
 }
 
@@ -358,10 +522,15 @@ fn retries_on(seed: u64) -> bool {
 }
 
 fn run_seed(seed: u64) -> Outcome {
-    let class = (seed % CLASSES.len() as u64) as usize;
+    let class = class_of(seed);
     let platform = ModelPlatform::new(config(seed, class)).expect("model config");
+    let stuck_class = class == STUCK_REMOVAL;
     let options = ControllerOptions {
-        io_timeout_ms: IO_TIMEOUT_MS,
+        io_timeout_ms: if stuck_class && removal_first(seed) {
+            STUCK_REMOVAL_FIRST_TIMEOUT_MS
+        } else {
+            IO_TIMEOUT_MS
+        },
         admin_timeout_ms: 50,
         io_retries: if retries_on(seed) { 3 } else { 0 },
         ..ControllerOptions::default()
@@ -369,15 +538,19 @@ fn run_seed(seed: u64) -> Outcome {
     let ctrl = Controller::new(platform.clone(), options).expect("bring-up (admin is not faulted)");
     let events = ctrl.subscribe_controller_events();
     let ns = ctrl.namespace(1).expect("namespace 1");
-    let mut qps: Vec<QueuePair<ModelPlatform>> = (0..QPAIRS)
+    let mut qps: Vec<Option<QueuePair<ModelPlatform>>> = (0..QPAIRS)
         .map(|_| {
-            ctrl.alloc_qpair(QpairOptions {
-                depth: 16,
-                ..QpairOptions::default()
-            })
-            .expect("queue pair")
+            Some(
+                ctrl.alloc_qpair(QpairOptions {
+                    depth: 16,
+                    ..QpairOptions::default()
+                })
+                .expect("queue pair"),
+            )
         })
         .collect();
+    let mut removal =
+        stuck_class.then(|| RemovalPlan::new(seed, ctrl.subscribe_controller_events()));
     let mut run = Run {
         seed,
         platform: platform.clone(),
@@ -390,6 +563,7 @@ fn run_seed(seed: u64) -> Outcome {
             ..Tally::default()
         },
         trace: 0,
+        may_stick: stuck_class,
     };
     let mut rng = Rng(splitmix(seed ^ 0x7465_7374));
     if std::env::var_os("FAULT_DEBUG").is_some() {
@@ -402,8 +576,16 @@ fn run_seed(seed: u64) -> Outcome {
     let mut next_submit = [platform.now_ns(); QPAIRS];
     let saturated = saturate(seed, class);
     loop {
-        for (q, qp) in qps.iter_mut().enumerate() {
+        if let Some(r) = removal.as_mut() {
+            r.step(polls, &mut run, &ctrl, &mut qps);
+        }
+        let removing = removal.as_ref().is_some_and(|r| r.requested);
+        for (q, slot) in qps.iter_mut().enumerate() {
+            let Some(qp) = slot.as_mut() else {
+                continue;
+            };
             while run.ios.len() < IOS
+                && !removing
                 && platform.now_ns() >= next_submit[q]
                 && run
                     .ios
@@ -426,7 +608,7 @@ fn run_seed(seed: u64) -> Outcome {
             // pending lets virtual time run to the next one).
             qp.poll(usize::MAX, |c| run.end(c));
         }
-        if run.ios.len() >= IOS && run.ios.iter().all(|io| io.ended > 0) {
+        if (run.ios.len() >= IOS || removing) && run.ios.iter().all(|io| io.ended > 0) {
             break;
         }
         polls += 1;
@@ -446,7 +628,7 @@ fn run_seed(seed: u64) -> Outcome {
     // Nothing more arrives for I/Os that ended (a late duplicate would show here): about half
     // a second of virtual time (idle steps grow to 1 ms), past every delay the model injects.
     for _ in 0..500 {
-        for qp in qps.iter_mut() {
+        for qp in qps.iter_mut().flatten() {
             qp.poll(usize::MAX, |c| run.end(c));
         }
         run.platform.relax();
@@ -500,7 +682,10 @@ fn run_seed(seed: u64) -> Outcome {
     if !survived {
         run.tally.failed_ctrl += 1;
     }
-    for (q, qp) in qps.iter_mut().enumerate() {
+    for (q, slot) in qps.iter_mut().enumerate() {
+        let Some(qp) = slot.as_mut() else {
+            continue;
+        };
         let start = q as u64 * REGION;
         match qp.read_sync(
             &ns,
@@ -534,9 +719,20 @@ fn run_seed(seed: u64) -> Outcome {
             _ => {}
         }
     }
-    run.tally.spurious = qps.iter().map(|qp| qp.spurious_completions()).sum();
+    run.tally.spurious = qps
+        .iter()
+        .flatten()
+        .map(|qp| qp.spurious_completions())
+        .sum();
     drop(qps);
     drop(ctrl);
+    if stuck_class {
+        // The device can't be stopped: let virtual time run past every late command it holds.
+        let until = platform.now_ns() + STUCK_LATE_NS[2] + 1_000_000_000;
+        while platform.now_ns() < until {
+            platform.relax();
+        }
+    }
     let violations = platform.dma_violations();
     if !violations.is_empty() {
         run.problems.push(format!(
@@ -598,6 +794,7 @@ fn every_io_ends_once_and_acknowledged_writes_survive_faults() {
         sum.timeouts += t.timeouts;
         sum.resets += t.resets;
         sum.retries += t.retries;
+        sum.dropped += t.dropped;
         if !problems.is_empty() {
             eprintln!(
                 "seed {seed} ({}) FAILED: {}\n  rerun just it: FAULT_SEED={seed} cargo test -p vfnvme --test model_fault_seeds -- --nocapture",
@@ -621,6 +818,7 @@ fn every_io_ends_once_and_acknowledged_writes_survive_faults() {
         "resets",
         "failed",
         "retries",
+        "dropped",
     ];
     let cells: Vec<String> = header.iter().map(|h| format!("{h:>10}")).collect();
     println!("{:<24} | {}", "fault class", cells.join(" | "));
@@ -642,6 +840,7 @@ fn every_io_ends_once_and_acknowledged_writes_survive_faults() {
             t.resets,
             t.failed_ctrl,
             t.retries,
+            t.dropped,
         ];
         let cells: Vec<String> = values.iter().map(|v| format!("{v:>10}")).collect();
         println!("{name:<24} | {}", cells.join(" | "));
@@ -671,8 +870,8 @@ fn every_io_ends_once_and_acknowledged_writes_survive_faults() {
 
 #[test]
 fn a_seed_replays_exactly() {
-    // One seed of each class with resets, duplicates and a mix.
-    for seed in [1, 12, 59] {
+    // One seed of each class with resets, duplicates, a mix, and a stuck removal.
+    for seed in [1, 12, 59, 21] {
         let a = run_seed(seed);
         let b = run_seed(seed);
         assert!(a.tally.injected > 0, "seed {seed} injected faults");

@@ -21,6 +21,8 @@ pub use error::Status;
 #[cfg(all(test, feature = "model"))]
 mod abi_bounds_tests;
 #[cfg(all(test, feature = "model"))]
+mod abi_handle_kind_tests;
+#[cfg(all(test, feature = "model"))]
 mod abi_mp_tests;
 #[cfg(all(test, feature = "model"))]
 mod abi_recovery_tests;
