@@ -186,6 +186,10 @@ pub enum SubmitErrorKind {
         /// Commands this I/O needs.
         needed: usize,
     },
+    /// The controller could not be disabled after a failure: the device may still use this
+    /// queue pair's memory, so nothing more is sent on it.
+    #[error("the controller could not be disabled after a failure and may still use this queue pair's memory, so nothing more is sent on it: free the queue pair and close the controller (its memory stays reserved until the process exits)")]
+    ControllerStuck,
     /// The I/O needs more commands than the queue can ever hold.
     #[error("this I/O needs {needed} commands but the queue holds at most {capacity}: split it into smaller I/Os or use a deeper queue")]
     TooLarge {

@@ -3,8 +3,8 @@
 //! idea of "the device stopped" and the device's own state part ways: a controller that can't
 //! be disabled when it is removed or reset (the model's `ignore_disable`), with a read the
 //! device carries out 30 s later (a stall), and queue pairs dropped before they noticed; and
-//! the safe admin API, which must refuse commands whose memory the device may keep using after
-//! they complete. The model records every device access outside the pool's live allocations
+//! the safe admin API, which refuses commands whose memory the device keeps using after they
+//! complete and gives commands of unknown length only memory the driver keeps. The model records every device access outside the pool's live allocations
 //! (`ModelPlatform::dma_violations`). Virtual time: no sleeps.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,7 +13,7 @@ use vfnvme::admin::ControllerEvent;
 use vfnvme::controller::{Controller, ControllerOptions};
 use vfnvme::hal::DmaPool;
 use vfnvme::platform::{Platform, RegisterIo};
-use vfnvme::spec::admin_command::{data_feature, opcode};
+use vfnvme::spec::admin_command::{data_feature, opcode, AdminCommandError};
 use vfnvme::spec::registers::{Csts, CC, CSTS};
 use vfnvme::spec::AdminCommand;
 use vfnvme::{Error, QpairOptions, QueuePair};
@@ -160,7 +160,7 @@ fn a_queue_pair_dropped_after_another_noticed_a_stuck_removal_keeps_its_memory()
 
 /// Item c, for contrast: a reset whose disable fails marks the controller stuck *without*
 /// bumping the epoch, so an unpolled queue pair's drop goes to `Shared::release_qpair`, which
-/// sees STUCK and leaks. Passes today; guards the fix of defect 4 against freeing here.
+/// sees STUCK and leaks. Guards the fix of defect 4 against freeing here.
 #[test]
 fn a_queue_pair_dropped_after_a_reset_whose_disable_failed_keeps_its_memory() {
     let (p, ctrl) = up(config(vec![late_read(1)], true));
@@ -276,7 +276,7 @@ impl Platform for Saboteur {
 /// the next step fails (Set Number of Queues times out) and so does `fail()`'s disable
 /// (state STUCK). An unpolled queue pair's drop then frees its memory, as after defect 4 —
 /// but here rightly: the successful first disable deleted its queues and dropped the stalled
-/// read, so the device no longer has any of it. Passes today (no violation): not a defect.
+/// read, so the device no longer has any of it. No violation: not a defect.
 #[test]
 fn a_queue_pair_dropped_after_a_reset_that_failed_past_its_disable_frees_only_unused_memory() {
     let model = ModelPlatform::new(config(vec![late_read(1)], false)).unwrap();
@@ -342,7 +342,7 @@ fn assert_refused<T: std::fmt::Debug>(
 }
 
 /// Set Features, Host Memory Buffer (FID 0Dh) lends host memory for as long as the controller
-/// runs: refused by every safe entry point. Passes today (`AdminCommand::transfer` refuses it).
+/// runs: refused by every safe entry point. (`AdminCommand::transfer` refuses it.)
 #[test]
 fn the_safe_admin_api_refuses_host_memory_buffer_enable() {
     let (p, ctrl) = up(config(Vec::new(), false));
@@ -406,74 +406,103 @@ fn the_safe_admin_api_refuses_doorbell_buffer_config() {
 }
 
 /// A vendor-specific opcode (C0h and up) with data: the driver can't know whether the device
-/// keeps using the buffer (or the guard and scratch pages, freed at completion) after the
-/// command completes, so the safe API must refuse it. Fails today: the command goes through
-/// (`DataTransfer::Unknown`, a guard list freed at completion).
+/// keeps using the memory after the command completes, so the device never gets the caller's
+/// buffer: the data goes through the controller's own unknown-length pages (copied in before,
+/// back out after a success), which are not freed at completion but kept until the controller
+/// is disabled. The model's vendor fill (C2h) writes CDW10 bytes of CDW11's value.
 #[test]
-fn the_safe_admin_api_refuses_vendor_opcodes_with_data() {
+fn a_vendor_opcode_with_data_gets_the_data_through_pages_that_stay() {
     let (p, ctrl) = up(config(Vec::new(), false));
-    let before = admin_sent(&p);
-    let vendor = AdminCommand::new(0xc0);
+    let pool = ctrl.dma().clone();
+    let fill = |len: u32, byte: u32| AdminCommand {
+        opcode: vfnvme_model::VENDOR_FILL_OPCODE,
+        cdw10: len,
+        cdw11: byte,
+        ..AdminCommand::default()
+    };
+    let before = pool.live_allocations();
     let buf = ctrl.dma().alloc(4096).unwrap();
-    assert_refused(
-        &p,
-        before,
-        ctrl.admin_with_data(vendor, buf),
-        "admin_with_data(C0h)",
+    let (_, buf) = ctrl.admin_with_data(fill(4096, 0x5a), buf).unwrap();
+    assert!(
+        buf.as_slice().iter().all(|&b| b == 0x5a),
+        "the data came back"
     );
-    assert_refused(
-        &p,
-        before,
-        ctrl.admin_read(AdminCommand::new(0xff), 4096),
-        "admin_read(FFh)",
+    drop(buf);
+    // The unknown-length pages stay (one allocation), the same for the next command.
+    assert_eq!(pool.live_allocations(), before + 1);
+    let (_, buf) = ctrl.admin_read(fill(512, 0x33), 512).unwrap();
+    assert!(buf.as_slice().iter().all(|&b| b == 0x33));
+    drop(buf);
+    assert_eq!(pool.live_allocations(), before + 1);
+    // Without data: the same pages.
+    ctrl.admin(fill(4096, 0x11)).unwrap();
+    assert_eq!(pool.live_allocations(), before + 1);
+    // More than one page of buffer: the driver can't bound the transfer (typed refusal).
+    let e = ctrl.admin_read(fill(8192, 1), 8192).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::AdminCommand(AdminCommandError::UnknownLength { .. })
+        ),
+        "{e}"
     );
-    assert_refused(
-        &p,
-        before,
-        ctrl.admin_write(AdminCommand::new(0xc1), &[1; 512]),
-        "admin_write(C1h)",
+    drop(ctrl);
+    assert_eq!(
+        pool.live_allocations(),
+        0,
+        "freed once the controller is disabled"
     );
+    assert_eq!(p.dma_violations(), Vec::<String>::new());
 }
 
-/// Set Features with a vendor-specific Feature ID (C0h..FFh) and data: as for a vendor opcode,
-/// the driver can't tell how long the device uses the data. Fails today.
+/// A vendor command that times out and is carried out later (a stalled fill, 1 s late): the
+/// caller's buffer came back with the timeout and went to a new owner, and the late write
+/// lands in the controller's unknown-length pages, never in the new owner's buffer.
 #[test]
-fn the_safe_admin_api_refuses_vendor_features_with_data() {
-    let (p, ctrl) = up(config(Vec::new(), false));
-    let before = admin_sent(&p);
-    assert_refused(
-        &p,
-        before,
-        ctrl.set_features(0xc0, 1, Some(&[0; 4096])),
-        "set_features(C0h, data)",
+fn a_late_vendor_command_never_writes_the_callers_memory() {
+    let stall = Stall {
+        qid: 0,
+        opcode: vfnvme_model::VENDOR_FILL_OPCODE,
+        after_ns: 1_000_000_000,
+        completes: true,
+        count: 1,
+    };
+    let (p, ctrl) = up(config(vec![stall], false));
+    let start = p.now_ns();
+    let fill = AdminCommand {
+        opcode: vfnvme_model::VENDOR_FILL_OPCODE,
+        cdw10: 4096,
+        cdw11: 0xee,
+        ..AdminCommand::default()
+    };
+    let buf = ctrl.dma().alloc(4096).unwrap();
+    let at = buf.iova();
+    let e = ctrl.admin_with_data(fill, buf).unwrap_err();
+    assert!(matches!(e, Error::AdminTimeout { .. }), "{e}");
+    // The pool hands freed chunks out first: find the caller's old chunk with a new owner.
+    let owners: Vec<_> = (0..8).map(|_| ctrl.dma().alloc(4096).unwrap()).collect();
+    let reused = owners
+        .iter()
+        .find(|b| b.iova() == at)
+        .expect("the caller's buffer went back to the pool and out again");
+    run_until(&*p, start + 2_000_000_000);
+    assert!(
+        reused.as_slice().iter().all(|&b| b == 0),
+        "the late vendor write reached the new owner's buffer"
     );
+    assert_eq!(p.dma_violations(), Vec::<String>::new());
+    // The admin queue goes on.
+    ctrl.identify_controller().unwrap();
 }
 
-/// An opcode the specification reserves (here 3Fh) with data: refused. Fails today.
+/// An opcode the specification reserves (here 3Fh) with data reaches the device through the
+/// same pages; the model answers Invalid Opcode: a typed error, nothing freed early.
 #[test]
-fn the_safe_admin_api_refuses_unknown_opcodes_with_data() {
+fn a_reserved_opcode_with_data_is_a_typed_device_error() {
     let (p, ctrl) = up(config(Vec::new(), false));
-    let before = admin_sent(&p);
-    assert_refused(
-        &p,
-        before,
-        ctrl.admin_read(AdminCommand::new(0x3f), 4096),
-        "admin_read(3Fh)",
-    );
-}
-
-/// A vendor-specific opcode *without* a buffer still gets host memory: `admin` points it at
-/// the guard list and a scratch page (freed at completion) so that whatever it writes lands
-/// there. The same hazard as with data, so the safe API must refuse it too (or give the device
-/// no memory at all). Fails today.
-#[test]
-fn the_safe_admin_api_gives_no_freed_memory_to_a_vendor_opcode_without_data() {
-    let (p, ctrl) = up(config(Vec::new(), false));
-    let before = admin_sent(&p);
-    assert_refused(
-        &p,
-        before,
-        ctrl.admin(AdminCommand::new(0xc0)),
-        "admin(C0h)",
-    );
+    let e = ctrl.admin_read(AdminCommand::new(0x3f), 4096).unwrap_err();
+    assert!(matches!(e, Error::AdminFailed { .. }), "{e}");
+    let e = ctrl.set_features(0xc0, 1, Some(&[0; 4096])).unwrap_err();
+    assert!(matches!(e, Error::AdminFailed { .. }), "{e}");
+    assert_eq!(p.dma_violations(), Vec::<String>::new());
 }

@@ -1,14 +1,12 @@
-//! Issue 30, suspected item a: one registry of live handles (`mp/registry.rs`) holds both
-//! subsystem and channel pointers, without their kind, so a channel passed where a
-//! `vfnvme_subsys *` is expected passes the subsystem check (and the reverse passes the
-//! channel check of `vfnvme_channel_close`). What follows the check then reads (or, for
-//! `vfnvme_subsys_close`, frees) one type's memory as the other's.
+//! Handles of the wrong kind: one registry of live handles (`mp/registry.rs`) holds both
+//! subsystem and channel pointers, each with its type, so that a channel passed where a
+//! `vfnvme_subsys *` is expected (or the reverse) is refused before anything reads one type's
+//! memory as the other's (or frees it as such).
 //!
-//! Making the confused call today is undefined behaviour (`vfnvme_subsys_info` would call
-//! through a "vtable" read out of a `Channel`), so these tests assert on the registry gate
-//! first, without dereferencing anything, and make the ABI call only once the gate refuses
-//! the wrong kind: they fail today at the gate, and after a fix they check the ABI's answer
-//! and that the handle passed by mistake still works.
+//! Were the gate to let the wrong kind through, the confused call would be undefined
+//! behaviour, so these tests assert on the registry gate first, without dereferencing
+//! anything, and make the ABI call only once the gate refuses the wrong kind; they then check
+//! the ABI's answer and that the handle passed by mistake still works.
 
 use crate::error::vfnvme_last_error;
 use crate::mp::channel::*;
@@ -59,7 +57,7 @@ fn close(s: *mut Subsys, ch: *mut Channel) {
 
 /// A channel passed as a `vfnvme_subsys *`: `vfnvme_subsys_info` (and so `vfnvme_subsys_close`,
 /// which would free the channel as a subsystem) must fail with VFNVME_ERR_INVALID_ARGUMENT and
-/// leave the channel usable. Fails today: the registry accepts the channel as a subsystem.
+/// leave the channel usable.
 #[test]
 fn a_channel_is_not_accepted_as_a_subsystem() {
     let (s, ch) = open();
@@ -94,9 +92,8 @@ fn a_channel_is_not_accepted_as_a_subsystem() {
 }
 
 /// A subsystem passed as a `vfnvme_channel *`: `vfnvme_channel_close` must fail with
-/// VFNVME_ERR_INVALID_ARGUMENT and leave the subsystem usable. Fails today at the registry,
-/// which accepts the subsystem as a channel; the close is then stopped only by the channel's
-/// magic value, read (best effort) out of the subsystem's memory.
+/// VFNVME_ERR_INVALID_ARGUMENT and leave the subsystem usable. (Before handles carried
+/// their kind, only the channel's magic value, read out of the subsystem's memory, stopped it.)
 #[test]
 fn a_subsystem_is_not_accepted_as_a_channel() {
     let (s, ch) = open();

@@ -137,6 +137,9 @@ pub trait QpairOps: Send {
     /// The slot the next submitted request will occupy (`RawCompletion::slot` gives it back),
     /// or `None` when the queue pair is full.
     fn next_slot(&self) -> Option<u16>;
+    /// Why `next_slot` is `None`: VFNVME_ERR_QUEUE_FULL, or VFNVME_ERR_DEVICE when the queue
+    /// pair takes nothing more (its controller could not be disabled).
+    fn no_slot(&self) -> crate::error::FfiError;
     /// Rings the submission doorbell once for everything queued.
     fn commit(&mut self);
     /// Reaps up to `max` completions, calling `f` for each; returns how many.

@@ -37,6 +37,7 @@ pub(crate) fn status_of_submit(k: &SubmitErrorKind) -> Status {
             Status::VfnvmeErrOutOfRange
         }
         SubmitErrorKind::NamespaceNotActive { .. } => Status::VfnvmeErrNotFound,
+        SubmitErrorKind::ControllerStuck => Status::VfnvmeErrDevice,
         SubmitErrorKind::MetadataUnsupported { .. }
         | SubmitErrorKind::CommandUnsupported { .. } => Status::VfnvmeErrUnsupported,
         SubmitErrorKind::BufferTooSmall { .. } | SubmitErrorKind::Prp(_) => {
@@ -211,6 +212,16 @@ impl<P: Platform> QpairOps for QueuePair<P, Slot> {
     #[inline]
     fn next_slot(&self) -> Option<u16> {
         QueuePair::next_slot(self)
+    }
+    #[cold]
+    fn no_slot(&self) -> FfiError {
+        match self.why_full() {
+            SubmitErrorKind::QueueFull { .. } => FfiError::new(Status::VfnvmeErrQueueFull, ""),
+            k => FfiError::new(
+                status_of_submit(&k),
+                format!("queue pair {}: {k}", self.qid()),
+            ),
+        }
     }
     #[inline]
     fn commit(&mut self) {

@@ -131,9 +131,9 @@ impl Qpair {
         }
         let data = buf;
         let buf = translate(region, *ctrl, buf, u64::from(blocks) << ns.lba_shift())?;
-        let slot = inner
-            .next_slot()
-            .ok_or(FfiError::new(Status::VfnvmeErrQueueFull, ""))?;
+        let Some(slot) = inner.next_slot() else {
+            return Err(inner.no_slot());
+        };
         // Marked before the submission, so that vfnvme_dma_free on another thread sees it.
         let mark = in_flight.get(usize::from(slot));
         if let Some(m) = mark {
@@ -223,10 +223,9 @@ impl Qpair {
         cb: Callback,
         arg: *mut c_void,
     ) -> FfiResult<i32> {
-        let slot = self
-            .inner
-            .next_slot()
-            .ok_or(FfiError::new(Status::VfnvmeErrQueueFull, ""))?;
+        let Some(slot) = self.inner.next_slot() else {
+            return Err(self.inner.no_slot());
+        };
         let mark = self.in_flight.get(usize::from(slot));
         if let Some(m) = mark {
             m.store(data as usize, Ordering::Relaxed);

@@ -215,6 +215,13 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
     pub fn free_slots(&self) -> usize {
         self.io.free_slots()
     }
+    /// Why [`next_slot`](Self::next_slot) is `None`: the queue pair is full (poll, then submit
+    /// again), or it takes nothing more because the controller could not be disabled
+    /// ([`SubmitErrorKind::ControllerStuck`]).
+    #[cold]
+    pub fn why_full(&self) -> SubmitErrorKind {
+        self.io.why_full(1)
+    }
     /// Largest data transfer per command; larger I/O is split.
     pub fn max_transfer(&self) -> usize {
         self.io.max_transfer()

@@ -185,6 +185,18 @@ impl<T: Copy + Default> IoQueue<T> {
     pub fn free_slots(&self) -> usize {
         self.trackers.free_count()
     }
+    /// The error of a one-command submission that found no free slot (`buf` comes back in it).
+    #[cold]
+    #[inline(never)]
+    fn no_slot(&self, buf: Option<DmaBuffer>) -> SubmitError {
+        SubmitError::new(self.trackers.full(1), buf)
+    }
+    /// Why a submission needing `needed` command slots can't be queued now: the queue is full
+    /// (poll, then submit again), or closed for good ([`SubmitErrorKind::ControllerStuck`]).
+    #[cold]
+    pub fn why_full(&self, needed: usize) -> SubmitErrorKind {
+        self.trackers.full(needed)
+    }
     /// Most commands in flight at once (depth - 1).
     pub fn capacity(&self) -> usize {
         self.trackers.capacity()
@@ -380,10 +392,7 @@ impl<T: Copy + Default> IoQueue<T> {
         } = rw;
         let DataRef { iova, bytes } = data;
         let Some((idx, t)) = self.trackers.alloc_mut() else {
-            return Err(SubmitError::new(
-                SubmitErrorKind::QueueFull { free: 0, needed: 1 },
-                buf,
-            ));
+            return Err(self.no_slot(buf));
         };
         let list_iova = t.prp_list.iova();
         let (prp1, prp2) = match prp::build(iova, bytes, t.prp_list.as_mut_slice(), list_iova) {
@@ -541,7 +550,7 @@ impl<T: Copy + Default> IoQueue<T> {
             Self::check_ns(ns, Gate::Ready, r.slba, r.blocks as u64).map_err(err)?;
         }
         let Some(idx) = self.trackers.alloc() else {
-            return Err(err(SubmitErrorKind::QueueFull { free: 0, needed: 1 }));
+            return Err(err(self.trackers.full(1)));
         };
         let iova = match self.trackers.get_mut(idx) {
             Some(t) => {
@@ -570,10 +579,7 @@ impl<T: Copy + Default> IoQueue<T> {
     #[inline]
     pub unsafe fn submit_single(&mut self, cmd: &mut Command, tag: T) -> Result<(), SubmitError> {
         let Some(idx) = self.trackers.alloc() else {
-            return Err(SubmitError::new(
-                SubmitErrorKind::QueueFull { free: 0, needed: 1 },
-                None,
-            ));
+            return Err(SubmitError::new(self.trackers.full(1), None));
         };
         self.start_single(idx, cmd, tag);
         Ok(())
@@ -589,10 +595,7 @@ impl<T: Copy + Default> IoQueue<T> {
         tag: T,
     ) -> Result<(), SubmitError> {
         let Some((idx, t)) = self.trackers.alloc_mut() else {
-            return Err(SubmitError::new(
-                SubmitErrorKind::QueueFull { free: 0, needed: 1 },
-                buf,
-            ));
+            return Err(SubmitError::new(self.trackers.full(1), buf));
         };
         if let Some(b) = buf.as_ref().filter(|_| bytes > 0) {
             let list_iova = t.prp_list.iova();
@@ -664,10 +667,7 @@ impl<T: Copy + Default> IoQueue<T> {
         }
         let free = self.trackers.free_count();
         if needed > free {
-            return Err(SubmitError::new(
-                SubmitErrorKind::QueueFull { free, needed },
-                buf,
-            ));
+            return Err(SubmitError::new(self.trackers.full(needed), buf));
         }
         let start_tail = self.rings.sq_tail();
         let base_iova = buf.as_ref().map(|b| b.iova()).or(raw);
@@ -901,12 +901,20 @@ impl<T: Copy + Default> IoQueue<T> {
     /// Ends every request in flight, including those queued but not rung, with `status`,
     /// without the device: after it provably stopped using this queue (a reset's disable) or
     /// can no longer be reached, or, with `held`, when it may still use the requests' memory
-    /// (it could not be disabled: owned buffers are leaked into `pool`, trackers retired).
+    /// (it could not be disabled: owned buffers are leaked into `pool`, trackers retired, and
+    /// the queue closed: every later submission fails with
+    /// [`SubmitErrorKind::ControllerStuck`]).
     /// The requests wait for [`deliver_ended`](Self::deliver_ended). Resets the rings for the
     /// queue's re-creation. Returns how many requests ended.
     pub(crate) fn end_all(&mut self, status: Status, pool: &DmaPool, held: bool) -> usize {
         let n = self.trackers.end_all(status, held, |b| pool.leak(b));
-        self.rings.reset();
+        if held {
+            // The device may still read the SQ: nothing more goes there (a rewound tail would
+            // make it run old entries again, whose buffers went on to other requests).
+            self.trackers.close();
+        } else {
+            self.rings.reset();
+        }
         n
     }
 

@@ -158,6 +158,8 @@ pub struct Trackers<T> {
     ended_len: u16,
     /// Trackers retired for good ([`HELD`]).
     retired: u16,
+    /// Closed for good (see [`close`](Self::close)).
+    closed: bool,
 }
 
 impl<T: Copy + Default> Trackers<T> {
@@ -197,6 +199,7 @@ impl<T: Copy + Default> Trackers<T> {
             ended_tail: NO_TRACKER,
             ended_len: 0,
             retired: 0,
+            closed: false,
         })
     }
     /// Total trackers.
@@ -210,6 +213,32 @@ impl<T: Copy + Default> Trackers<T> {
     #[inline(always)]
     pub fn in_service(&self) -> usize {
         self.slots.len() - usize::from(self.retired)
+    }
+    /// Why no tracker (or not `needed` of them) could be taken: the queue pair is full, or
+    /// [`close`](Self::close)d.
+    #[cold]
+    #[inline(never)]
+    pub fn full(&self, needed: usize) -> crate::error::SubmitErrorKind {
+        if self.closed {
+            return crate::error::SubmitErrorKind::ControllerStuck;
+        }
+        crate::error::SubmitErrorKind::QueueFull {
+            free: self.free_count(),
+            needed,
+        }
+    }
+    /// Retires every free tracker for good: the device may still use the queue's memory
+    /// (rings included), so no command is ever sent on it again.
+    #[cold]
+    pub fn close(&mut self) {
+        while let Some(t) = self.slots.get_mut(self.free_head as usize) {
+            self.free_head = t.next_free;
+            t.busy = ENDED | HELD;
+            self.retired += 1;
+        }
+        self.free_head = NO_TRACKER;
+        self.free_count = 0;
+        self.closed = true;
     }
     /// Requests ended by recovery and not yet delivered.
     #[inline(always)]

@@ -277,7 +277,8 @@ impl<P: Platform> IoChannel<P> {
                 self.pending.push_back(Pending::waiting(tag, e.buffer));
                 Ok(())
             }
-            SubmitErrorKind::NamespaceNotActive { .. } => {
+            // A controller that could not be disabled takes nothing more: another path.
+            SubmitErrorKind::NamespaceNotActive { .. } | SubmitErrorKind::ControllerStuck => {
                 self.exclude(i);
                 self.submit_general(tag, e.buffer)
             }
@@ -352,7 +353,8 @@ impl<P: Platform> IoChannel<P> {
                 Ok(()) => return Dispatch::Sent,
                 Err(e) => match e.kind {
                     SubmitErrorKind::QueueFull { .. } => return Dispatch::Busy(e.buffer),
-                    SubmitErrorKind::NamespaceNotActive { .. } => {
+                    SubmitErrorKind::NamespaceNotActive { .. }
+                    | SubmitErrorKind::ControllerStuck => {
                         self.exclude(i);
                         buffer = e.buffer;
                     }
