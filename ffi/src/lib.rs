@@ -21,6 +21,10 @@ pub use error::Status;
 #[cfg(all(test, feature = "model"))]
 mod abi_bounds_tests;
 #[cfg(all(test, feature = "model"))]
+mod abi_exactly_once_tests;
+#[cfg(all(test, feature = "model"))]
+mod abi_model_support;
+#[cfg(all(test, feature = "model"))]
 mod abi_mp_tests;
 #[cfg(all(test, feature = "model"))]
 mod abi_recovery_tests;
