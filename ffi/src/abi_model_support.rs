@@ -8,7 +8,6 @@ use crate::mp::backend::Sub;
 use crate::mp::subsys::Subsys;
 use std::sync::Arc;
 use vfnvme::multipath::{HeadOptions, Subsystem};
-use vfnvme::platform::Platform;
 use vfnvme::{Controller, ControllerOptions};
 use vfnvme_model::{ModelConfig, ModelPlatform, ModelSubsystem, ModelSubsystemConfig};
 
@@ -73,14 +72,6 @@ pub(crate) fn open_subsys(
         sub: out,
         platforms,
     })
-}
-
-/// Advances every model's virtual time by one `relax` step each (to its next event, or an
-/// idle step of up to 1 ms), as a host that waits would.
-pub(crate) fn relax(platforms: &[Arc<ModelPlatform>]) {
-    for p in platforms {
-        p.relax();
-    }
 }
 
 /// Drops the test's references to models whose C handles are closed. A model that saw DMA

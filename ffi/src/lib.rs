@@ -23,6 +23,8 @@ mod abi_bounds_tests;
 #[cfg(all(test, feature = "model"))]
 mod abi_exactly_once_tests;
 #[cfg(all(test, feature = "model"))]
+mod abi_generator_tests;
+#[cfg(all(test, feature = "model"))]
 mod abi_model_support;
 #[cfg(all(test, feature = "model"))]
 mod abi_mp_tests;
