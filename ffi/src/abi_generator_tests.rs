@@ -18,7 +18,8 @@
 //!   with a status, not a panic: "misuse accepted".
 //!
 //! `SEEDS=N` runs N seeds (default 1000 in a release build, 200 in a debug build); `SEED=N`
-//! replays seed N alone. Run with `--nocapture` for the table.
+//! replays seed N alone. Run with `--nocapture` for the table; `GEN_VERBOSE=1` also lists every
+//! failing seed with its scenario and first failure.
 
 use crate::abi_model_support::{open_ctrl, open_subsys, release};
 use crate::ctrl::*;
@@ -32,7 +33,7 @@ use crate::types::{Completion, Cpl};
 use crate::Status;
 use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
-use std::ptr::{null, null_mut};
+use std::ptr::null_mut;
 use std::sync::Arc;
 use vfnvme::multipath::HeadOptions;
 use vfnvme::platform::Platform;
@@ -200,6 +201,9 @@ struct World {
     rng: RefCell<Rng>,
     bufs: RefCell<Vec<Buf>>,
     reqs: RefCell<Vec<Req>>,
+    /// Every request's argument, boxed so that its address (given to C) stays put while the
+    /// vector grows.
+    #[allow(clippy::vec_box)]
     args: RefCell<Vec<Box<Arg>>>,
     /// Completions delivered since the last settle (id, cpl).
     delivered: RefCell<Vec<(usize, Cpl)>>,
@@ -207,6 +211,10 @@ struct World {
     cur_qp: Cell<*mut Qpair>,
     tally: RefCell<Tally>,
     removed: Cell<bool>,
+    /// Resets asked for (steps and callbacks).
+    resets: Cell<u32>,
+    /// Depths of the queue pairs allocated.
+    depths: RefCell<Vec<u32>>,
 }
 
 /// Whether `iova..iova+len` overlaps one of `held`.
@@ -574,6 +582,7 @@ unsafe extern "C" fn on_done(arg: *mut c_void, cpl: *const Cpl) {
         }
         Action::Submit => w.submit_qp(qp),
         Action::Reset => {
+            w.resets.set(w.resets.get() + 1);
             // SAFETY: the live controller.
             let rc = unsafe { vfnvme_ctrl_reset(w.ctrl) };
             if rc == INTERNAL {
@@ -637,6 +646,17 @@ fn model_config(rng: &mut Rng, seed: u64, deep: bool) -> (ModelConfig, u64) {
             });
         }
     }
+    let ignore_disable = !deep && rng.chance(250);
+    if ignore_disable && rng.chance(700) {
+        // A controller that can't be disabled holding reads long past the I/O timeout.
+        stalls.push(Stall {
+            qid: 1,
+            opcode: 0x02,
+            after_ns: 30_000_000_000,
+            completes: true,
+            count: rng.range(1, 3) as u32,
+        });
+    }
     let config = ModelConfig {
         namespaces: vec![ModelNamespaceConfig {
             nsid: 1,
@@ -650,7 +670,7 @@ fn model_config(rng: &mut Rng, seed: u64, deep: bool) -> (ModelConfig, u64) {
         seed: seed.wrapping_add(1),
         reorder_completions: rng.chance(300),
         shadow_doorbells: rng.chance(500),
-        ignore_disable: !deep && rng.chance(250),
+        ignore_disable,
         stalls,
         faults,
         ..ModelConfig::default()
@@ -672,7 +692,9 @@ fn controller_options(rng: &mut Rng) -> ControllerOptions {
 fn poll_qp(w: &World, qp: *mut Qpair, step: &str) {
     let (batch, max) = {
         let mut rng = w.rng.borrow_mut();
-        let batch = rng.chance(500);
+        // GEN_NO_BATCH (a diagnostic): callbacks only, to tell which failures need
+        // vfnvme_qpair_poll_completions.
+        let batch = rng.chance(500) && std::env::var("GEN_NO_BATCH").is_err();
         let max = match rng.below(4) {
             0 => 1,
             1 => rng.range(1, 4) as u32,
@@ -826,6 +848,8 @@ fn run_ctrl(seed: u64, deep: bool) -> (Tally, String) {
         cur_qp: Cell::new(null_mut()),
         tally: RefCell::new(Tally::default()),
         removed: Cell::new(false),
+        resets: Cell::new(0),
+        depths: RefCell::new(Vec::new()),
     });
     let mut qps: Vec<*mut Qpair> = Vec::new();
     let alloc_qp = |w: &World, qps: &mut Vec<*mut Qpair>, deep_now: bool| {
@@ -843,6 +867,9 @@ fn run_ctrl(seed: u64, deep: bool) -> (Tally, String) {
         // SAFETY: the live controller; a valid out pointer.
         let rc = unsafe { vfnvme_qpair_alloc(w.ctrl, depth, &mut qp) };
         let must_refuse = depth < 2 || u64::from(depth) > max_entries;
+        if rc == OK {
+            w.depths.borrow_mut().push(depth);
+        }
         if rc == OK && !must_refuse {
             qps.push(qp);
         } else if rc == OK || rc == INTERNAL {
@@ -885,7 +912,8 @@ fn run_ctrl(seed: u64, deep: bool) -> (Tally, String) {
                 let n = w.rng.borrow_mut().log_uniform(8);
                 w.relax(n);
             }
-            85..=87 => {
+            85..=87 if !deep => {
+                w.resets.set(w.resets.get() + 1);
                 // SAFETY: the live controller.
                 let rc = unsafe { vfnvme_ctrl_reset(w.ctrl) };
                 if rc == INTERNAL {
@@ -938,7 +966,8 @@ fn run_ctrl(seed: u64, deep: bool) -> (Tally, String) {
         w.relax(1);
         w.check_violations(&step);
     }
-    finish(&w, &step_label(&w, &label));
+    let label = step_label(&w, &label);
+    finish(&w);
     // Cleanup: best effort; what can't be freed is leaked.
     let mut all_freed = true;
     for qp in qps {
@@ -962,11 +991,17 @@ fn run_ctrl(seed: u64, deep: bool) -> (Tally, String) {
 
 /// The label, with what the run did.
 fn step_label(w: &World, label: &str) -> String {
-    format!("seed {} ({label})", w.seed)
+    format!(
+        "seed {} ({label} depths={:?} resets={} removed={})",
+        w.seed,
+        w.depths.borrow(),
+        w.resets.get(),
+        w.removed.get()
+    )
 }
 
 /// Counts the requests still in flight after the drain as lost.
-fn finish(w: &World, label: &str) {
+fn finish(w: &World) {
     let lost: Vec<(usize, String)> = w
         .reqs
         .borrow()
@@ -979,7 +1014,7 @@ fn finish(w: &World, label: &str) {
     let n = lost.len();
     for (id, what) in lost {
         t.fail(Kind::Lost, || {
-            format!("{label}: request {id} ({what}) never ended ({n} lost)")
+            format!("request {id} ({what}) never ended ({n} lost)")
         });
     }
 }
@@ -1037,6 +1072,8 @@ fn run_channels(seed: u64) -> (Tally, String) {
         cur_qp: Cell::new(null_mut()),
         tally: RefCell::new(Tally::default()),
         removed: Cell::new(false),
+        resets: Cell::new(0),
+        depths: RefCell::new(Vec::new()),
     });
     let open_ch = |w: &World| -> *mut Channel {
         let depth = {
@@ -1130,7 +1167,8 @@ fn run_channels(seed: u64) -> (Tally, String) {
         unsafe { vfnvme_subsys_poll(w.sub) };
         w.check_violations(&step);
     }
-    finish(&w, &step_label(&w, &label));
+    let label = step_label(&w, &label);
+    finish(&w);
     // SAFETY: an open channel (or NULL, a no-op); on success the pointer is given up.
     let closed = unsafe { vfnvme_channel_close(ch) } == OK;
     let n = w.bufs.borrow().len();
@@ -1167,6 +1205,7 @@ fn generated_abi_use_ends_every_request_once_and_hands_back_nothing_held() {
     let mut total = Tally::default();
     let mut first: [Option<(u64, String)>; 6] = Default::default();
     let mut failing: [Vec<u64>; 6] = Default::default();
+    let mut lines = Vec::new();
     for &seed in &seeds {
         let (channels, deep) = scenario(seed);
         let (t, label) = if channels {
@@ -1188,6 +1227,20 @@ fn generated_abi_use_ends_every_request_once_and_hands_back_nothing_held() {
                     ));
                 }
             }
+        }
+        if t.bad.iter().any(|&n| n > 0) {
+            let kinds: Vec<String> = (0..6)
+                .filter(|&i| t.bad[i] > 0)
+                .map(|i| {
+                    format!(
+                        "{}={}",
+                        ["lost", "dup", "handed", "freed", "viol", "misuse"][i],
+                        t.bad[i]
+                    )
+                })
+                .collect();
+            let note = t.note.iter().flatten().next().cloned().unwrap_or_default();
+            lines.push(format!("  {seed:>5} [{}] {label}: {note}", kinds.join(" ")));
         }
         if seeds.len() == 1 {
             println!("seed {seed}: {label}: {t:#?}");
@@ -1228,6 +1281,12 @@ fn generated_abi_use_ends_every_request_once_and_hands_back_nothing_held() {
             println!("    seeds: {}", list.join(" "));
         }
     }
+    if std::env::var("GEN_VERBOSE").is_ok() {
+        println!("failing seeds:");
+        for l in &lines {
+            println!("{l}");
+        }
+    }
     let bad: Vec<String> = (0..6)
         .filter(|&i| total.bad[i] > 0)
         .map(|i| {
@@ -1244,5 +1303,4 @@ fn generated_abi_use_ends_every_request_once_and_hands_back_nothing_held() {
         "the generator found failures (replay one with SEED=N):\n{}",
         bad.join("\n")
     );
-    let _ = null::<u8>();
 }
