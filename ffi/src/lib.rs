@@ -21,7 +21,13 @@ pub use error::Status;
 #[cfg(all(test, feature = "model"))]
 mod abi_bounds_tests;
 #[cfg(all(test, feature = "model"))]
+mod abi_exactly_once_tests;
+#[cfg(all(test, feature = "model"))]
+mod abi_generator_tests;
+#[cfg(all(test, feature = "model"))]
 mod abi_handle_kind_tests;
+#[cfg(all(test, feature = "model"))]
+mod abi_model_support;
 #[cfg(all(test, feature = "model"))]
 mod abi_mp_tests;
 #[cfg(all(test, feature = "model"))]

@@ -620,6 +620,26 @@ impl Core {
         }
     }
 
+    /// The host memory of every I/O command the device holds and has not executed yet
+    /// (configured stalls and late completions), as (IOVA, length) ranges: see
+    /// [`io::data_ranges`]. Empty once the device is gone (it will execute nothing).
+    pub fn held_data(&self) -> Vec<(u64, u64)> {
+        if self.faults.gone.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let page = self.io_page.load(Ordering::Relaxed);
+        let held: Vec<[u8; super::sqe::SQE_BYTES]> = lock(&self.stalled)
+            .iter()
+            .filter(|s| s.qid != 0)
+            .map(|s| s.raw)
+            .collect();
+        let mut out = Vec::new();
+        for raw in held {
+            io::data_ranges(self, &Sqe(raw), page, &mut out);
+        }
+        out
+    }
+
     /// Queues the completion of command (cid, opcode) from (sqid, sqhd) on CQ `cqid`.
     pub fn complete(&self, cqid: u16, due: u64, cmd: (u16, u8), sq: (u16, u16), o: Outcome) {
         if let Some(slot) = self.cqs.get(usize::from(cqid)) {

@@ -36,6 +36,17 @@ pub(crate) fn read(iommu: &ModelIommu, iova: u64, out: &mut [u8]) -> Result<(), 
     Ok(())
 }
 
+/// Reads `out.len()` bytes at `iova` for the model's own bookkeeping (not a device access):
+/// only the mapping is needed, no live allocation, and nothing is recorded as a violation.
+pub(crate) fn peek(iommu: &ModelIommu, iova: u64, out: &mut [u8]) -> Result<(), DmaFault> {
+    let maps = iommu.read();
+    let src = lookup(&maps, iova, out.len() as u64).ok_or(DmaFault)?.addr;
+    // SAFETY: as in `read`: `src..src+len` lies inside a mapping whose memory the mapper keeps
+    // allocated until it unmaps it, which can't happen while we hold the table's read lock.
+    unsafe { std::ptr::copy_nonoverlapping(src as *const u8, out.as_mut_ptr(), out.len()) };
+    Ok(())
+}
+
 /// Writes `data` at `iova`.
 pub(crate) fn write(iommu: &ModelIommu, iova: u64, data: &[u8]) -> Result<(), DmaFault> {
     let maps = iommu.read();

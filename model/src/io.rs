@@ -55,6 +55,55 @@ pub(crate) fn execute(core: &Core, sqe: &Sqe, page: u64) -> Outcome {
     }
 }
 
+/// Appends to `out` the host memory (IOVA, length) that I/O command `sqe` transfers when it
+/// executes: its data (PRP1, PRP2 or the entries of its PRP lists), separate metadata at MPTR,
+/// and the PRP list entries themselves. Nothing is transferred: PRP lists are peeked (no
+/// device access, no violation recorded), and a list that can't be read ends the walk there.
+/// Commands that move no data (Flush, Write Zeroes, a Null-backed namespace) add nothing.
+pub(crate) fn data_ranges(core: &Core, sqe: &Sqe, page: u64, out: &mut Vec<(u64, u64)>) {
+    let opcode = sqe.opcode();
+    let len = match opcode {
+        op::READ | op::WRITE => {
+            let nlb = u64::from(sqe.cdw(12) & 0xFFFF) + 1;
+            let table = core.ns_read();
+            let Some(ns) = table.get(&sqe.nsid()).filter(|ns| ns.store.is_some()) else {
+                return;
+            };
+            let block = 1u64 << ns.lba_shift;
+            match ns.metadata {
+                Some(m) if m.extended => nlb * (block + u64::from(m.ms)),
+                Some(m) => {
+                    out.push((sqe.mptr(), nlb * u64::from(m.ms)));
+                    nlb * block
+                }
+                None => nlb * block,
+            }
+        }
+        op::DSM => u64::from((sqe.cdw(10) & 0xFF) + 1) * 16,
+        _ => return,
+    };
+    let mut lists = Vec::new();
+    let mut data = Vec::new();
+    // A list that can't be read, or a malformed one, ends the walk: the command would fail
+    // there too.
+    let _ = prp::walk_with(
+        |iova, buf| {
+            lists.push((iova, buf.len() as u64));
+            dma_engine::peek(&core.iommu, iova, buf).map_err(|_| Status::DATA_TRANSFER_ERROR)
+        },
+        sqe.prp1(),
+        sqe.prp2(),
+        len,
+        page,
+        |iova, n, _| {
+            data.push((iova, n as u64));
+            Ok(())
+        },
+    );
+    out.extend(lists);
+    out.extend(data);
+}
+
 /// Checks `slba..slba+nlb` against the namespace size; returns the byte range start and length.
 fn range(ns: &ModelNamespace, slba: u64, nlb: u64) -> Result<(u64, u64), Status> {
     match slba.checked_add(nlb) {

@@ -82,6 +82,16 @@ impl ModelPlatform {
         self.iommu.violations()
     }
 
+    /// The memory the device may still access: (IOVA, length) of every data range of the I/O
+    /// commands this controller holds and has not executed yet (held back by a
+    /// [`Stall`](super::config::Stall) or a late completion, [`FaultPlan::late`]): PRP1, PRP2,
+    /// the entries of PRP lists and the list pages read for them, and separate metadata. Such a
+    /// command moves its data when it executes, so none of this memory may be handed back to
+    /// its owner (or freed) before then. Lost completions are not listed: their data has moved.
+    pub fn held_data(&self) -> Vec<(u64, u64)> {
+        self.core().held_data()
+    }
+
     /// A snapshot of the counters and the virtual time.
     pub fn stats(&self) -> ModelStats {
         self.core().counters.snapshot(self.core().now())

@@ -19,6 +19,26 @@ pub(crate) fn walk(
     prp2: u64,
     len: u64,
     page: u64,
+    seg: impl FnMut(u64, usize, u64) -> Result<(), Status>,
+) -> Result<(), Status> {
+    walk_with(
+        |iova, out| dma_engine::read(iommu, iova, out).map_err(|_| Status::DATA_TRANSFER_ERROR),
+        prp1,
+        prp2,
+        len,
+        page,
+        seg,
+    )
+}
+
+/// [`walk`] with PRP list entries read by `read_list(iova, out)` (a device access for a
+/// transfer; a side-effect-free peek for [`Core::held_data`](super::core::Core::held_data)).
+pub(crate) fn walk_with(
+    mut read_list: impl FnMut(u64, &mut [u8]) -> Result<(), Status>,
+    prp1: u64,
+    prp2: u64,
+    len: u64,
+    page: u64,
     mut seg: impl FnMut(u64, usize, u64) -> Result<(), Status>,
 ) -> Result<(), Status> {
     if len == 0 {
@@ -61,8 +81,7 @@ pub(crate) fn walk(
         while i < data_entries {
             let k = (data_entries - i).min(LIST_CHUNK as u64) as usize;
             let bytes = &mut buf[..k * 8];
-            dma_engine::read(iommu, list.wrapping_add(i * 8), bytes)
-                .map_err(|_| Status::DATA_TRANSFER_ERROR)?;
+            read_list(list.wrapping_add(i * 8), bytes)?;
             for e in bytes.chunks_exact(8) {
                 let mut a = [0u8; 8];
                 a.copy_from_slice(e);
@@ -81,8 +100,7 @@ pub(crate) fn walk(
             return Ok(());
         }
         let mut next = [0u8; 8];
-        dma_engine::read(iommu, list.wrapping_add((in_page - 1) * 8), &mut next)
-            .map_err(|_| Status::DATA_TRANSFER_ERROR)?;
+        read_list(list.wrapping_add((in_page - 1) * 8), &mut next)?;
         list = u64::from_le_bytes(next);
     }
 }

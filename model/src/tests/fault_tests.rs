@@ -212,3 +212,56 @@ fn rates_are_per_mille() {
     let p = ModelPlatform::new(config()).unwrap();
     assert!(p.set_faults(plan).is_err());
 }
+
+/// `held_data` lists the memory of late commands until they execute: a one-page read (PRP1),
+/// and an eight-block write across three pages with a PRP list (PRP1, the list entries read,
+/// each data page), and nothing once both have executed.
+#[test]
+fn held_data_lists_the_memory_of_late_commands_until_they_execute() {
+    let mut b = Bench::new(config());
+    let mut q = b.qpair(1, 16);
+    assert!(b.p.held_data().is_empty());
+    let r = b.p.dma().alloc(4096).unwrap();
+    let w = b.p.dma().alloc(3 * 4096).unwrap();
+    let mut list = b.p.dma().alloc(4096).unwrap();
+    // 8 blocks of 512 bytes from 3 KiB into the first page: 1 KiB there, 3 KiB in the next.
+    let start = w.iova() + 3072;
+    let pages = [w.iova() + 4096, w.iova() + 8192];
+    list.as_mut_slice()[..8].copy_from_slice(&pages[0].to_le_bytes());
+    list.as_mut_slice()[8..16].copy_from_slice(&pages[1].to_le_bytes());
+    faults(
+        &b.p,
+        FaultPlan {
+            late: 1000,
+            late_ns: 50_000_000,
+            ..FaultPlan::default()
+        },
+    );
+    q.submit(&b.p, sqe(0x02, 1, 1, r.iova() + 512, 0, [3, 0, 0, 0, 0, 0]));
+    assert_eq!(b.p.held_data(), vec![(r.iova() + 512, 512)], "PRP1 only");
+    // 4 KiB from 3 KiB into a page spans two pages: PRP2 is a data pointer, not a list.
+    q.submit(&b.p, sqe(0x01, 2, 1, start, pages[0], [0, 0, 7, 0, 0, 0]));
+    let held = b.p.held_data();
+    assert_eq!(held[1..], [(start, 1024), (pages[0], 3072)], "{held:x?}");
+    // 9 KiB from 3 KiB into a page: PRP1, then a list of two entries.
+    q.submit(
+        &b.p,
+        sqe(0x01, 3, 1, start, list.iova(), [0, 0, 17, 0, 0, 0]),
+    );
+    let held = b.p.held_data();
+    assert_eq!(
+        held[3..],
+        [
+            (list.iova(), 16),
+            (start, 1024),
+            (pages[0], 4096),
+            (pages[1], 4096)
+        ],
+        "{held:x?}"
+    );
+    for _ in 0..3 {
+        assert_eq!(q.wait(&b.p).status, 0);
+    }
+    assert!(b.p.held_data().is_empty(), "all three executed");
+    assert!(b.p.dma_violations().is_empty());
+}
