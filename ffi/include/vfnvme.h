@@ -490,7 +490,7 @@ struct vfnvme_mp_event {
 
 // Options for `vfnvme_qpair_alloc_opts`. Zero-initialise, then set what you need.
 struct vfnvme_qpair_opts {
-  // Entries per ring, 2..=65536 (commands in flight at most: `depth - 1` and 4096, as for
+  // Entries per ring, 2..=65536 (commands in flight at most: `depth - 1` and 1024, as for
   // vfnvme_qpair_alloc; 0: 256).
   uint32_t depth;
   // Doorbell batching for callers that commit after every submission (SPDK's
@@ -1031,7 +1031,7 @@ int32_t vfnvme_subsys_dma_alloc(const struct vfnvme_subsys *subsys, size_t len, 
 int32_t vfnvme_subsys_dma_free(const struct vfnvme_subsys *subsys, void *ptr);
 
 // Allocates an I/O queue pair with `depth` entries (commands in flight at most: `depth - 1`,
-// and at most 4096, so that every command identifier keeps a generation; the driver may round
+// and at most 1024, so that every command identifier keeps a generation; the driver may round
 // it to what the controller supports) and stores it in `*out`.
 //
 // Thread safety: thread-safe (takes the controller's admin lock). The queue pair itself must

@@ -351,7 +351,7 @@ fn qp_mut<'a>(qp: *mut Qpair) -> FfiResult<&'a mut Qpair> {
 }
 
 /// Allocates an I/O queue pair with `depth` entries (commands in flight at most: `depth - 1`,
-/// and at most 4096, so that every command identifier keeps a generation; the driver may round
+/// and at most 1024, so that every command identifier keeps a generation; the driver may round
 /// it to what the controller supports) and stores it in `*out`.
 ///
 /// Thread safety: thread-safe (takes the controller's admin lock). The queue pair itself must

@@ -198,7 +198,7 @@ pub struct CtrlOpts {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct QpairOpts {
-    /// Entries per ring, 2..=65536 (commands in flight at most: `depth - 1` and 4096, as for
+    /// Entries per ring, 2..=65536 (commands in flight at most: `depth - 1` and 1024, as for
     /// vfnvme_qpair_alloc; 0: 256).
     pub depth: u32,
     /// Doorbell batching for callers that commit after every submission (SPDK's

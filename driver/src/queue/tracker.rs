@@ -3,8 +3,9 @@
 //! time the tracker is taken: a completion entry that names a tracker's previous command (a
 //! device that posts a completion twice, late) does not match its current identifier and is
 //! ignored instead of ending the request that now uses the tracker. A queue pair has at most
-//! [`MAX_TRACKERS`] trackers, so that every identifier keeps at least four generation bits
-//! (sixteen generations) whatever the ring size (the spec allows 65,536 entries).
+//! [`MAX_TRACKERS`] trackers, so that every identifier keeps at least six generation bits
+//! (64 generations) whatever the ring size (the spec allows 65,536 entries): a duplicate or
+//! late completion is ignored unless its tracker was taken 64 times since.
 //!
 //! Recovery ends requests without the device ([`Trackers::end_all`]): each ended request's
 //! trackers get a new generation at once (a late completion of its commands ends nothing) and
@@ -20,9 +21,9 @@
 use crate::spec::Status;
 use vfnvme_hal::{DmaBuffer, DmaPool, HalError};
 
-/// The most trackers (commands in flight) a queue pair has: 12 index bits leave 4 generation
-/// bits in a 16-bit command identifier, as Linux's `nvme_cid` does.
-pub const MAX_TRACKERS: usize = 4096;
+/// The most trackers (commands in flight) a queue pair has, as SPDK's PCIe transport: 10 index
+/// bits leave 6 generation bits in a 16-bit command identifier (Linux's `nvme_cid` keeps 4).
+pub const MAX_TRACKERS: usize = 1024;
 
 /// Per-command state. Hot fields first; the PRP list page last. `T` is the caller's payload of
 /// a request (a `u64` tag for Rust callers; the C ABI keeps its callback and argument here).
@@ -606,31 +607,31 @@ mod tests {
     }
 
     #[test]
-    fn every_queue_size_keeps_sixteen_generations() {
+    fn every_queue_size_keeps_64_generations() {
         let pool = test_pool();
-        // A ring of 65,536 entries asks for 65,535 trackers: capped, 12 index bits.
+        // A ring of 65,536 entries asks for 65,535 trackers: capped, 10 index bits.
         let mut t = Trackers::<u64>::new(&pool, 65_535).unwrap();
         assert_eq!(t.capacity(), MAX_TRACKERS);
         let idx = t.alloc().unwrap();
         let first = t.cid(idx);
         let mut seen = vec![first];
-        for _ in 0..15 {
+        for _ in 0..63 {
             t.release(idx);
             assert_eq!(t.alloc(), Some(idx), "LIFO: the same tracker again");
             let cid = t.cid(idx);
-            assert_eq!(cid & 0xfff, idx, "the index stays in the low 12 bits");
+            assert_eq!(cid & 0x3ff, idx, "the index stays in the low 10 bits");
             assert!(
                 !seen.contains(&cid),
-                "identifier {cid:#x} came round within 16 uses"
+                "identifier {cid:#x} came round within 64 uses"
             );
             seen.push(cid);
         }
         request(&mut t, &[idx], 5);
-        for &old in &seen[..15] {
+        for &old in &seen[..63] {
             assert!(matches!(t.complete(old, 0, 0), Completed::Unknown));
         }
         assert!(matches!(
-            t.complete(seen[15], 0, 0),
+            t.complete(seen[63], 0, 0),
             Completed::Done { tag: 5, .. }
         ));
     }
