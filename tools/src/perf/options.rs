@@ -305,7 +305,11 @@ pub fn ring_and_in_flight(
     max_entries: u32,
 ) -> Result<(u32, u32), PerfInputError> {
     Ok(match queue_size {
-        Some(size) => (check_queue_size(size, commands_per_io, max_entries)?, 0),
+        Some(size) => {
+            // The commands in flight stay within what one queue pair takes, whatever the ring.
+            queue_depth_for(qd, commands_per_io, max_entries)?;
+            (check_queue_size(size, commands_per_io, max_entries)?, 0)
+        }
         None => {
             let slots = queue_depth_for(qd, commands_per_io, max_entries)?;
             (ring_entries_for(slots, max_entries), slots - 1)
