@@ -77,8 +77,8 @@ fn overlaps(held: &[(u64, u64)], iova: u64, len: u64) -> bool {
 /// after the I/O timeout (100 ms) the Abort and the reset get nowhere and the read ends with
 /// sct 3h / sc 70h. The device may still write its buffer, so vfnvme_dma_free must refuse it
 /// (VFNVME_ERR_BUSY), and when the read executes at 30 s no DMA violation is recorded and no
-/// other live buffer is overwritten. Today the free succeeds, vfnvme_dma_alloc hands the same
-/// memory to a new owner, and the stale read overwrites it.
+/// other live buffer is overwritten. (Before the fix the free succeeded, vfnvme_dma_alloc
+/// handed the same memory to a new owner, and the stale read overwrote it.)
 #[test]
 fn stuck_controller_keeps_a_timed_out_reads_buffer_until_the_device_is_done() {
     let config = ModelConfig {
@@ -159,6 +159,95 @@ fn stuck_controller_keeps_a_timed_out_reads_buffer_until_the_device_is_done() {
         vfnvme_dma_free(ctrl, nbuf.cast());
         vfnvme_ctrl_close(ctrl);
     }
+    release(vec![platform]);
+}
+
+/// Defect 1, the end of the story: the application gives up on a controller that can't be
+/// disabled (its read held for 30 s) and frees the queue pair and closes the controller before
+/// the device is done. The held read's completion says so (sct 3h / sc 70h, rc
+/// VFNVME_ERR_BUSY); closing leaks its buffer (the pool counts it) instead of freeing it, so
+/// the read the device carries out at 30 s writes no memory the pool got back, and the queue
+/// pair refuses new I/O with VFNVME_ERR_DEVICE meanwhile.
+#[test]
+fn closing_a_stuck_controller_keeps_the_buffers_the_device_may_still_write() {
+    let config = ModelConfig {
+        namespaces: ns(4096, 1024),
+        max_io_queue_pairs: 4,
+        ignore_disable: true,
+        stalls: vec![Stall {
+            qid: 1,
+            opcode: 0x02,
+            after_ns: 30_000_000_000,
+            completes: true,
+            count: 1,
+        }],
+        ..ModelConfig::default()
+    };
+    let opts = ControllerOptions {
+        io_timeout_ms: 100,
+        ..ControllerOptions::default()
+    };
+    let ModelCtrl { ctrl, platform } = open_ctrl(config, opts).expect("model");
+    let pool = {
+        // SAFETY: `ctrl` is open.
+        let c = unsafe { &*ctrl };
+        c.ops.dma().clone()
+    };
+    let log = Log::default();
+    let read = Arg { log: &log, id: 0 };
+    let (rbuf, _) = alloc(ctrl, 4096);
+    let (other, _) = alloc(ctrl, 4096);
+    let mut qp = null_mut();
+    // SAFETY: valid pointers; buffers and args outlive their commands.
+    unsafe {
+        assert_eq!(
+            vfnvme_qpair_alloc(ctrl, 16, &mut qp),
+            OK,
+            "{}",
+            last_error()
+        );
+        let arg = &read as *const Arg as *mut c_void;
+        assert_eq!(
+            vfnvme_qpair_read(qp, 1, rbuf.cast(), 0, 1, Some(record), arg),
+            OK
+        );
+        let mut polls = 0;
+        while log.0.borrow().is_empty() && polls < 1_000_000 {
+            assert!(vfnvme_qpair_process_completions(qp, 0) >= 0);
+            platform.relax();
+            polls += 1;
+        }
+        let ends = log.0.borrow().clone();
+        assert_eq!(ends.len(), 1, "the read ends once (after {polls} polls)");
+        let cpl = ends[0].1;
+        assert_eq!((cpl.sct, cpl.sc), (VFNVME_SCT_PATH, 0x70), "{cpl:?}");
+        assert_eq!(cpl.rc, Status::VfnvmeErrBusy.code(), "held: {cpl:?}");
+        // The queue pair takes nothing more (its ring is never written again).
+        let rc = vfnvme_qpair_read(qp, 1, other.cast(), 1, 1, None, null_mut());
+        assert_eq!(rc, Status::VfnvmeErrDevice.code(), "{}", last_error());
+        assert_eq!(vfnvme_qpair_outstanding(qp), 0);
+        assert_eq!(
+            vfnvme_dma_free(ctrl, rbuf.cast()),
+            Status::VfnvmeErrBusy.code()
+        );
+        assert_eq!(vfnvme_qpair_free(qp), OK, "{}", last_error());
+        assert_eq!(
+            vfnvme_dma_free(ctrl, rbuf.cast()),
+            Status::VfnvmeErrBusy.code(),
+            "still held after the queue pair is gone"
+        );
+        let leaks = pool.leaks();
+        assert_eq!(vfnvme_ctrl_close(ctrl), OK, "{}", last_error());
+        assert!(pool.leaks() > leaks, "the held buffer was leaked at close");
+    }
+    while platform.now_ns() <= 31_000_000_000 {
+        platform.relax();
+    }
+    assert!(
+        platform.held_data().is_empty(),
+        "the device carried the read out"
+    );
+    assert_eq!(platform.dma_violations(), Vec::<String>::new());
     release(vec![platform]);
 }
 

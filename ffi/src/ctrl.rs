@@ -38,6 +38,37 @@ impl Ctrl {
     }
 }
 
+impl Drop for Ctrl {
+    /// Buffers that a request still marks (it ended while the controller could not be
+    /// disabled: the device may still access them) are leaked, not freed; the rest go back.
+    fn drop(&mut self) {
+        let bufs = std::mem::take(self.bufs.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let marks = self.in_flight.get_mut().unwrap_or_else(|e| e.into_inner());
+        release_buffers(bufs, marks, self.ops.dma());
+    }
+}
+
+/// Frees the buffers of a closing controller or subsystem, but for those a request mark in
+/// `marks` points into: the device may still access them, so they are leaked (counted by the
+/// pool) for the life of the process.
+pub(crate) fn release_buffers(
+    bufs: HashMap<usize, DmaBuffer>,
+    marks: &[Arc<[AtomicUsize]>],
+    pool: &vfnvme::hal::DmaPool,
+) {
+    for (start, buf) in bufs {
+        let end = start + buf.len();
+        let held = marks
+            .iter()
+            .flat_map(|m| m.iter())
+            .any(|a| (start..end).contains(&a.load(Ordering::Acquire)));
+        if held {
+            // The driver logged once that the controller could not be disabled.
+            pool.leak(buf);
+        }
+    }
+}
+
 /// Turns a C pointer into a reference, or fails with INVALID_ARGUMENT.
 pub(crate) fn deref<'a, T>(p: *const T, what: &'static str) -> FfiResult<&'a T> {
     // SAFETY: the C caller passes a pointer returned by vfnvme (or NULL, rejected here) and keeps

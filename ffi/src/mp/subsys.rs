@@ -38,6 +38,15 @@ impl Subsys {
     }
 }
 
+impl Drop for Subsys {
+    /// As for a controller: buffers a held request record still marks are leaked, not freed.
+    fn drop(&mut self) {
+        let bufs = std::mem::take(self.bufs.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let marks = self.in_flight.get_mut().unwrap_or_else(|e| e.into_inner());
+        crate::ctrl::release_buffers(bufs, marks, self.ops.dma());
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
