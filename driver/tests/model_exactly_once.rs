@@ -506,3 +506,39 @@ fn a_reserved_opcode_with_data_is_a_typed_device_error() {
     assert!(matches!(e, Error::AdminFailed { .. }), "{e}");
     assert_eq!(p.dma_violations(), Vec::<String>::new());
 }
+
+/// A queue pair whose controller another one disabled (its queue delete failed, so dropping it
+/// disabled the controller to free its memory) ends its requests at its next periodic check,
+/// with `CONTROLLER_LOST` and the buffer back (the device stopped), even with I/O timeouts off:
+/// the generator's seed 1213 found requests that never ended once the controller was
+/// disabled this way.
+#[test]
+fn requests_end_when_another_queue_pair_disabled_the_controller() {
+    let mut cfg = config(vec![late_read(1)], false);
+    cfg.fail_delete_sq = true;
+    let (p, ctrl) = up(cfg);
+    let mut qp = ctrl.alloc_qpair(QpairOptions::default()).unwrap();
+    let other = ctrl.alloc_qpair(QpairOptions::default()).unwrap();
+    read_in_flight(&mut qp, &ctrl);
+    // Delete I/O SQ fails: the drop disables the controller before freeing the queue's memory.
+    drop(other);
+    let mut ended = Vec::new();
+    for _ in 0..100_000 {
+        qp.poll(1, |c| {
+            ended.push((c.status, c.buffer.is_some(), c.memory_held))
+        });
+        if !ended.is_empty() {
+            break;
+        }
+        p.relax();
+    }
+    assert_eq!(
+        ended,
+        vec![(vfnvme::spec::Status::CONTROLLER_LOST, true, false)],
+        "the read ends once, its buffer back"
+    );
+    assert_eq!(qp.outstanding(), 0);
+    drop(qp);
+    drop(ctrl);
+    assert_eq!(p.dma_violations(), Vec::<String>::new());
+}

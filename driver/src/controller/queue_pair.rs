@@ -544,9 +544,10 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
     }
 
     /// Whether the queues must be recovered: a reset or the loss of the controller since they
-    /// were created, or a controller that could not be disabled.
+    /// were created, or a controller that is not live (failed, gone, disabled, stuck, or being
+    /// reset).
     fn needs_recovery(&self) -> bool {
-        !self.created || self.shared.epoch() != self.epoch || self.shared.memory_held()
+        !self.created || self.shared.epoch() != self.epoch || !self.shared.live()
     }
 
     /// After a reset or the loss of the controller: ends every request in flight with
