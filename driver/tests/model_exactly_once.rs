@@ -4,7 +4,8 @@
 //! be disabled when it is removed or reset (the model's `ignore_disable`), with a read the
 //! device carries out 30 s later (a stall), and queue pairs dropped before they noticed; and
 //! the safe admin API, which refuses commands whose memory the device keeps using after they
-//! complete and gives commands of unknown length only memory the driver keeps. The model records every device access outside the pool's live allocations
+//! complete and gives commands of unknown length only memory the driver keeps. The model
+//! records every device access outside the pool's live allocations
 //! (`ModelPlatform::dma_violations`). Virtual time: no sleeps.
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -294,12 +294,13 @@ pub unsafe extern "C" fn vfnvme_dma_alloc(
 
 /// Frees a buffer from vfnvme_dma_alloc. Fails with VFNVME_ERR_BUSY while a command submitted
 /// on one of this controller's queue pairs with a data pointer inside the buffer has not been
-/// reaped, and for good once such a command completed with `rc` VFNVME_ERR_BUSY (the device
-/// may still access the buffer: the controller could not be disabled) (poll it first; a free racing a submit of the same buffer on another thread, without
-/// synchronisation between the two, is not detected). NULL is a no-op; any other pointer not
-/// from vfnvme_dma_alloc of this controller fails with VFNVME_ERR_BAD_BUFFER. From here on the
-/// submit functions refuse the buffer with VFNVME_ERR_BAD_BUFFER (until vfnvme_dma_alloc hands
-/// the memory out again).
+/// reaped (poll it first; a free racing a submit of the same buffer on another thread, without
+/// synchronisation between the two, is not detected), and for good once such a command
+/// completed with `rc` VFNVME_ERR_BUSY (the controller could not be disabled: the device may
+/// still access the buffer, which is kept until the process exits). NULL is a no-op; any other
+/// pointer not from vfnvme_dma_alloc of this controller fails with VFNVME_ERR_BAD_BUFFER. From
+/// here on the submit functions refuse the buffer with VFNVME_ERR_BAD_BUFFER (until
+/// vfnvme_dma_alloc hands the memory out again).
 ///
 /// Thread safety: thread-safe (takes a lock).
 ///

@@ -121,10 +121,10 @@ pub(crate) enum Gate {
 impl<T: Copy + Default> IoQueue<T> {
     /// Rings of `depth` entries for queue `qid` and `slots` trackers (commands in flight at
     /// most; 0 or more than `depth - 1` mean `depth - 1`, so that outstanding commands never
-    /// exceed what the CQ can hold; at most [`super::tracker::MAX_TRACKERS`]). Fewer trackers than ring entries cost less memory (a PRP
-    /// list page each) and let the CQ head doorbell wait longer. `max_transfer` is capped to
-    /// [`prp::MAX_TRANSFER`] and rounded down to whole pages. The queue's doorbells are
-    /// checked against `regs` here (see [`Rings::new`]).
+    /// exceed what the CQ can hold; at most [`super::tracker::MAX_TRACKERS`]). Fewer trackers
+    /// than ring entries cost less memory (a PRP list page each) and let the CQ head doorbell
+    /// wait longer. `max_transfer` is capped to [`prp::MAX_TRANSFER`] and rounded down to whole
+    /// pages. The queue's doorbells are checked against `regs` here (see [`Rings::new`]).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new<R: RegisterIo + ?Sized>(
         pool: &DmaPool,
