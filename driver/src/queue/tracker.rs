@@ -447,14 +447,9 @@ impl<T: Copy + Default> Trackers<T> {
         held: bool,
         mut keep: impl FnMut(DmaBuffer),
     ) {
-        let step = self.gen_step;
-        let Some(t) = self.slots.get_mut(idx as usize) else {
+        let Some(t) = self.unended(idx) else {
             return;
         };
-        if t.busy == 0 || t.busy & ENDED != 0 {
-            return;
-        }
-        t.cid = t.cid.wrapping_add(step);
         t.busy |= if held { ENDED | HELD } else { ENDED };
         t.status = status;
         if held {
@@ -470,17 +465,23 @@ impl<T: Copy + Default> Trackers<T> {
         self.ended_tail = idx;
         self.ended_len += 1;
     }
+    /// Tracker `idx` if it is busy and not ended yet, its command given a new generation (a late
+    /// completion of it then ends nothing).
+    fn unended(&mut self, idx: u16) -> Option<&mut Tracker<T>> {
+        let step = self.gen_step;
+        let t = self
+            .slots
+            .get_mut(idx as usize)
+            .filter(|t| t.busy != 0 && t.busy & ENDED == 0)?;
+        t.cid = t.cid.wrapping_add(step);
+        Some(t)
+    }
     /// Ends command tracker `idx` of an ended request that is not its head: freed, or retired
     /// with `held`.
     pub fn end_command(&mut self, idx: u16, held: bool) {
-        let step = self.gen_step;
-        let Some(t) = self.slots.get_mut(idx as usize) else {
+        let Some(t) = self.unended(idx) else {
             return;
         };
-        if t.busy == 0 || t.busy & ENDED != 0 {
-            return;
-        }
-        t.cid = t.cid.wrapping_add(step);
         if held {
             t.busy |= ENDED | HELD;
             self.retired += 1;
