@@ -240,6 +240,12 @@ pub enum SubmitErrorKind {
     /// A PRP could not be built.
     #[error(transparent)]
     Prp(#[from] PrpError),
+    /// A request made from parts that do not go together (e.g. data for a flush).
+    #[error("invalid request: {what}")]
+    InvalidRequest {
+        /// What is wrong with it.
+        what: &'static str,
+    },
 }
 
 /// An optional NVM command a controller may lack (Identify Controller ONCS).

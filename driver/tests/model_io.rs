@@ -447,7 +447,7 @@ fn errors_write_zeroes_deallocate_flush() {
 
 #[test]
 fn raw_buffer_io_for_the_c_abi() {
-    use vfnvme::queue::Direction;
+    use vfnvme::queue::Op;
     let (_p, ctrl) = up(config(512));
     let ns = ctrl.namespace(1).unwrap();
     let mut qp = ctrl.alloc_qpair(QpairOptions::default()).unwrap();
@@ -455,7 +455,8 @@ fn raw_buffer_io_for_the_c_abi() {
     mem.as_mut_slice().fill(0x5a);
     // SAFETY: `mem` is pool memory, kept alive and untouched until the completion below.
     unsafe {
-        qp.submit_raw(&ns, Direction::Write, 5, 16, mem.span(), 1)
+        vfnvme::queue::Request::borrowed(Op::Write, &ns, 5, 16, mem.span(), 1)
+            .and_then(|r| qp.submit(r))
             .unwrap()
     };
     let mut got = None;
@@ -470,7 +471,9 @@ fn raw_buffer_io_for_the_c_abi() {
     assert!(r.as_slice().iter().all(|&b| b == 0x5a));
     let short = ctrl.dma().span(mem.as_ptr(), 4096).unwrap();
     // SAFETY: as above; the call fails before touching memory.
-    let e = unsafe { qp.submit_raw(&ns, Direction::Read, 5, 16, short, 2) };
+    let e = unsafe {
+        vfnvme::queue::Request::borrowed(Op::Read, &ns, 5, 16, short, 2).and_then(|r| qp.submit(r))
+    };
     assert!(matches!(
         e.unwrap_err().kind,
         SubmitErrorKind::BufferTooSmall {

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use vfnvme::controller::{Controller, ControllerOptions};
 use vfnvme::namespace::MetadataFormat;
-use vfnvme::queue::Direction;
+use vfnvme::queue::Op;
 use vfnvme::spec::command::DsmRange;
 use vfnvme::{Error, QpairOptions, SubmitErrorKind};
 use vfnvme_model::{Backing, ModelConfig, ModelMetadata, ModelNamespaceConfig, ModelPlatform};
@@ -138,8 +138,11 @@ fn io_to_metadata_namespaces_is_refused_before_the_device_sees_it() {
         // The raw path of the C ABI.
         // SAFETY: `buf` is DMA memory of this controller, kept alive past the call; the call is
         // refused, so the device never sees it.
-        let e =
-            unsafe { qp.submit_raw(&ns, Direction::Read, 0, blocks, buf.span(), 3) }.unwrap_err();
+        let e = unsafe {
+            vfnvme::queue::Request::borrowed(Op::Read, &ns, 0, blocks, buf.span(), 3)
+                .and_then(|r| qp.submit(r))
+        }
+        .unwrap_err();
         assert_refused(&e.kind, nsid, md);
         assert_refused(&qp.flush(&ns, 4).unwrap_err().kind, nsid, md);
         assert_refused(&qp.write_zeroes(&ns, 0, 8, 5).unwrap_err().kind, nsid, md);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use vfnvme::hal::DmaPool;
 use vfnvme::namespace::Namespace;
 use vfnvme::platform::Platform;
-use vfnvme::queue::Direction;
+use vfnvme::queue::{Op, Request};
 use vfnvme::spec::command::DsmRange;
 use vfnvme::{Controller, Error, QpairOptions, QueuePair, SubmitErrorKind};
 
@@ -166,11 +166,13 @@ impl<P: Platform> QpairOps for QueuePair<P, Slot> {
             // (ffi::qpair made it); the C caller keeps the buffer allocated and leaves it alone
             // until the completion callback, as the header requires.
             IoCmd::Read { lba, blocks, buf } => unsafe {
-                self.submit_raw(ns, Direction::Read, lba, blocks, buf, tag)
+                Request::borrowed(Op::Read, ns, lba, blocks, buf, tag)
+                    .and_then(|r| self.submit(r).map(drop))
             },
             // SAFETY: as for reads.
             IoCmd::Write { lba, blocks, buf } => unsafe {
-                self.submit_raw(ns, Direction::Write, lba, blocks, buf, tag)
+                Request::borrowed(Op::Write, ns, lba, blocks, buf, tag)
+                    .and_then(|r| self.submit(r).map(drop))
             },
             IoCmd::Flush => self.flush(ns, tag),
             IoCmd::WriteZeroes { lba, blocks } => self.write_zeroes(ns, lba, blocks, tag),
@@ -199,15 +201,13 @@ impl<P: Platform> QpairOps for QueuePair<P, Slot> {
         buf: RawIova,
         tag: Slot,
     ) -> FfiResult<()> {
-        let dir = if write {
-            Direction::Write
-        } else {
-            Direction::Read
-        };
+        let op = if write { Op::Write } else { Op::Read };
         // SAFETY: `buf` is a span of a live allocation of this controller's pool (ffi::qpair
         // made it); the C caller keeps the buffer allocated and leaves it alone until the
         // completion, as the header requires.
-        unsafe { self.submit_raw(ns, dir, lba, blocks, buf, tag) }.map_err(|e| submit_error(ns, e))
+        unsafe { Request::borrowed(op, ns, lba, blocks, buf, tag) }
+            .and_then(|r| self.submit(r).map(drop))
+            .map_err(|e| submit_error(ns, e))
     }
     #[inline]
     fn next_slot(&self) -> Option<u16> {

@@ -2,7 +2,7 @@
 //! only one live allocation, up to the length it was allocated with (issue 9). The C ABI itself
 //! is checked the same way by `ffi/examples/bounds.c` in `scripts/ffi-guest-check.sh`.
 
-use vfnvme::queue::Direction;
+use vfnvme::queue::Op;
 use vfnvme::SubmitErrorKind;
 use vfnvme_tests::{guest, guest_io};
 
@@ -36,8 +36,11 @@ fn raw_reads_stay_inside_one_live_allocation() {
     let short = pool.span(a.as_ptr(), 4096).expect("the whole buffer");
     // SAFETY: `a` is this controller's memory, alive and untouched until the read completes
     // (it fails before reaching the device here).
-    let err = unsafe { qp.submit_raw(&ns, Direction::Read, 0, per_4k + 1, short, 1) }
-        .expect_err("a read longer than its span");
+    let err = unsafe {
+        vfnvme::queue::Request::borrowed(Op::Read, &ns, 0, per_4k + 1, short, 1)
+            .and_then(|r| qp.submit(r))
+    }
+    .expect_err("a read longer than its span");
     assert!(
         matches!(err.kind, SubmitErrorKind::BufferTooSmall { .. }),
         "{:?}",
@@ -47,8 +50,11 @@ fn raw_reads_stay_inside_one_live_allocation() {
 
     // The exact fit reads from the device into `a`, and not a byte into its neighbour.
     // SAFETY: as above; the read completes before `a` is touched or dropped.
-    unsafe { qp.submit_raw(&ns, Direction::Read, 0, per_4k, short, 2) }
-        .unwrap_or_else(|e| panic!("read into the whole buffer: {}", e.kind));
+    unsafe {
+        vfnvme::queue::Request::borrowed(Op::Read, &ns, 0, per_4k, short, 2)
+            .and_then(|r| qp.submit(r))
+    }
+    .unwrap_or_else(|e| panic!("read into the whole buffer: {}", e.kind));
     let done = guest_io::wait_completions(&mut qp, 1);
     assert!(done[0].is_ok(), "{:?}", done[0].status);
     assert_eq!(a.as_slice(), &data[..4096]);

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use vfnvme::namespace::MetadataFormat;
-use vfnvme::queue::Direction;
+use vfnvme::queue::Op;
 use vfnvme::spec::command::DsmRange;
 use vfnvme::{Error, SubmitErrorKind};
 use vfnvme_tests::guest_io::{self, Ctrl};
@@ -92,10 +92,14 @@ fn every_path_refused(ctrl: &Ctrl, qp: &mut Qpair, nsid: u32, md: MetadataFormat
     let e = qp.read(&ns, 8, blocks, e.buffer.unwrap(), 2).unwrap_err();
     assert_refused(&e.kind, nsid, md, "read");
     let buf = e.buffer.unwrap();
-    for dir in [Direction::Read, Direction::Write] {
+    for dir in [Op::Read, Op::Write] {
         // SAFETY: `buf` is DMA memory of this controller and outlives the call, which is
         // refused before a command is built.
-        let e = unsafe { qp.submit_raw(&ns, dir, 0, blocks, buf.span(), 3) }.unwrap_err();
+        let e = unsafe {
+            vfnvme::queue::Request::borrowed(dir, &ns, 0, blocks, buf.span(), 3)
+                .and_then(|r| qp.submit(r))
+        }
+        .unwrap_err();
         assert_refused(&e.kind, nsid, md, "raw submit (C ABI path)");
     }
     assert_refused(&qp.flush(&ns, 4).unwrap_err().kind, nsid, md, "flush");

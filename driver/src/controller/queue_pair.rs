@@ -7,10 +7,9 @@ use crate::error::{Error, OptionalCommand, SubmitError, SubmitErrorKind};
 use crate::namespace::Namespace;
 use crate::platform::Platform;
 use crate::platform::RegisterIo;
-use crate::queue::deliver::Deliver;
-use crate::queue::io_queue::Gate;
+use crate::queue::deliver::{ByClosure, Deliver};
 use crate::queue::tracker::Overdue;
-use crate::queue::{Direction, DoorbellStats, IoCompletion, IoQueue};
+use crate::queue::{DoorbellStats, IoCompletion, IoQueue, Op, Request};
 use crate::quirks::Quirks;
 use crate::spec::command::DsmRange;
 use crate::spec::identify::{ONCS_DSM, ONCS_WRITE_ZEROES};
@@ -249,9 +248,23 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         self.io.doorbell_stats()
     }
 
-    /// Queues a read of `blocks` blocks at `lba` into `buf`; the buffer comes back in the
-    /// [`IoCompletion`] (or inside the error).
-    #[inline]
+    /// Queues `req` (split at MDTS if it must be) and returns its slot, which its
+    /// [`IoCompletion::slot`] gives back (for side tables indexed per request). Nothing reaches
+    /// the device before [`commit`](Self::commit) or [`poll`](Self::poll). The request was
+    /// checked when it was made ([`Request`]); here only the controller's support for the
+    /// command, a free slot and the data's descriptors can refuse it (an owned buffer comes
+    /// back in the error).
+    #[inline(always)]
+    pub fn submit(&mut self, req: Request<'_, T>) -> Result<u16, SubmitError> {
+        if matches!(req.op(), Op::WriteZeroes | Op::Deallocate) {
+            self.supports(req.op())?;
+        }
+        self.io.submit(req)
+    }
+
+    /// Queues a read of `blocks` blocks at `lba` into `buf` ([`Request::read`] submitted); the
+    /// buffer comes back in the [`IoCompletion`] (or inside the error).
+    #[inline(always)]
     pub fn read(
         &mut self,
         ns: &Namespace,
@@ -260,11 +273,12 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         buf: DmaBuffer,
         tag: T,
     ) -> Result<(), SubmitError> {
-        self.io.read(ns, lba, blocks, buf, tag)
+        self.submit(Request::read(ns, lba, blocks, buf, tag)?)
+            .map(drop)
     }
 
-    /// Queues a write of `blocks` blocks at `lba` from `buf`.
-    #[inline]
+    /// Queues a write of `blocks` blocks at `lba` from `buf` ([`Request::write`] submitted).
+    #[inline(always)]
     pub fn write(
         &mut self,
         ns: &Namespace,
@@ -273,93 +287,17 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         buf: DmaBuffer,
         tag: T,
     ) -> Result<(), SubmitError> {
-        self.io.write(ns, lba, blocks, buf, tag)
+        self.submit(Request::write(ns, lba, blocks, buf, tag)?)
+            .map(drop)
     }
 
-    /// Queues a read or write on borrowed memory (the C ABI's entry point): `span` is a range
-    /// of one live allocation of this controller's [`vfnvme_hal::DmaPool`], checked when it was
-    /// made ([`vfnvme_hal::DmaPool::span`], [`vfnvme_hal::DmaRegion::span`] or
-    /// [`DmaBuffer::span`]), so the device never touches memory past it. A span shorter than
-    /// the transfer fails with [`crate::SubmitErrorKind::BufferTooSmall`]. The completion
-    /// carries no buffer.
-    ///
-    /// # Safety
-    /// `span` must come from this controller's pool ([`crate::Controller::dma`]), and its
-    /// allocation must stay allocated and untouched until the request completes or the queue
-    /// pair is dropped.
-    #[inline(always)]
-    pub unsafe fn submit_raw(
-        &mut self,
-        ns: &Namespace,
-        dir: Direction,
-        lba: u64,
-        blocks: u32,
-        span: vfnvme_hal::DmaSpan,
-        tag: T,
-    ) -> Result<(), SubmitError> {
-        // SAFETY: the caller upholds the contract documented above.
-        unsafe { self.io.submit_raw(ns, dir, lba, blocks, span, tag) }
-    }
-
-    /// [`read`](Self::read), the namespace checked against `gate` (a multipath channel in
-    /// direct mode: [`Gate::Word`]).
-    #[inline]
-    pub(crate) fn read_gated(
-        &mut self,
-        ns: &Namespace,
-        gate: Gate,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        tag: T,
-    ) -> Result<(), SubmitError> {
-        self.io.read_gated(ns, gate, lba, blocks, buf, tag)
-    }
-
-    /// [`write`](Self::write), the namespace checked against `gate`.
-    #[inline]
-    pub(crate) fn write_gated(
-        &mut self,
-        ns: &Namespace,
-        gate: Gate,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        tag: T,
-    ) -> Result<(), SubmitError> {
-        self.io.write_gated(ns, gate, lba, blocks, buf, tag)
-    }
-
-    /// [`submit_raw`](Self::submit_raw), the namespace checked against `gate`.
-    ///
-    /// # Safety
-    /// As [`submit_raw`](Self::submit_raw).
-    #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) unsafe fn submit_raw_gated(
-        &mut self,
-        ns: &Namespace,
-        gate: Gate,
-        dir: Direction,
-        lba: u64,
-        blocks: u32,
-        span: vfnvme_hal::DmaSpan,
-        tag: T,
-    ) -> Result<(), SubmitError> {
-        // SAFETY: the caller upholds the contract of `submit_raw`.
-        unsafe {
-            self.io
-                .submit_raw_gated(ns, gate, dir, lba, blocks, span, tag)
-        }
-    }
-
-    /// Queues a flush.
+    /// Queues a flush ([`Request::flush`] submitted).
     #[inline]
     pub fn flush(&mut self, ns: &Namespace, tag: T) -> Result<(), SubmitError> {
-        self.io.flush(ns, tag)
+        self.submit(Request::flush(ns, tag)?).map(drop)
     }
 
-    /// Queues Write Zeroes.
+    /// Queues Write Zeroes ([`Request::write_zeroes`] submitted).
     #[inline]
     pub fn write_zeroes(
         &mut self,
@@ -368,13 +306,12 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         blocks: u32,
         tag: T,
     ) -> Result<(), SubmitError> {
-        if let Some(quirk) = self.no_write_zeroes {
-            return Err(Self::unsupported(OptionalCommand::WriteZeroes, quirk));
-        }
-        self.io.write_zeroes(ns, lba, blocks, tag)
+        self.submit(Request::write_zeroes(ns, lba, blocks, tag)?)
+            .map(drop)
     }
 
-    /// Queues a deallocate (Dataset Management) of 1..=256 ranges.
+    /// Queues a deallocate (Dataset Management) of 1..=256 ranges ([`Request::deallocate`]
+    /// submitted).
     #[inline]
     pub fn deallocate(
         &mut self,
@@ -382,15 +319,25 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         ranges: &[DsmRange],
         tag: T,
     ) -> Result<(), SubmitError> {
-        if let Some(quirk) = self.no_dsm {
-            return Err(Self::unsupported(OptionalCommand::DatasetManagement, quirk));
-        }
-        self.io.deallocate(ns, ranges, tag)
+        self.submit(Request::deallocate(ns, ranges, tag)?).map(drop)
     }
 
+    /// Whether the controller takes `op` (an optional command, refused when ONCS lacks it or
+    /// a quirk says it must not be sent).
     #[cold]
-    fn unsupported(command: OptionalCommand, quirk: bool) -> SubmitError {
-        SubmitError::new(SubmitErrorKind::CommandUnsupported { command, quirk }, None)
+    fn supports(&self, op: Op) -> Result<(), SubmitError> {
+        let (refused, command) = match op {
+            Op::WriteZeroes => (self.no_write_zeroes, OptionalCommand::WriteZeroes),
+            Op::Deallocate => (self.no_dsm, OptionalCommand::DatasetManagement),
+            _ => (None, OptionalCommand::WriteZeroes),
+        };
+        match refused {
+            Some(quirk) => Err(SubmitError::new(
+                SubmitErrorKind::CommandUnsupported { command, quirk },
+                None,
+            )),
+            None => Ok(()),
+        }
     }
 
     /// Rings the SQ doorbell once for everything queued, then the CQ head doorbell for what
@@ -413,61 +360,39 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
     /// delivered the same way, at most `max` per call: the rest wait for the next poll.
     #[inline]
     pub fn poll<F: FnMut(IoCompletion<T>)>(&mut self, max: usize, f: F) -> usize {
-        if self.poll_must_recover() {
-            return self.recover_from_poll(max, f);
+        if self.recovery_due() {
+            return self.recover_from_poll(max, &mut ByClosure(f));
         }
-        self.poll_checked(max, f)
+        self.poll_now(max, &mut ByClosure(f))
     }
 
-    /// The first half of [`poll`](Self::poll): counts the poll and, every 256 polls, checks
-    /// whether the queue pair must [`recover`](Self::recover) before anything else. A caller
-    /// that splits the two keeps its completion closure away from the out-of-line recovery,
-    /// so that what the closure borrows can stay in registers.
-    #[inline(always)]
-    pub(crate) fn poll_must_recover(&mut self) -> bool {
-        self.poll_tick() && self.check()
+    /// [`poll`](Self::poll) into a [`Deliver`] sink: the success path goes to
+    /// [`Deliver::finished`] (the buffer moved once, from the tracker to wherever the sink puts
+    /// it), everything else to [`Deliver::completion`]. A sink with
+    /// [`Deliver::STOP_AT_ERROR`] stops before a completion with an error status and is told;
+    /// the next poll delivers it.
+    #[inline]
+    pub fn poll_into<D: Deliver<T>>(&mut self, max: usize, to: &mut D) -> usize {
+        if self.recovery_due() {
+            return self.recover_from_poll(max, to);
+        }
+        self.poll_now(max, to)
     }
 
-    /// Counts a poll; true on every 256th, when the caller runs
-    /// [`must_recover_now`](Self::must_recover_now) (and whatever periodic work of its own it
-    /// has) before anything else.
+    /// Counts a poll; every 256 polls, whether the queue pair must [`recover`](Self::recover)
+    /// before anything else (a reset, the controller lost, a timeout; see `check`).
     #[inline(always)]
-    pub(crate) fn poll_tick(&mut self) -> bool {
+    fn recovery_due(&mut self) -> bool {
         self.polls = self.polls.wrapping_add(1);
-        self.polls == 0
+        self.polls == 0 && self.check()
     }
 
-    /// The periodic check of [`poll_must_recover`](Self::poll_must_recover), for a caller that
-    /// counts polls with [`poll_tick`](Self::poll_tick).
+    /// The poll itself: commits, then reaps up to `max` completions into `to`.
     #[inline(always)]
-    pub(crate) fn must_recover_now(&mut self) -> bool {
-        self.check()
-    }
-
-    /// The second half of [`poll`](Self::poll), after
-    /// [`poll_must_recover`](Self::poll_must_recover) said no: commits, then delivers up to `max`
-    /// completions to `f`.
-    #[inline(always)]
-    pub(crate) fn poll_checked<F: FnMut(IoCompletion<T>)>(&mut self, max: usize, f: F) -> usize {
+    fn poll_now<D: Deliver<T>>(&mut self, max: usize, to: &mut D) -> usize {
         self.io.commit(self.platform.regs());
         self.platform.before_poll(self.qid);
-        self.io.reap(self.platform.regs(), max, f)
-    }
-
-    /// [`poll_checked`](Self::poll_checked) that stops before the first completion with an
-    /// error status and tells `to` (see `IoQueue::reap_until_error`); the next poll (or
-    /// [`reap_rest`](Self::reap_rest)) takes it.
-    #[inline(always)]
-    pub(crate) fn poll_until_error<D: Deliver<T>>(&mut self, max: usize, to: &mut D) -> usize {
-        self.io.commit(self.platform.regs());
-        self.platform.before_poll(self.qid);
-        self.io.reap_until_error(self.platform.regs(), max, to)
-    }
-
-    /// Reaps up to `max` completions, errors included, without committing or the periodic
-    /// check (after [`poll_until_error`](Self::poll_until_error) stopped at an error).
-    pub(crate) fn reap_rest<F: FnMut(IoCompletion<T>)>(&mut self, max: usize, f: F) -> usize {
-        self.io.reap(self.platform.regs(), max, f)
+        self.io.reap_into(self.platform.regs(), max, to)
     }
 
     /// The slow part of [`poll`](Self::poll), every 256 polls: whether a
@@ -539,8 +464,8 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
     /// longer (the io_path bench counts its instructions).
     #[cold]
     #[inline(never)]
-    fn recover_from_poll(&mut self, max: usize, f: impl FnMut(IoCompletion<T>)) -> usize {
-        self.recover(max, f)
+    fn recover_from_poll<D: Deliver<T>>(&mut self, max: usize, to: &mut D) -> usize {
+        self.recover_into(max, to)
     }
 
     /// Whether the queues must be recovered: a reset or the loss of the controller since they
@@ -559,12 +484,18 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
     /// out of retries or timed out). Then delivers up to `max` ended requests to `f`; the rest
     /// wait for the next poll (which comes back here). Returns how many were delivered.
     #[cold]
+    pub fn recover(&mut self, max: usize, f: impl FnMut(IoCompletion<T>)) -> usize {
+        self.recover_into(max, &mut ByClosure(f))
+    }
+
+    /// [`recover`](Self::recover) into a [`Deliver`] sink (as [`Deliver::completion`]s).
+    #[cold]
     #[inline(never)]
-    pub(crate) fn recover(&mut self, max: usize, f: impl FnMut(IoCompletion<T>)) -> usize {
+    pub fn recover_into<D: Deliver<T>>(&mut self, max: usize, to: &mut D) -> usize {
         if self.needs_recovery() {
             self.recover_queues();
         }
-        let n = self.io.deliver_ended(max, f);
+        let n = self.io.deliver_ended(max, to);
         if self.io.ended_pending() != 0 {
             // The next poll's tick runs the periodic check, which sends it back here.
             self.polls = u8::MAX;

@@ -9,6 +9,11 @@ use vfnvme_hal::DmaBuffer;
 
 /// Receives the requests a reap finishes.
 pub trait Deliver<T> {
+    /// Whether a reap stops before the first completion with an error status (left in the
+    /// queue; [`stopped`](Self::stopped) is called), so that this sink only ever takes the
+    /// success path and the error is reaped by another, out of line. Requests ended by
+    /// recovery still come to [`completion`](Self::completion).
+    const STOP_AT_ERROR: bool = false;
     /// A request finished on the success path: its tag, status (an error of an earlier
     /// command of a request split at MDTS, else success), dword 0 of its last completion, its
     /// slot, and its buffer, to be taken from the tracker (left `None`).
@@ -22,7 +27,8 @@ pub trait Deliver<T> {
     );
     /// Any other finished request (an error, a retry given up, a request ended by recovery).
     fn completion(&mut self, c: IoCompletion<T>);
-    /// A reap that stops at errors stopped before one (left in the queue).
+    /// A reap with [`STOP_AT_ERROR`](Self::STOP_AT_ERROR) stopped before an error (left in
+    /// the queue).
     #[inline(always)]
     fn stopped(&mut self) {}
 }

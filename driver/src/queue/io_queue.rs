@@ -3,21 +3,16 @@
 
 use super::deliver::{ByClosure, Deliver};
 use super::prp;
+use super::request::{Data, Op, Request, MAX_BLOCKS_PER_COMMAND, MAX_DSM_RANGES};
 use super::retry::RetryBook;
 use super::ring::{Rings, ShadowBuffers};
 use super::tracker::{Ended, Overdue, Trackers, Unfinished};
 use crate::error::{SubmitError, SubmitErrorKind};
-use crate::namespace::{Namespace, NamespaceState};
 use crate::platform::RegisterIo;
-use crate::spec::command::{io_opcode, DsmRange};
+use crate::spec::command::DsmRange;
 use crate::spec::{Command, Status};
 use std::sync::Arc;
-use vfnvme_hal::{DmaBuffer, DmaPool, DmaSpan, HalError};
-
-/// Most blocks one NVM command carries (NLB is 16 bits, 0's based).
-pub const MAX_BLOCKS_PER_COMMAND: u32 = 1 << 16;
-/// Most ranges in one Dataset Management command.
-pub const MAX_DSM_RANGES: usize = 256;
+use vfnvme_hal::{DmaBuffer, DmaPool, HalError};
 
 /// The completion of one I/O request (all of its commands, if it was split). `T` is the payload
 /// given at submission (a `u64` tag by default).
@@ -68,14 +63,6 @@ pub struct IoQueue<T = u64> {
     retry: Option<Box<RetryBook>>,
 }
 
-/// What a request transfers.
-enum Data {
-    None,
-    Buffer(DmaBuffer),
-    /// Borrowed memory the caller keeps mapped (the C ABI).
-    Raw(u64),
-}
-
 /// One read or write command before it is split or queued: opcode, namespace and blocks.
 #[derive(Debug, Clone, Copy)]
 struct Rw {
@@ -92,30 +79,12 @@ struct DataRef {
     bytes: usize,
 }
 
-/// How a request is split at MDTS: blocks per command and flags every command's CDW12 gets.
+/// How a request is split at MDTS: blocks per command and the block size.
 #[derive(Debug, Clone, Copy)]
 struct Split {
     per_cmd: u32,
-    cdw12_flags: u32,
-}
-
-/// The direction of a raw-buffer I/O.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
-    /// Device to memory.
-    Read,
-    /// Memory to device.
-    Write,
-}
-
-/// What a submission checks the namespace's state word against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Gate {
-    /// The namespace takes I/O: active, a format without metadata.
-    Ready,
-    /// Exactly this word of [`Namespace::io_word`], read while the namespace was ready: still
-    /// ready, and its multipath head unchanged since (a channel in direct mode).
-    Word(u32),
+    /// log2 of the block size.
+    shift: u8,
 }
 
 impl<T: Copy + Default> IoQueue<T> {
@@ -198,6 +167,7 @@ impl<T: Copy + Default> IoQueue<T> {
         self.trackers.full(needed)
     }
     /// Most commands in flight at once (depth - 1).
+    #[cfg(test)]
     pub fn capacity(&self) -> usize {
         self.trackers.capacity()
     }
@@ -215,167 +185,53 @@ impl<T: Copy + Default> IoQueue<T> {
         self.rings.doorbell_stats()
     }
 
-    /// Why a namespace takes no I/O: not active, or formatted with metadata.
+    /// Queues `req` (split at MDTS if it must be); returns its slot ([`IoCompletion::slot`]).
+    /// Not visible to the controller until [`IoQueue::commit`] or a poll. The request was
+    /// checked when it was made; here only a free slot and its descriptors can fail.
     #[inline(always)]
-    fn refused(ns: &Namespace) -> SubmitErrorKind {
-        let state = ns.state();
-        if state != NamespaceState::Active {
-            return SubmitErrorKind::NamespaceNotActive {
-                nsid: ns.nsid(),
-                state,
-            };
-        }
-        if !ns.io_refused() {
-            // Ready, but not the word a gated submission expected: the head moved.
-            return SubmitErrorKind::PathsChanged { nsid: ns.nsid() };
-        }
-        Self::metadata_refused(ns)
-    }
-
-    /// Built inline, without a call: an out-of-line error path here cost the submit path
-    /// instructions (io_path bench, QD128) even though it never runs.
-    #[inline(always)]
-    fn metadata_refused(ns: &Namespace) -> SubmitErrorKind {
-        SubmitErrorKind::MetadataUnsupported {
-            nsid: ns.nsid(),
-            metadata: ns.identity().metadata_format(),
+    pub(crate) fn submit(&mut self, req: Request<'_, T>) -> Result<u16, SubmitError> {
+        match req.op {
+            Op::Read | Op::Write => self.submit_rw(req),
+            Op::Flush => self.submit_flush(req),
+            Op::WriteZeroes => self.submit_zeroes(req),
+            Op::Deallocate => self.submit_deallocate(req),
         }
     }
 
     #[inline(always)]
-    fn check_ns(ns: &Namespace, gate: Gate, lba: u64, blocks: u64) -> Result<(), SubmitErrorKind> {
-        let open = match gate {
-            Gate::Ready => ns.io_ready(),
-            Gate::Word(word) => ns.io_word() == word,
+    fn submit_rw(&mut self, req: Request<'_, T>) -> Result<u16, SubmitError> {
+        let bytes = req.bytes();
+        let rw = Rw {
+            nsid: req.nsid,
+            opcode: req.op.opcode(),
+            lba: req.lba,
+            blocks: req.blocks,
         };
-        if !open {
-            return Err(Self::refused(ns));
-        }
-        if blocks == 0 {
-            return Err(SubmitErrorKind::ZeroBlocks);
-        }
-        let size = ns.blocks();
-        match lba.checked_add(blocks) {
-            Some(end) if end <= size => Ok(()),
-            end => Err(SubmitErrorKind::LbaOutOfRange {
-                nsid: ns.nsid(),
-                lba,
-                end: end.unwrap_or(u64::MAX),
-                blocks: size,
-            }),
-        }
-    }
-
-    /// Queues a read of `blocks` blocks at `lba` into `buf` (split if above the per-command
-    /// limit). Not visible to the controller until [`IoQueue::commit`] or a poll.
-    #[inline]
-    pub fn read(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        tag: T,
-    ) -> Result<(), SubmitError> {
-        self.submit_data(ns, Gate::Ready, io_opcode::READ, lba, blocks, buf, tag)
-    }
-
-    /// Queues a write of `blocks` blocks at `lba` from `buf`.
-    #[inline]
-    pub fn write(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        tag: T,
-    ) -> Result<(), SubmitError> {
-        self.submit_data(ns, Gate::Ready, io_opcode::WRITE, lba, blocks, buf, tag)
-    }
-
-    /// [`read`](Self::read) with the namespace checked against `gate`.
-    #[inline]
-    pub(crate) fn read_gated(
-        &mut self,
-        ns: &Namespace,
-        gate: Gate,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        tag: T,
-    ) -> Result<(), SubmitError> {
-        self.submit_data(ns, gate, io_opcode::READ, lba, blocks, buf, tag)
-    }
-
-    /// [`write`](Self::write) with the namespace checked against `gate`.
-    #[inline]
-    pub(crate) fn write_gated(
-        &mut self,
-        ns: &Namespace,
-        gate: Gate,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        tag: T,
-    ) -> Result<(), SubmitError> {
-        self.submit_data(ns, gate, io_opcode::WRITE, lba, blocks, buf, tag)
-    }
-
-    #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    fn submit_data(
-        &mut self,
-        ns: &Namespace,
-        gate: Gate,
-        opcode: u8,
-        lba: u64,
-        blocks: u32,
-        buf: DmaBuffer,
-        tag: T,
-    ) -> Result<(), SubmitError> {
-        if let Err(k) = Self::check_ns(ns, gate, lba, blocks as u64) {
-            return Err(SubmitError::new(k, Some(buf)));
-        }
-        let needed = (blocks as u64) << ns.lba_shift();
-        if (buf.len() as u64) < needed {
-            let len = buf.len();
-            return Err(SubmitError::new(
-                SubmitErrorKind::BufferTooSmall { needed, len },
-                Some(buf),
-            ));
-        }
-        if needed <= self.max_transfer as u64 && blocks <= MAX_BLOCKS_PER_COMMAND {
+        let (iova, buf) = match req.data {
+            Data::Owned(b) => (b.iova(), Some(b)),
+            Data::Span(s) => (s.iova(), None),
+            // `Request::rw` gives reads and writes data.
+            Data::None | Data::Ranges(_) => (0, None),
+        };
+        if bytes <= self.max_transfer as u64 && req.blocks <= MAX_BLOCKS_PER_COMMAND {
             let data = DataRef {
-                iova: buf.iova(),
-                bytes: needed as usize,
+                iova,
+                bytes: bytes as usize,
             };
-            let rw = Rw {
-                nsid: ns.nsid(),
-                opcode,
-                lba,
-                blocks,
-            };
-            return self.submit_one(rw, data, Some(buf), tag);
+            return self.submit_one(rw, data, buf, req.tag);
         }
         let per_cmd =
-            ((self.max_transfer >> ns.lba_shift()) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND);
-        let rw = Rw {
-            nsid: ns.nsid(),
-            opcode,
-            lba,
-            blocks,
-        };
+            ((self.max_transfer >> req.lba_shift) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND);
         let split = Split {
             per_cmd,
-            cdw12_flags: 0,
+            shift: req.lba_shift,
         };
-        self.submit_split(ns, rw, split, Data::Buffer(buf), tag)
+        self.submit_split(rw, split, Some(iova), buf, req.tag)
     }
 
-    /// The common case of [`IoQueue::submit_data`] and [`IoQueue::submit_raw`]: a validated
-    /// request that fits one command, on the data at device address `iova` (`buf`, if any, is
-    /// kept until the completion). One tracker, PRPs built in place, the SQE written straight
-    /// into the ring.
+    /// The common case of a read or write: fits one command, on the data at device address
+    /// `iova` (`buf`, if any, is kept until the completion). One tracker, PRPs built in place,
+    /// the SQE written straight into the ring.
     #[inline(always)]
     fn submit_one(
         &mut self,
@@ -383,7 +239,7 @@ impl<T: Copy + Default> IoQueue<T> {
         data: DataRef,
         buf: Option<DmaBuffer>,
         tag: T,
-    ) -> Result<(), SubmitError> {
+    ) -> Result<u16, SubmitError> {
         let Rw {
             nsid,
             opcode,
@@ -412,145 +268,45 @@ impl<T: Copy + Default> IoQueue<T> {
         cmd.set_cid(cid);
         cmd.set_prps(prp1, prp2);
         self.push(idx, &cmd);
-        Ok(())
+        Ok(idx)
     }
 
-    /// Queues a read or write of `blocks` blocks at `lba` on borrowed memory: `span`, a range
-    /// of one live allocation of a [`DmaPool`] (checked when the span was made, see
-    /// [`DmaPool::span`]); the transfer never goes past the span. The completion carries no
-    /// buffer.
-    ///
-    /// # Safety
-    /// `span` must come from the pool of the controller this queue belongs to, and its
-    /// allocation must stay allocated and untouched by the caller until the request completes
-    /// (or the queue pair is deleted), since the device reads or writes it at any time in
-    /// between.
-    #[inline(always)]
-    pub unsafe fn submit_raw(
-        &mut self,
-        ns: &Namespace,
-        dir: Direction,
-        lba: u64,
-        blocks: u32,
-        span: DmaSpan,
-        tag: T,
-    ) -> Result<(), SubmitError> {
-        // SAFETY: the caller's contract, passed on.
-        unsafe { self.submit_raw_gated(ns, Gate::Ready, dir, lba, blocks, span, tag) }
-    }
-
-    /// [`submit_raw`](Self::submit_raw) with the namespace checked against `gate`.
-    ///
-    /// # Safety
-    /// As [`submit_raw`](Self::submit_raw).
-    #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) unsafe fn submit_raw_gated(
-        &mut self,
-        ns: &Namespace,
-        gate: Gate,
-        dir: Direction,
-        lba: u64,
-        blocks: u32,
-        span: DmaSpan,
-        tag: T,
-    ) -> Result<(), SubmitError> {
-        let (iova, len) = (span.iova(), span.len());
-        Self::check_ns(ns, gate, lba, blocks as u64).map_err(|k| SubmitError::new(k, None))?;
-        let needed = (blocks as u64) << ns.lba_shift();
-        if (len as u64) < needed {
-            return Err(SubmitError::new(
-                SubmitErrorKind::BufferTooSmall { needed, len },
-                None,
-            ));
-        }
-        let opcode = match dir {
-            Direction::Read => io_opcode::READ,
-            Direction::Write => io_opcode::WRITE,
-        };
-        if needed <= self.max_transfer as u64 && blocks <= MAX_BLOCKS_PER_COMMAND {
-            let data = DataRef {
-                iova,
-                bytes: needed as usize,
-            };
-            let rw = Rw {
-                nsid: ns.nsid(),
-                opcode,
-                lba,
-                blocks,
-            };
-            return self.submit_one(rw, data, None, tag);
-        }
-        let per_cmd =
-            ((self.max_transfer >> ns.lba_shift()) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND);
-        let rw = Rw {
-            nsid: ns.nsid(),
-            opcode,
-            lba,
-            blocks,
-        };
-        let split = Split {
-            per_cmd,
-            cdw12_flags: 0,
-        };
-        self.submit_split(ns, rw, split, Data::Raw(iova), tag)
-    }
-
-    /// Queues a flush of namespace `ns`.
     #[inline]
-    pub fn flush(&mut self, ns: &Namespace, tag: T) -> Result<(), SubmitError> {
-        if !ns.io_ready() {
-            return Err(SubmitError::new(Self::refused(ns), None));
-        }
-        let mut cmd = Command::flush(ns.nsid());
-        // SAFETY: Flush has no data or metadata pointer.
-        unsafe { self.submit_single(&mut cmd, tag) }
+    fn submit_flush(&mut self, req: Request<'_, T>) -> Result<u16, SubmitError> {
+        let Some(idx) = self.trackers.alloc() else {
+            return Err(self.no_slot(None));
+        };
+        let mut cmd = Command::flush(req.nsid);
+        self.start_single(idx, &mut cmd, req.tag);
+        Ok(idx)
     }
 
-    /// Queues Write Zeroes of `blocks` blocks at `lba` (split at 65536 blocks per command).
+    /// Write Zeroes, split at 65536 blocks per command.
     #[inline]
-    pub fn write_zeroes(
-        &mut self,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        tag: T,
-    ) -> Result<(), SubmitError> {
-        Self::check_ns(ns, Gate::Ready, lba, blocks as u64)
-            .map_err(|k| SubmitError::new(k, None))?;
+    fn submit_zeroes(&mut self, req: Request<'_, T>) -> Result<u16, SubmitError> {
         let rw = Rw {
-            nsid: ns.nsid(),
-            opcode: io_opcode::WRITE_ZEROES,
-            lba,
-            blocks,
+            nsid: req.nsid,
+            opcode: req.op.opcode(),
+            lba: req.lba,
+            blocks: req.blocks,
         };
         let split = Split {
             per_cmd: MAX_BLOCKS_PER_COMMAND,
-            cdw12_flags: 0,
+            shift: req.lba_shift,
         };
-        self.submit_split(ns, rw, split, Data::None, tag)
+        self.submit_split(rw, split, None, None, req.tag)
     }
 
-    /// Queues a Dataset Management deallocate of `ranges` (1..=256). The range list goes in
-    /// the tracker's preallocated page: no allocation.
+    /// Dataset Management deallocate: the range list goes in the tracker's preallocated page
+    /// (no allocation).
     #[inline]
-    pub fn deallocate(
-        &mut self,
-        ns: &Namespace,
-        ranges: &[DsmRange],
-        tag: T,
-    ) -> Result<(), SubmitError> {
-        let err = |k| SubmitError::new(k, None);
-        if ranges.is_empty() || ranges.len() > MAX_DSM_RANGES {
-            return Err(err(SubmitErrorKind::BadRangeCount {
-                count: ranges.len(),
-            }));
-        }
-        for r in ranges {
-            Self::check_ns(ns, Gate::Ready, r.slba, r.blocks as u64).map_err(err)?;
-        }
+    fn submit_deallocate(&mut self, req: Request<'_, T>) -> Result<u16, SubmitError> {
+        let Data::Ranges(ranges) = req.data else {
+            let kind = SubmitErrorKind::BadRangeCount { count: 0 };
+            return Err(SubmitError::new(kind, req.data.into_buffer()));
+        };
         let Some(idx) = self.trackers.alloc() else {
-            return Err(err(self.trackers.full(1)));
+            return Err(self.no_slot(None));
         };
         let iova = match self.trackers.get_mut(idx) {
             Some(t) => {
@@ -562,27 +318,10 @@ impl<T: Copy + Default> IoQueue<T> {
             }
             None => 0,
         };
-        let mut cmd = Command::deallocate(ns.nsid(), ranges.len() as u16, iova);
-        self.start_single(idx, &mut cmd, tag);
-        Ok(())
-    }
-
-    /// Queues a command exactly as given (e.g. a vendor command); the CID is set here and the
-    /// completion carries no buffer.
-    ///
-    /// # Safety
-    /// Every device address in `cmd` (PRP1/PRP2 or SGL, PRP list entries, MPTR) must be mapped
-    /// for the device and refer to memory that stays allocated and is not used by anything else
-    /// until the command completes (or the queue pair is deleted), covering every byte the
-    /// command's length fields say the device moves. A command without data (all pointer fields
-    /// zero, PSDT zero) meets this trivially.
-    #[inline]
-    pub unsafe fn submit_single(&mut self, cmd: &mut Command, tag: T) -> Result<(), SubmitError> {
-        let Some(idx) = self.trackers.alloc() else {
-            return Err(SubmitError::new(self.trackers.full(1), None));
-        };
-        self.start_single(idx, cmd, tag);
-        Ok(())
+        let count = ranges.len().min(MAX_DSM_RANGES) as u16;
+        let mut cmd = Command::deallocate(req.nsid, count, iova);
+        self.start_single(idx, &mut cmd, req.tag);
+        Ok(idx)
     }
 
     /// Queues `cmd` (its pointer fields zero) with the first `bytes` bytes of `buf` as its
@@ -630,31 +369,24 @@ impl<T: Copy + Default> IoQueue<T> {
         self.push(idx, cmd);
     }
 
-    /// Queues `blocks` at `lba` as commands of at most `per_cmd` blocks each.
+    /// Queues `blocks` at `lba` as commands of at most `per_cmd` blocks each, on the data at
+    /// device address `base` (if any; `buf` is kept until the completion).
     #[inline(always)]
     fn submit_split(
         &mut self,
-        ns: &Namespace,
         rw: Rw,
         split: Split,
-        data: Data,
+        base: Option<u64>,
+        buf: Option<DmaBuffer>,
         tag: T,
-    ) -> Result<(), SubmitError> {
+    ) -> Result<u16, SubmitError> {
         let Rw {
+            nsid,
             opcode,
             lba,
             blocks,
-            ..
         } = rw;
-        let Split {
-            per_cmd,
-            cdw12_flags,
-        } = split;
-        let (buf, raw) = match data {
-            Data::None => (None, None),
-            Data::Buffer(b) => (Some(b), None),
-            Data::Raw(iova) => (None, Some(iova)),
-        };
+        let Split { per_cmd, shift } = split;
         let needed = blocks.div_ceil(per_cmd) as usize;
         if needed > self.trackers.capacity() {
             return Err(SubmitError::new(
@@ -670,8 +402,6 @@ impl<T: Copy + Default> IoQueue<T> {
             return Err(SubmitError::new(self.trackers.full(needed), buf));
         }
         let start_tail = self.rings.sq_tail();
-        let base_iova = buf.as_ref().map(|b| b.iova()).or(raw);
-        let shift = ns.lba_shift();
         let mut head = u16::MAX;
         let mut done: u32 = 0;
         while done < blocks {
@@ -683,10 +413,9 @@ impl<T: Copy + Default> IoQueue<T> {
             if head == u16::MAX {
                 head = idx;
             }
-            let mut cmd = Command::rw_n(opcode, ns.nsid(), lba + done as u64, n);
-            cmd.cdw12 |= cdw12_flags;
+            let mut cmd = Command::rw_n(opcode, nsid, lba + done as u64, n);
             cmd.set_cid(self.trackers.cid(idx));
-            if let (Some(base), Some(t)) = (base_iova, self.trackers.get_mut(idx)) {
+            if let (Some(base), Some(t)) = (base, self.trackers.get_mut(idx)) {
                 let off = (done as u64) << shift;
                 let bytes = (n as usize) << shift;
                 let list_iova = t.prp_list.iova();
@@ -710,7 +439,7 @@ impl<T: Copy + Default> IoQueue<T> {
             h.tag = tag;
             h.buffer = buf;
         }
-        Ok(())
+        Ok(head)
     }
 
     /// Writes `cmd`, the command of tracker `idx`, into the SQ. With retries on, the commit
@@ -785,6 +514,7 @@ impl<T: Copy + Default> IoQueue<T> {
     /// `max` request completions, calling `f` for each. Returns the number of completions; their
     /// CQ head doorbell is written by the next `commit` or `poll` (at once if the CQ would
     /// otherwise run short, see `reap`).
+    #[cfg(test)]
     #[inline]
     pub fn poll<R: RegisterIo, F: FnMut(IoCompletion<T>)>(
         &mut self,
@@ -808,26 +538,14 @@ impl<T: Copy + Default> IoQueue<T> {
         max: usize,
         f: F,
     ) -> usize {
-        self.reap_with::<false, R, _>(regs, max, &mut ByClosure(f))
+        self.reap_into(regs, max, &mut ByClosure(f))
     }
 
-    /// [`reap`](Self::reap) that stops before the first completion entry with an error status
-    /// (left in the queue for the next reap) and tells `to` ([`Deliver::stopped`]). `to` only takes
-    /// requests on the success path ([`Deliver::finished`]), which keeps it inlined: a caller
-    /// can lend it what lives in registers, and reap the error with another receiver, out of
-    /// line.
+    /// [`reap`](Self::reap) into a [`Deliver`] sink. A sink with
+    /// [`Deliver::STOP_AT_ERROR`] stops before the first completion entry with an error
+    /// status (left in the queue for the next reap) and is told ([`Deliver::stopped`]).
     #[inline(always)]
-    pub(crate) fn reap_until_error<R: RegisterIo, D: Deliver<T>>(
-        &mut self,
-        regs: &R,
-        max: usize,
-        to: &mut D,
-    ) -> usize {
-        self.reap_with::<true, R, D>(regs, max, to)
-    }
-
-    #[inline(always)]
-    fn reap_with<const STOP_AT_ERROR: bool, R: RegisterIo, D: Deliver<T>>(
+    pub(crate) fn reap_into<R: RegisterIo, D: Deliver<T>>(
         &mut self,
         regs: &R,
         max: usize,
@@ -840,7 +558,7 @@ impl<T: Copy + Default> IoQueue<T> {
             };
             // An error (SCT or SC set, above the phase bit): retried or ended off the hot path.
             if status_phase & (0x7ff << 1) != 0 {
-                if STOP_AT_ERROR {
+                if D::STOP_AT_ERROR {
                     to.stopped();
                     break;
                 }
@@ -924,13 +642,10 @@ impl<T: Copy + Default> IoQueue<T> {
         self.trackers.ended_count()
     }
 
-    /// Delivers up to `max` requests ended by recovery to `f`, in the order they ended; the
-    /// rest wait for the next call. Returns how many were delivered.
-    pub(crate) fn deliver_ended(
-        &mut self,
-        max: usize,
-        mut f: impl FnMut(IoCompletion<T>),
-    ) -> usize {
+    /// Delivers up to `max` requests ended by recovery to `to` (as
+    /// [`Deliver::completion`]s), in the order they ended; the rest wait for the next call.
+    /// Returns how many were delivered.
+    pub(crate) fn deliver_ended<D: Deliver<T>>(&mut self, max: usize, to: &mut D) -> usize {
         let mut n = 0;
         while n < max {
             let Some(Ended {
@@ -943,7 +658,7 @@ impl<T: Copy + Default> IoQueue<T> {
             else {
                 break;
             };
-            f(IoCompletion {
+            to.completion(IoCompletion {
                 tag,
                 status,
                 cdw0: 0,

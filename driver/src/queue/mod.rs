@@ -1,9 +1,10 @@
 //! The I/O machinery: rings in DMA memory, trackers, PRPs, MDTS splitting, doorbells, and the
 //! raw I/O queue under [`crate::QueuePair`].
 
-pub(crate) mod deliver;
-pub mod io_queue;
+pub mod deliver;
+pub(crate) mod io_queue;
 pub mod prp;
+pub mod request;
 pub(crate) mod retry;
 pub(crate) mod ring;
 pub(crate) mod tracker;
@@ -11,6 +12,9 @@ pub(crate) mod tracker;
 #[cfg(test)]
 mod io_queue_tests;
 
-pub use io_queue::{Direction, IoCompletion, IoQueue};
+pub use deliver::Deliver;
+pub use io_queue::IoCompletion;
+pub(crate) use io_queue::IoQueue;
+pub use request::{Data, Op, Protection, Request, Target};
 pub use ring::DoorbellStats;
 pub use tracker::MAX_TRACKERS as MAX_IN_FLIGHT;

@@ -19,6 +19,7 @@ use crate::controller::QueuePair;
 use crate::multipath::paths::MAX_PATHS;
 use crate::namespace::Namespace;
 use crate::platform::Platform;
+use crate::queue::Target;
 use std::sync::Arc;
 
 /// The one path of a channel in direct mode.
@@ -32,6 +33,10 @@ pub(super) struct Direct<P: Platform> {
     /// The namespace's state word as direct mode began ([`Namespace::io_word`]): every
     /// submission is checked against it, which stands for the head's generation check too.
     pub(super) word: u32,
+    /// The namespace as requests' target, read as direct mode began.
+    pub(super) target: Target,
+    /// Polls since direct mode began (mod 256): every 256th looks at the head.
+    pub(super) polls: u8,
 }
 
 impl<P: Platform> IoChannel<P> {
@@ -83,6 +88,9 @@ impl<P: Platform> IoChannel<P> {
         if !Namespace::word_ready(word) || self.head.paths.generation() != self.generation {
             return;
         }
+        let Ok(target) = Target::of(&ns) else {
+            return;
+        };
         let Some(qp) = self.qpairs[i].take() else {
             return;
         };
@@ -93,6 +101,8 @@ impl<P: Platform> IoChannel<P> {
             path: i,
             sent: 0,
             word,
+            target,
+            polls: 0,
         });
     }
 }

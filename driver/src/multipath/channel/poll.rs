@@ -1,7 +1,7 @@
 //! Polling: completions delivered, path errors failed over with the same buffer, queued
 //! requests resubmitted or failed all at once.
 
-use super::receive::{reap_rest, recover_path, ToUser, STOPPED};
+use super::receive::{reap_rest, ToUser, STOPPED};
 use super::types::{ChannelCompletion, IoOp};
 use super::{Dispatch, IoChannel, Pending, Tag, NO_PATH};
 use crate::multipath::error::ChannelError;
@@ -43,33 +43,30 @@ impl<P: Platform> IoChannel<P> {
     /// Lent to code that is not inlined, `f` (and what it borrows) would have to live in
     /// memory on every poll.
     ///
-    /// In direct mode a poll looks at the head only every 256 polls, with the queue pair's own
-    /// periodic check: nothing waits in the channel then, and every submission checks the head
-    /// anyway. A change found there (a released controller's queue pair, for one) is settled
-    /// by the general poll at once.
+    /// In direct mode a poll looks at the head only every 256 polls (the queue pair makes its
+    /// own periodic check inside its poll): nothing waits in the channel then, and every
+    /// submission checks the head anyway. A change found there (a released controller's queue
+    /// pair, for one) is settled by the general poll at once.
     #[inline]
     pub fn poll<F: FnMut(ChannelCompletion)>(&mut self, max: usize, mut f: F) -> usize {
         'direct: {
-            let Some(mut d) = self.direct.as_mut() else {
+            let Some(d) = self.direct.as_mut() else {
                 break 'direct;
             };
-            if d.qp.poll_tick() {
-                if self.direct_periodic() {
-                    return self.drain_outbox(&mut f);
-                }
-                // Still direct unless the head changed.
-                match self.direct.as_mut() {
-                    Some(still) => d = still,
-                    None => break 'direct,
-                }
+            d.polls = d.polls.wrapping_add(1);
+            if d.polls == 0 && self.direct_periodic() {
+                break 'direct;
             }
+            let Some(d) = self.direct.as_mut() else {
+                break 'direct;
+            };
             let mut to = ToUser {
                 f: &mut f,
                 path: d.path,
                 pending: &mut self.pending,
                 trouble: 0,
             };
-            let got = d.qp.poll_until_error(max, &mut to);
+            let got = d.qp.poll_into(max, &mut to);
             // One test for both: a failure, or a stop before an error.
             let trouble = to.trouble;
             if trouble != 0 {
@@ -151,41 +148,16 @@ impl<P: Platform> IoChannel<P> {
         }
     }
 
-    /// Every 256th poll in direct mode: the queue pair's periodic check (true when it
-    /// recovered, what it ended sorted into the outbox and `pending`), then the head: direct
-    /// mode is left when the head changed, for the general poll (this one or the next) to
-    /// settle.
+    /// Every 256th poll in direct mode: direct mode is left when the head changed, for the
+    /// general poll (this one) to settle. True when it was left.
     #[cold]
     #[inline(never)]
     fn direct_periodic(&mut self) -> bool {
-        let recovered = self
-            .direct
-            .as_mut()
-            .is_some_and(|d| d.qp.must_recover_now());
-        if recovered {
-            self.direct_recover();
-        }
         if self.head.paths.generation() != self.generation {
             self.undirect();
+            return true;
         }
-        recovered
-    }
-
-    /// The direct path's queue pair must recover (a reset, the controller lost, a timeout):
-    /// what it ends is sorted as a poll's completions are, into the outbox and `pending`.
-    #[cold]
-    #[inline(never)]
-    fn direct_recover(&mut self) {
-        let Some(d) = self.direct.as_mut() else {
-            return;
-        };
-        let i = d.path;
-        let parked = self.pending.len();
-        recover_path(&mut d.qp, i, &mut self.pending, &mut self.outbox);
-        let failed = self.pending.len() - parked;
-        if failed != 0 {
-            self.direct_failures(i, failed);
-        }
+        false
     }
 
     /// What a poll settles first when something is going on: a changed head, requests
@@ -229,24 +201,21 @@ impl<P: Platform> IoChannel<P> {
                 continue;
             };
             let parked = pending.len();
-            // The queue pair's poll commits what was queued on it first. A failed request
-            // goes to the back of `pending` (room is reserved for every slot) and is triaged
-            // below, off the fast path.
-            if qp.poll_must_recover() {
-                recover_path(qp, i, pending, outbox);
-            } else {
-                let mut to = ToUser {
-                    f: &mut *f,
-                    path: i,
-                    pending: &mut *pending,
-                    trouble: 0,
-                };
-                let got = qp.poll_until_error(max - delivered, &mut to);
-                let stopped = to.trouble & STOPPED != 0;
-                delivered += got - (pending.len() - parked);
-                if stopped {
-                    reap_rest(qp, i, max.saturating_sub(delivered), pending, outbox);
-                }
+            // The queue pair's poll commits what was queued on it first (and recovers when it
+            // must: what that ends comes as failures). A failed request goes to the back of
+            // `pending` (room is reserved for every slot) and is triaged below, off the fast
+            // path.
+            let mut to = ToUser {
+                f: &mut *f,
+                path: i,
+                pending: &mut *pending,
+                trouble: 0,
+            };
+            let got = qp.poll_into(max - delivered, &mut to);
+            let stopped = to.trouble & STOPPED != 0;
+            delivered += got - (pending.len() - parked);
+            if stopped {
+                reap_rest(qp, i, max.saturating_sub(delivered), pending, outbox);
             }
             if qp.outstanding() == 0 {
                 self.busy &= !(1 << i);

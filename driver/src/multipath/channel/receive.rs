@@ -1,6 +1,6 @@
 //! Where a poll puts what a queue pair finishes: [`ToUser`] hands successes to the user's
 //! closure (inlined, so that the closure stays in registers) and parks failures in `pending`;
-//! the out-of-line paths ([`reap_rest`], [`recover_path`]) put successes in the outbox instead.
+//! the out-of-line path ([`reap_rest`]) puts successes in the outbox instead.
 
 use super::types::ChannelCompletion;
 use super::{Pending, Tag};
@@ -26,6 +26,8 @@ pub(super) struct ToUser<'a, F> {
 pub(super) const STOPPED: usize = 1 << (usize::BITS - 1);
 
 impl<F: FnMut(ChannelCompletion)> Deliver<Tag> for ToUser<'_, F> {
+    const STOP_AT_ERROR: bool = true;
+
     #[inline(always)]
     fn finished(
         &mut self,
@@ -70,19 +72,39 @@ impl<F: FnMut(ChannelCompletion)> Deliver<Tag> for ToUser<'_, F> {
     }
 }
 
-/// How the out-of-line paths sort what they finish: a success goes to the outbox, a failure
+/// How the out-of-line path sorts what it finishes: a success goes to the outbox, a failure
 /// to `pending`.
-#[inline(always)]
-fn sort_later(
-    c: IoCompletion<Tag>,
+struct SortLater<'a> {
     path: usize,
-    pending: &mut VecDeque<Pending>,
-    outbox: &mut VecDeque<ChannelCompletion>,
-) {
-    if c.status.is_success() {
-        outbox.push_back(succeeded(c, path));
-    } else {
-        park(c, pending);
+    pending: &'a mut VecDeque<Pending>,
+    outbox: &'a mut VecDeque<ChannelCompletion>,
+}
+
+impl Deliver<Tag> for SortLater<'_> {
+    fn finished(
+        &mut self,
+        tag: Tag,
+        status: Status,
+        cdw0: u32,
+        slot: u16,
+        buffer: &mut Option<DmaBuffer>,
+    ) {
+        self.completion(IoCompletion {
+            tag,
+            status,
+            cdw0,
+            slot,
+            buffer: buffer.take(),
+            memory_held: false,
+        });
+    }
+
+    fn completion(&mut self, c: IoCompletion<Tag>) {
+        if c.status.is_success() {
+            self.outbox.push_back(succeeded(c, self.path));
+        } else {
+            park(c, self.pending);
+        }
     }
 }
 
@@ -109,7 +131,7 @@ fn park(c: IoCompletion<Tag>, pending: &mut VecDeque<Pending>) {
     });
 }
 
-/// Reaps up to `max` completions of path `i`'s queue pair, errors included, into the outbox
+/// Polls path `i`'s queue pair for up to `max` completions, errors included, into the outbox
 /// and `pending` (out of line, away from the user's closure).
 #[cold]
 #[inline(never)]
@@ -120,22 +142,12 @@ pub(super) fn reap_rest<P: Platform>(
     pending: &mut VecDeque<Pending>,
     outbox: &mut VecDeque<ChannelCompletion>,
 ) {
-    qp.reap_rest(max, |c: IoCompletion<Tag>| {
-        sort_later(c, i, pending, outbox)
-    });
-}
-
-/// Lets path `i`'s queue pair recover (out of line, away from the user's closure): what it
-/// ends is sorted into the outbox and `pending`.
-#[cold]
-#[inline(never)]
-pub(super) fn recover_path<P: Platform>(
-    qp: &mut QueuePair<P, Tag>,
-    i: usize,
-    pending: &mut VecDeque<Pending>,
-    outbox: &mut VecDeque<ChannelCompletion>,
-) {
-    qp.recover(usize::MAX, |c: IoCompletion<Tag>| {
-        sort_later(c, i, pending, outbox)
-    });
+    qp.poll_into(
+        max,
+        &mut SortLater {
+            path: i,
+            pending,
+            outbox,
+        },
+    );
 }

@@ -1,14 +1,17 @@
 //! Submission: the fast path (head unchanged, a usable path with its queue pair open) and
-//! everything else (a changed head, a path to open, no usable path: queue or refuse).
+//! everything else (a changed head, a path to open, no usable path: queue or refuse). The
+//! channel makes one [`Request`] per send, against the chosen path's namespace (its checks
+//! run there, once), and submits it through the queue pair's public
+//! [`submit`](crate::QueuePair::submit).
 
-use super::types::{ChannelSubmitError, IoOp};
+use super::types::ChannelSubmitError;
 use super::{Dispatch, IoChannel, Pending, Tag};
 use crate::error::{SubmitError, SubmitErrorKind};
 use crate::multipath::error::ChannelError;
 use crate::multipath::paths::MAX_PATHS;
+use crate::namespace::Namespace;
 use crate::platform::Platform;
-use crate::queue::io_queue::Gate;
-use crate::queue::Direction;
+use crate::queue::{Data, Op, Request, Target};
 use vfnvme_hal::{DmaBuffer, DmaSpan};
 
 impl<P: Platform> IoChannel<P> {
@@ -21,7 +24,7 @@ impl<P: Platform> IoChannel<P> {
         buf: DmaBuffer,
         tag: u64,
     ) -> Result<(), ChannelSubmitError> {
-        self.submit_data::<false>(lba, blocks, buf, tag)
+        self.submit_io(Op::Read, lba, blocks, Data::Owned(buf), tag)
     }
 
     /// Queues a write of `blocks` blocks at `lba` from `buf`.
@@ -33,7 +36,7 @@ impl<P: Platform> IoChannel<P> {
         buf: DmaBuffer,
         tag: u64,
     ) -> Result<(), ChannelSubmitError> {
-        self.submit_data::<true>(lba, blocks, buf, tag)
+        self.submit_io(Op::Write, lba, blocks, Data::Owned(buf), tag)
     }
 
     /// Queues a read (`write` false) or write of `blocks` blocks at `lba` on borrowed memory
@@ -54,61 +57,8 @@ impl<P: Platform> IoChannel<P> {
         span: DmaSpan,
         tag: u64,
     ) -> Result<(), ChannelSubmitError> {
-        let op = if write { IoOp::Write } else { IoOp::Read };
-        let whole = Tag {
-            user: tag,
-            lba,
-            blocks,
-            op,
-            failovers: 0,
-            _reserved: 0,
-            span: Some(span),
-        };
-        let dir = if write {
-            Direction::Write
-        } else {
-            Direction::Read
-        };
-        if let Some(d) = self.direct.as_mut() {
-            // The namespace's word stands for the head's generation (see `direct.rs`).
-            let gate = Gate::Word(d.word);
-            // SAFETY: the caller's contract: `span` is from the pool every path's controller
-            // shares and stays allocated until the request is delivered.
-            let sent = unsafe {
-                d.qp.submit_raw_gated(&d.ns, gate, dir, lba, blocks, span, whole)
-            };
-            return match sent {
-                Ok(()) => {
-                    d.sent += 1;
-                    Ok(())
-                }
-                Err(e) => match self.after_direct_refusal(whole, e) {
-                    false => Ok(()),
-                    true => self.refusal.take().map_or(Ok(()), Err),
-                },
-            };
-        }
-        if self.head.paths.generation() == self.generation {
-            if let Some(i) = self.choose() {
-                let i = i & (MAX_PATHS - 1);
-                let (Some(qp), Some(ns)) = (self.qpairs[i].as_mut(), self.namespaces[i].as_deref())
-                else {
-                    return self.open_and_send(i, whole, None);
-                };
-                // SAFETY: the caller's contract: `span` is from the pool every path's
-                // controller shares and stays allocated until the request is delivered.
-                let sent = unsafe { qp.submit_raw(ns, dir, lba, blocks, span, whole) };
-                return match sent {
-                    Ok(()) => {
-                        self.sent[i] += 1;
-                        self.busy |= 1 << i;
-                        Ok(())
-                    }
-                    Err(e) => self.after_refusal(i, whole, e),
-                };
-            }
-        }
-        self.submit_slow(whole, None)
+        let op = if write { Op::Write } else { Op::Read };
+        self.submit_io(op, lba, blocks, Data::Span(span), tag)
     }
 
     /// Queues a flush.
@@ -116,51 +66,65 @@ impl<P: Platform> IoChannel<P> {
         self.submit_slow(
             Tag {
                 user: tag,
-                op: IoOp::Flush,
+                op: Op::Flush,
                 ..Tag::default()
             },
             None,
         )
     }
 
-    /// Queues a read (`WRITE` false) or write on the path the head's policy picks, or in the
-    /// channel's queue if no path is usable and the head queues. Nothing reaches the device
-    /// before [`commit`](Self::commit) or [`poll`](Self::poll). The fast path (head unchanged,
-    /// a path usable, its queue pair open) costs a generation check, the route and the queue
-    /// pair's own submission.
+    /// Queues a read or write on the path the head's policy picks, or in the channel's queue
+    /// if no path is usable and the head queues. Nothing reaches the device before
+    /// [`commit`](Self::commit) or [`poll`](Self::poll). The fast path (head unchanged, a path
+    /// usable, its queue pair open) costs a generation check (in direct mode, the namespace's
+    /// state word, see `direct.rs`), the route, the request's checks and the queue pair's
+    /// submission.
+    ///
+    /// With [`Data::Span`], the caller upholds [`submit_raw`](Self::submit_raw)'s contract.
     #[inline(always)]
-    fn submit_data<const WRITE: bool>(
+    fn submit_io(
         &mut self,
+        op: Op,
         lba: u64,
         blocks: u32,
-        buf: DmaBuffer,
+        data: Data<'static>,
         tag: u64,
     ) -> Result<(), ChannelSubmitError> {
-        let op = if WRITE { IoOp::Write } else { IoOp::Read };
-        let whole = |user| Tag {
-            user,
+        let whole = Tag {
+            user: tag,
             lba,
             blocks,
             op,
             failovers: 0,
             _reserved: 0,
-            span: None,
+            span: match &data {
+                Data::Span(s) => Some(*s),
+                _ => None,
+            },
         };
         let refused = 'refused: {
             if let Some(d) = self.direct.as_mut() {
                 // The namespace's word stands for the head's generation (see `direct.rs`).
-                let gate = Gate::Word(d.word);
-                let sent = if WRITE {
-                    d.qp.write_gated(&d.ns, gate, lba, blocks, buf, whole(tag))
-                } else {
-                    d.qp.read_gated(&d.ns, gate, lba, blocks, buf, whole(tag))
+                if d.ns.io_word() != d.word {
+                    let e = SubmitError::new(
+                        SubmitErrorKind::PathsChanged {
+                            nsid: d.target.nsid,
+                        },
+                        data.into_buffer(),
+                    );
+                    break 'refused self.after_direct_refusal(whole, e);
+                }
+                // SAFETY: owned data, or the caller's contract of `submit_raw`.
+                let req = match unsafe { Request::rw(op, d.target, lba, blocks, data, whole) } {
+                    Ok(req) => req,
+                    Err(e) => break 'refused self.stash(|_| Err(invalid(e))),
                 };
-                match sent {
-                    Ok(()) => {
+                match d.qp.submit(req) {
+                    Ok(_) => {
                         d.sent += 1;
                         return Ok(());
                     }
-                    Err(e) => break 'refused self.after_direct_refusal(whole(tag), e),
+                    Err(e) => break 'refused self.after_direct_refusal(whole, e),
                 }
             }
             if self.head.paths.generation() == self.generation {
@@ -169,29 +133,31 @@ impl<P: Platform> IoChannel<P> {
                     let (Some(qp), Some(ns)) =
                         (self.qpairs[i].as_mut(), self.namespaces[i].as_deref())
                     else {
-                        let t = whole(tag);
-                        break 'refused self.stash(move |ch| ch.open_and_send(i, t, Some(buf)));
+                        let buf = data.into_buffer();
+                        break 'refused self.stash(move |ch| ch.open_and_send(i, whole, buf));
                     };
-                    let sent = if WRITE {
-                        qp.write(ns, lba, blocks, buf, whole(tag))
-                    } else {
-                        qp.read(ns, lba, blocks, buf, whole(tag))
+                    let sent = match Target::of(ns) {
+                        // SAFETY: owned data, or the caller's contract of `submit_raw`.
+                        Ok(t) => match unsafe { Request::rw(op, t, lba, blocks, data, whole) } {
+                            Ok(req) => qp.submit(req),
+                            Err(e) => break 'refused self.stash(|_| Err(invalid(e))),
+                        },
+                        Err(kind) => Err(SubmitError::new(kind, data.into_buffer())),
                     };
                     match sent {
-                        Ok(()) => {
+                        Ok(_) => {
                             self.sent[i] += 1;
                             self.busy |= 1 << i;
                             return Ok(());
                         }
                         Err(e) => {
-                            let t = whole(tag);
-                            break 'refused self.stash(move |ch| ch.after_refusal(i, t, e));
+                            break 'refused self.stash(move |ch| ch.after_refusal(i, whole, e));
                         }
                     }
                 }
             }
-            let t = whole(tag);
-            self.stash(move |ch| ch.submit_slow(t, Some(buf)))
+            let buf = data.into_buffer();
+            self.stash(move |ch| ch.submit_slow(whole, buf))
         };
         match refused {
             false => Ok(()),
@@ -393,6 +359,8 @@ impl<P: Platform> IoChannel<P> {
         }
     }
 
+    /// Sends `tag` (with `buffer`, or its span) on path `i`: a request made against that
+    /// path's namespace, submitted to its queue pair.
     fn send(&mut self, i: usize, tag: Tag, buffer: Option<DmaBuffer>) -> Result<(), SubmitError> {
         let (Some(qp), Some(ns)) = (self.qpairs[i].as_mut(), self.namespaces[i].as_deref()) else {
             return Err(SubmitError::new(
@@ -403,36 +371,43 @@ impl<P: Platform> IoChannel<P> {
                 buffer,
             ));
         };
-        match (tag.op, buffer, tag.span) {
-            (IoOp::Read, Some(b), _) => qp.read(ns, tag.lba, tag.blocks, b, tag)?,
-            (IoOp::Write, Some(b), _) => qp.write(ns, tag.lba, tag.blocks, b, tag)?,
-            (op @ (IoOp::Read | IoOp::Write), None, Some(span)) => {
-                let dir = if op == IoOp::Write {
-                    Direction::Write
-                } else {
-                    Direction::Read
-                };
-                // SAFETY: a raw request: `submit_raw`'s caller guaranteed that the span is from
-                // the pool every path shares and stays allocated until the request is
-                // delivered; its previous command on another path has ended.
-                unsafe { qp.submit_raw(ns, dir, tag.lba, tag.blocks, span, tag)? }
-            }
-            (IoOp::Flush, b, _) => {
-                qp.flush(ns, tag).map_err(|e| SubmitError::new(e.kind, b))?;
-            }
-            (_, None, None) => {
-                return Err(SubmitError::new(
-                    SubmitErrorKind::BufferTooSmall {
-                        needed: u64::from(tag.blocks) << ns.lba_shift(),
-                        len: 0,
-                    },
-                    None,
-                ))
-            }
-        }
+        qp.submit(request_of(ns, tag, buffer)?)?;
         self.busy |= 1 << i;
         self.sent[i & (MAX_PATHS - 1)] += 1;
         Ok(())
+    }
+}
+
+/// The request `tag` stands for (with `buffer`, or its span), made against `ns`.
+fn request_of(
+    ns: &Namespace,
+    tag: Tag,
+    buffer: Option<DmaBuffer>,
+) -> Result<Request<'static, Tag>, SubmitError> {
+    let target = match Target::of(ns) {
+        Ok(t) => t,
+        Err(kind) => return Err(SubmitError::new(kind, buffer)),
+    };
+    if tag.op == Op::Flush {
+        return Ok(Request::flush_of(target, tag));
+    }
+    let data = match (buffer, tag.span) {
+        (Some(b), _) => Data::Owned(b),
+        (None, Some(span)) => Data::Span(span),
+        (None, None) => Data::None,
+    };
+    // SAFETY: a raw request: `submit_raw`'s caller guaranteed that the span is from the pool
+    // every path shares and stays allocated until the request is delivered; its previous
+    // command on another path has ended.
+    unsafe { Request::rw(tag.op, target, tag.lba, tag.blocks, data, tag) }
+}
+
+/// A request the channel refuses as given (its range or data), on any path.
+#[cold]
+fn invalid(e: SubmitError) -> ChannelSubmitError {
+    ChannelSubmitError {
+        error: ChannelError::Refused(e.kind),
+        buffer: e.buffer,
     }
 }
 

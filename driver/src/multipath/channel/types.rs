@@ -29,18 +29,9 @@ impl Default for ChannelOptions {
     }
 }
 
-/// The operation of a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[repr(u8)]
-pub enum IoOp {
-    /// Read into the buffer.
-    #[default]
-    Read = 0,
-    /// Write from the buffer.
-    Write = 1,
-    /// Flush (no buffer).
-    Flush = 2,
-}
+/// The operation of a channel's request (the queue's [`Op`]; a channel sends reads, writes
+/// and flushes).
+pub use crate::queue::Op as IoOp;
 
 /// A request as the channel keeps it to send it again. It is the payload of the path's queue
 /// pair (kept in the request's tracker), so a completion brings back everything a failover
@@ -50,7 +41,7 @@ pub(crate) struct Tag {
     pub(super) user: u64,
     pub(super) lba: u64,
     pub(super) blocks: u32,
-    pub(super) op: IoOp,
+    pub(super) op: crate::queue::Op,
     pub(super) failovers: u8,
     /// Always 0: with it, `blocks`, `op` and `failovers` fill a whole word, which a
     /// submission writes with one store rather than three.

@@ -1,0 +1,370 @@
+//! One I/O request, the value every entry point makes (the Rust API, the multipath channel,
+//! the C ABI) and the queue pair turns into commands. Everything about the request itself is
+//! checked once, here, when it is made: the namespace takes I/O, the block count and range,
+//! the data's length. The queue trusts a request: it only finds slots and builds descriptors.
+
+use crate::error::{SubmitError, SubmitErrorKind};
+use crate::namespace::{Namespace, NamespaceState};
+use crate::spec::command::{io_opcode, DsmRange};
+use vfnvme_hal::{DmaBuffer, DmaSpan};
+
+/// Most blocks one NVM command carries (NLB is 16 bits, 0's based).
+pub const MAX_BLOCKS_PER_COMMAND: u32 = 1 << 16;
+/// Most ranges in one Dataset Management command.
+pub const MAX_DSM_RANGES: usize = 256;
+
+/// What a request does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum Op {
+    /// Read blocks into the data.
+    #[default]
+    Read = 0,
+    /// Write blocks from the data.
+    Write = 1,
+    /// Flush the namespace's volatile write cache (no data).
+    Flush = 2,
+    /// Write Zeroes (no data).
+    WriteZeroes = 3,
+    /// Dataset Management, deallocate ([`Data::Ranges`]).
+    Deallocate = 4,
+}
+
+impl Op {
+    /// The NVM command set opcode.
+    #[inline(always)]
+    pub(crate) const fn opcode(self) -> u8 {
+        match self {
+            Op::Read => io_opcode::READ,
+            Op::Write => io_opcode::WRITE,
+            Op::Flush => io_opcode::FLUSH,
+            Op::WriteZeroes => io_opcode::WRITE_ZEROES,
+            Op::Deallocate => io_opcode::DATASET_MANAGEMENT,
+        }
+    }
+}
+
+/// The data of a request.
+#[derive(Debug)]
+pub enum Data<'a> {
+    /// None (flush, write zeroes).
+    None,
+    /// A buffer the request owns: it comes back in the completion, or in the error.
+    Owned(DmaBuffer),
+    /// Borrowed memory: a range of one live allocation, checked when the span was made
+    /// ([`vfnvme_hal::DmaPool::span`]). The device never moves data past it.
+    Span(DmaSpan),
+    /// Deallocate's ranges, copied at submission into a page the queue keeps per slot.
+    Ranges(&'a [DsmRange]),
+}
+
+/// Metadata and protection information of a request. Empty while namespaces formatted with
+/// metadata are refused (a request for one is not made); the submission copies it into the
+/// command as it is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Protection {}
+
+/// Where requests go: a namespace's identifier and geometry, read while it took I/O. A
+/// multipath head has one for all its paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    /// The namespace identifier.
+    pub nsid: u32,
+    /// Its size in blocks.
+    pub blocks: u64,
+    /// log2 of its block size.
+    pub lba_shift: u8,
+}
+
+impl Target {
+    /// `ns` as a target, if it takes I/O now (active, a format without metadata); else why not.
+    #[inline(always)]
+    pub fn of(ns: &Namespace) -> Result<Target, SubmitErrorKind> {
+        if !ns.io_ready() {
+            return Err(refused(ns));
+        }
+        Ok(Target {
+            nsid: ns.nsid(),
+            blocks: ns.blocks(),
+            lba_shift: ns.lba_shift(),
+        })
+    }
+
+    /// Checks `blocks` blocks at `lba`: at least one, all inside the namespace.
+    #[inline(always)]
+    pub fn check_range(&self, lba: u64, blocks: u64) -> Result<(), SubmitErrorKind> {
+        if blocks == 0 {
+            return Err(SubmitErrorKind::ZeroBlocks);
+        }
+        match lba.checked_add(blocks) {
+            Some(end) if end <= self.blocks => Ok(()),
+            end => Err(SubmitErrorKind::LbaOutOfRange {
+                nsid: self.nsid,
+                lba,
+                end: end.unwrap_or(u64::MAX),
+                blocks: self.blocks,
+            }),
+        }
+    }
+}
+
+/// Why a namespace takes no I/O: not active, or formatted with metadata. Built inline: an
+/// out-of-line error path here cost the submit path instructions even though it never runs.
+#[inline(always)]
+pub(crate) fn refused(ns: &Namespace) -> SubmitErrorKind {
+    let state = ns.state();
+    if state != NamespaceState::Active {
+        return SubmitErrorKind::NamespaceNotActive {
+            nsid: ns.nsid(),
+            state,
+        };
+    }
+    SubmitErrorKind::MetadataUnsupported {
+        nsid: ns.nsid(),
+        metadata: ns.identity().metadata_format(),
+    }
+}
+
+/// One I/O request: operation, namespace, blocks, data, protection fields and the caller's
+/// tag (`T`, kept by the queue and given back in the completion). Made by the constructors
+/// below, which check it; a queue pair submits it as it is
+/// ([`QueuePair::submit`](crate::QueuePair::submit)).
+#[derive(Debug)]
+pub struct Request<'a, T> {
+    pub(crate) op: Op,
+    pub(crate) lba_shift: u8,
+    pub(crate) nsid: u32,
+    pub(crate) lba: u64,
+    pub(crate) blocks: u32,
+    pub(crate) data: Data<'a>,
+    pub(crate) protection: Protection,
+    pub(crate) tag: T,
+}
+
+impl<'a, T> Request<'a, T> {
+    /// A read of `blocks` blocks at `lba` of `ns` into `buf` (which comes back in the
+    /// completion, or in the error).
+    #[inline(always)]
+    pub fn read(
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        tag: T,
+    ) -> Result<Self, SubmitError> {
+        Self::owned(Op::Read, ns, lba, blocks, buf, tag)
+    }
+
+    /// A write of `blocks` blocks at `lba` of `ns` from `buf`.
+    #[inline(always)]
+    pub fn write(
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        tag: T,
+    ) -> Result<Self, SubmitError> {
+        Self::owned(Op::Write, ns, lba, blocks, buf, tag)
+    }
+
+    #[inline(always)]
+    fn owned(
+        op: Op,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        tag: T,
+    ) -> Result<Self, SubmitError> {
+        match Target::of(ns) {
+            // SAFETY: owned data: the request keeps the buffer until it completes.
+            Ok(target) => unsafe { Self::rw(op, target, lba, blocks, Data::Owned(buf), tag) },
+            Err(kind) => Err(SubmitError::new(kind, Some(buf))),
+        }
+    }
+
+    /// A read (`op` [`Op::Read`]) or write ([`Op::Write`]) of `blocks` blocks at `lba` of `ns`
+    /// on borrowed memory, `span` (the C ABI's requests). A span shorter than the transfer is
+    /// refused ([`SubmitErrorKind::BufferTooSmall`]).
+    ///
+    /// # Safety
+    /// `span` must come from the DMA pool of the controller (or subsystem) the request is
+    /// submitted to, and its allocation must stay allocated and untouched by the caller until
+    /// the request completes (or its queue pair or channel is dropped): the device reads or
+    /// writes it at any time in between.
+    #[inline(always)]
+    pub unsafe fn borrowed(
+        op: Op,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        span: DmaSpan,
+        tag: T,
+    ) -> Result<Self, SubmitError> {
+        let target = Target::of(ns).map_err(|k| SubmitError::new(k, None))?;
+        // SAFETY: the caller's contract, passed on.
+        unsafe { Self::rw(op, target, lba, blocks, Data::Span(span), tag) }
+    }
+
+    /// A read or write (`op`) of `blocks` blocks at `lba` of `target` on `data`: checks the
+    /// range and that the data holds the transfer. `op` other than a read or write is refused.
+    ///
+    /// # Safety
+    /// With [`Data::Span`], the contract of [`borrowed`](Self::borrowed).
+    #[inline(always)]
+    pub unsafe fn rw(
+        op: Op,
+        target: Target,
+        lba: u64,
+        blocks: u32,
+        data: Data<'a>,
+        tag: T,
+    ) -> Result<Self, SubmitError> {
+        let len = match &data {
+            Data::Owned(b) if matches!(op, Op::Read | Op::Write) => b.len(),
+            Data::Span(s) if matches!(op, Op::Read | Op::Write) => s.len(),
+            _ => return Err(not_rw(op, data)),
+        };
+        if let Err(kind) = target.check_range(lba, u64::from(blocks)) {
+            return Err(SubmitError::new(kind, data.into_buffer()));
+        }
+        let needed = u64::from(blocks) << target.lba_shift;
+        if (len as u64) < needed {
+            let kind = SubmitErrorKind::BufferTooSmall { needed, len };
+            return Err(SubmitError::new(kind, data.into_buffer()));
+        }
+        Ok(Request {
+            op,
+            lba_shift: target.lba_shift,
+            nsid: target.nsid,
+            lba,
+            blocks,
+            data,
+            protection: Protection::default(),
+            tag,
+        })
+    }
+
+    /// A flush of `ns`.
+    #[inline]
+    pub fn flush(ns: &Namespace, tag: T) -> Result<Self, SubmitError> {
+        let target = Target::of(ns).map_err(|k| SubmitError::new(k, None))?;
+        Ok(Self::flush_of(target, tag))
+    }
+
+    /// A flush of `target` (a multipath head's, sent on one of its paths).
+    #[inline]
+    pub fn flush_of(target: Target, tag: T) -> Self {
+        Request {
+            op: Op::Flush,
+            lba_shift: target.lba_shift,
+            nsid: target.nsid,
+            lba: 0,
+            blocks: 0,
+            data: Data::None,
+            protection: Protection::default(),
+            tag,
+        }
+    }
+
+    /// Write Zeroes of `blocks` blocks at `lba` of `ns` (split at 65536 blocks per command).
+    #[inline]
+    pub fn write_zeroes(
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        tag: T,
+    ) -> Result<Self, SubmitError> {
+        let err = |k| SubmitError::new(k, None);
+        let target = Target::of(ns).map_err(err)?;
+        target.check_range(lba, u64::from(blocks)).map_err(err)?;
+        Ok(Request {
+            op: Op::WriteZeroes,
+            lba_shift: target.lba_shift,
+            nsid: target.nsid,
+            lba,
+            blocks,
+            data: Data::None,
+            protection: Protection::default(),
+            tag,
+        })
+    }
+
+    /// A Dataset Management deallocate of `ranges` (1..=256, each inside `ns`).
+    #[inline]
+    pub fn deallocate(ns: &Namespace, ranges: &'a [DsmRange], tag: T) -> Result<Self, SubmitError> {
+        let err = |k| SubmitError::new(k, None);
+        if ranges.is_empty() || ranges.len() > MAX_DSM_RANGES {
+            return Err(err(SubmitErrorKind::BadRangeCount {
+                count: ranges.len(),
+            }));
+        }
+        let target = Target::of(ns).map_err(err)?;
+        for r in ranges {
+            target
+                .check_range(r.slba, u64::from(r.blocks))
+                .map_err(err)?;
+        }
+        Ok(Request {
+            op: Op::Deallocate,
+            lba_shift: target.lba_shift,
+            nsid: target.nsid,
+            lba: 0,
+            blocks: 0,
+            data: Data::Ranges(ranges),
+            protection: Protection::default(),
+            tag,
+        })
+    }
+
+    /// The operation.
+    pub fn op(&self) -> Op {
+        self.op
+    }
+    /// The namespace identifier.
+    pub fn nsid(&self) -> u32 {
+        self.nsid
+    }
+    /// The first block.
+    pub fn lba(&self) -> u64 {
+        self.lba
+    }
+    /// The number of blocks (0 for flushes and deallocates).
+    pub fn blocks(&self) -> u32 {
+        self.blocks
+    }
+    /// The protection fields.
+    pub fn protection(&self) -> Protection {
+        self.protection
+    }
+    /// Bytes the request moves to or from its data (0 without data).
+    #[inline(always)]
+    pub(crate) fn bytes(&self) -> u64 {
+        u64::from(self.blocks) << self.lba_shift
+    }
+}
+
+impl Data<'_> {
+    /// The owned buffer, if any.
+    #[inline(always)]
+    pub(crate) fn into_buffer(self) -> Option<DmaBuffer> {
+        match self {
+            Data::Owned(b) => Some(b),
+            _ => None,
+        }
+    }
+}
+
+/// A read or write without data, or data given to an operation that takes none (or not this
+/// kind).
+#[cold]
+#[inline(never)]
+fn not_rw(op: Op, data: Data<'_>) -> SubmitError {
+    let kind = match (op, &data) {
+        (Op::Read | Op::Write, _) => SubmitErrorKind::BufferTooSmall { needed: 1, len: 0 },
+        _ => SubmitErrorKind::InvalidRequest {
+            what: "only reads and writes are made with `Request::rw`",
+        },
+    };
+    SubmitError::new(kind, data.into_buffer())
+}
