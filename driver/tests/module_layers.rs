@@ -622,7 +622,7 @@ fn parse_dependencies(text: &str) -> Vec<(String, String, DepKind)> {
             }
             continue;
         }
-        if depth == 0 && section.is_some() {
+        if let (0, Some(kind)) = (depth, section) {
             if let Some((key, value)) = t.split_once('=') {
                 let key = key.trim();
                 if let Some((_, package)) = table_dep.as_mut() {
@@ -633,7 +633,7 @@ fn parse_dependencies(text: &str) -> Vec<(String, String, DepKind)> {
                     // `name = ...`, `name.workspace = true`, `"name" = { ... }`.
                     let name = bare_key(key.split('.').next().unwrap_or(key));
                     let package = inline_string(value, "package").unwrap_or_else(|| name.clone());
-                    out.push((name, package, section.expect("in a dependency table")));
+                    out.push((name, package, kind));
                 }
             }
         }
