@@ -12,6 +12,14 @@
 //!   IOVA ([`mem::pool`]), hugepage reservations and the locked-memory limit
 //!   ([`mem::hugepages`], [`mem::memlock`]), and CPU/device ordering ([`mem::barrier`]: DMA
 //!   barriers, MMIO accessors for x86_64 and aarch64).
+//! - [`platform`]: the seam between the driver and what lies below it: [`platform::Platform`]
+//!   (registers, DMA memory, the clock), [`platform::RegisterIo`] and checked
+//!   [`platform::Doorbell`]s. Both the driver (`vfnvme`, which re-exports it as
+//!   `vfnvme::platform`) and the in-memory controller (`vfnvme-model`) build on it, so neither
+//!   crate depends on the other.
+//! - [`vfio_platform`]: [`vfio_platform::VfioPlatform`], the platform over a real device bound
+//!   to vfio-pci (re-exported as `vfnvme::vfio_platform`).
+//! - [`time`]: the coarse monotonic clock of the I/O path's periodic checks.
 //! - [`error`]: [`HalError`], the one error type of this layer.
 //!
 //! All `unsafe` code of vfnvme that touches mmap, ioctl or MMIO lives in this crate.
@@ -20,8 +28,10 @@ pub mod error;
 pub mod iommu;
 pub mod mem;
 pub mod pci;
+pub mod platform;
 pub mod time;
 pub mod vfio;
+pub mod vfio_platform;
 
 pub use error::HalError;
 pub use iommu::iova_allocator::IovaAllocator;

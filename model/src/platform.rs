@@ -15,7 +15,7 @@ use super::stats::ModelStats;
 use super::subsystem::SubsystemLink;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use vfnvme::platform::Platform;
+use vfnvme_hal::platform::Platform;
 use vfnvme_hal::{DmaPool, PageSize};
 
 /// An in-memory NVMe controller behind the driver's platform interface.

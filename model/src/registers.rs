@@ -4,7 +4,7 @@ use super::core::{Core, CtrlState};
 use super::queues::{Cq, Sq};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use vfnvme::platform::RegisterIo;
+use vfnvme_hal::platform::RegisterIo;
 
 const CAP: usize = 0x00;
 const VS: usize = 0x08;

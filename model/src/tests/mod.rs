@@ -12,7 +12,7 @@ mod robustness_tests;
 
 use super::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform, ModelRegs};
 use std::sync::Arc;
-use vfnvme::platform::{Platform, RegisterIo};
+use vfnvme_hal::platform::{Platform, RegisterIo};
 use vfnvme_hal::DmaBuffer;
 
 pub(crate) const CC_READY_BITS: u32 = 1 | 6 << 16 | 4 << 20;

@@ -1,11 +1,12 @@
 //! [`VfioPlatform`]: the driver's [`Platform`] over a real device bound to vfio-pci — BAR0
-//! registers, the device's type1 IOMMU domain, and the monotonic clock.
+//! registers, the device's type1 IOMMU domain, and the monotonic clock. The driver re-exports
+//! this module as `vfnvme::vfio_platform`.
 
 use crate::platform::{Doorbell, Platform, RegisterIo};
+use crate::vfio::RemovalNotice;
+use crate::{Bar, DmaPool, HalError, PageSize, PciAddress, VfioDevice};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use vfnvme_hal::vfio::RemovalNotice;
-use vfnvme_hal::{Bar, DmaPool, HalError, PageSize, PciAddress, VfioDevice};
 
 impl RegisterIo for Bar {
     #[inline(always)]
@@ -29,7 +30,7 @@ impl RegisterIo for Bar {
     fn size(&self) -> usize {
         Bar::len(self)
     }
-    fn mmio_doorbell(&self, offset: usize) -> Option<vfnvme_hal::MmioDoorbell> {
+    fn mmio_doorbell(&self, offset: usize) -> Option<crate::MmioDoorbell> {
         Bar::doorbell(self, offset).ok()
     }
     #[inline(always)]
@@ -92,12 +93,12 @@ impl VfioPlatform {
     }
 
     /// Opens the controllers at `addrs` in ONE VFIO container with ONE DMA pool: every
-    /// platform's [`Platform::dma`] is a clone of the same pool
-    /// ([`DmaPool::same_pool`](vfnvme_hal::DmaPool::same_pool) is true), and every buffer is
-    /// mapped at the same IOVA for every controller. That is what the paths of a multipath
-    /// subsystem need ([`crate::multipath::Subsystem::add_controller`]). The platforms come
-    /// back in the order of `addrs`. Typed errors: a malformed address, one given twice, a
-    /// device not bound to vfio-pci, a group that is not viable.
+    /// platform's [`Platform::dma`] is a clone of the same pool ([`DmaPool::same_pool`] is
+    /// true), and every buffer is mapped at the same IOVA for every controller. That is what
+    /// the paths of a multipath subsystem need (the driver's
+    /// `vfnvme::multipath::Subsystem::add_controller`). The platforms come back in the order of
+    /// `addrs`. Typed errors: a malformed address, one given twice, a device not bound to
+    /// vfio-pci, a group that is not viable.
     pub fn open_shared(
         addrs: &[&str],
         opts: VfioOptions,
@@ -169,7 +170,7 @@ impl Platform for VfioPlatform {
     }
 
     fn now_coarse_ns(&self) -> u64 {
-        vfnvme_hal::time::coarse_now_ns()
+        crate::time::coarse_now_ns()
     }
 
     fn relax(&self) {

@@ -1,9 +1,12 @@
 //! The platform interface: everything the driver needs from below.
 //!
-//! The same driver code runs over VFIO (BAR0 mmap, IOMMU-mapped hugepages, the monotonic clock)
-//! and over the in-memory controller model (a register file, a recording IOMMU, virtual time).
+//! The same driver code runs over VFIO (BAR0 mmap, IOMMU-mapped hugepages, the monotonic clock:
+//! [`crate::vfio_platform`]) and over the in-memory controller model (a register file, a
+//! recording IOMMU, virtual time: the `vfnvme-model` crate). The seam lives in this crate, below
+//! both the driver (`vfnvme`, which re-exports it as `vfnvme::platform`) and the model, so that
+//! neither needs the other.
 
-use vfnvme_hal::{DmaPool, HalError, MmioDoorbell};
+use crate::{DmaPool, HalError, MmioDoorbell};
 
 /// Access to the controller's register file (BAR0): properties and doorbells.
 ///
@@ -52,7 +55,7 @@ pub trait RegisterIo: Send + Sync + 'static {
     /// Safe code can't aim the controller's DMA this way:
     ///
     /// ```compile_fail,E0133
-    /// use vfnvme::platform::RegisterIo;
+    /// use vfnvme_hal::platform::RegisterIo;
     ///
     /// /// Points the admin submission queue at an address nobody allocated.
     /// fn aim_asq<R: RegisterIo>(regs: &R) {
@@ -63,8 +66,8 @@ pub trait RegisterIo: Send + Sync + 'static {
     /// What compiles is a write whose caller owns the memory and says why:
     ///
     /// ```
-    /// use vfnvme::hal::DmaBuffer;
-    /// use vfnvme::platform::RegisterIo;
+    /// use vfnvme_hal::platform::RegisterIo;
+    /// use vfnvme_hal::DmaBuffer;
     ///
     /// /// Points ASQ at `ring`.
     /// ///
@@ -175,7 +178,7 @@ pub trait Platform: Send + Sync + 'static {
     /// Monotonic time in nanoseconds for the I/O path's periodic checks (a queue pair's
     /// timeout check every 256 polls): cheap above all, a few milliseconds of resolution is
     /// enough. Compared only with itself. Default: [`now_ns`](Self::now_ns); the VFIO platform
-    /// reads the coarse clock ([`vfnvme_hal::time::coarse_now_ns`]), which costs no system call
+    /// reads the coarse clock ([`crate::time::coarse_now_ns`]), which costs no system call
     /// whatever the kernel's clocksource.
     #[inline(always)]
     fn now_coarse_ns(&self) -> u64 {
@@ -198,7 +201,7 @@ pub trait Platform: Send + Sync + 'static {
     fn name(&self) -> String;
 
     /// The controller's PCI vendor and device ID, when the platform knows them: they select
-    /// the controller's entry in [`crate::quirks::QUIRK_TABLE`].
+    /// the controller's entry in the driver's quirk table (`vfnvme::quirks::QUIRK_TABLE`).
     fn pci_id(&self) -> Option<(u16, u16)> {
         None
     }
