@@ -1,5 +1,5 @@
-//! Seeded fault injection on I/O queues (issue 11): each I/O command the device fetches draws
-//! at most one fault from [`FaultPlan`], with a generator seeded from `ModelConfig::seed`, so a
+//! Seeded fault injection on I/O queues: each I/O command the device fetches draws at most
+//! one fault from [`FaultPlan`], with a generator seeded from `ModelConfig::seed`, so a
 //! run replays exactly for the same seed and the same driver actions.
 //!
 //! What each fault does (the command's data moves when it executes, as for any command):

@@ -1,5 +1,5 @@
 //! Scenario `data`: the raw submission path (what the C ABI uses) lets QEMU's controller touch
-//! only one live allocation, up to the length it was allocated with (issue 9). The C ABI itself
+//! only one live allocation, up to the length it was allocated with. The C ABI itself
 //! is checked the same way by `ffi/examples/bounds.c` in `scripts/ffi-guest-check.sh`.
 
 use vfnvme::queue::Op;

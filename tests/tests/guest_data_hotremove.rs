@@ -1,4 +1,4 @@
-//! Scenario `data`: hot removal through the driver (issue 11). While a thread runs writes at
+//! Scenario `data`: hot removal through the driver. While a thread runs writes at
 //! queue depth 16, `echo 1 > /sys/bus/pci/devices/BDF/remove`: the kernel signals the device
 //! request eventfd that `VfioPlatform` registered, the queue pair's periodic check marks the
 //! controller removed, the requests in flight end once with `CONTROLLER_LOST` (buffers back),

@@ -1,4 +1,4 @@
-//! Scenario `data`: a controller reset under load (issue 11). Two threads, one queue pair
+//! Scenario `data`: a controller reset under load. Two threads, one queue pair
 //! each, write and read back their own slots of the namespace at queue depth 16 with every
 //! read checked; the main thread resets the controller through the API in the middle. Every
 //! request must complete exactly once (success, or `ABORTED_BY_RESET` with its buffer back),

@@ -1,4 +1,4 @@
-//! Scenario `hotplug`: host-side hot removal under fio with the vfnvme engine (issue 11). One
+//! Scenario `hotplug`: host-side hot removal under fio with the vfnvme engine. One
 //! fio process runs two jobs: `gone` writes to the controller behind the `pcie-root-port`
 //! until it fails, `stays` writes the other controller's whole namespace with
 //! `verify=crc32c`, six times over. Once fio reports write progress, the test has the host send QMP

@@ -1,4 +1,4 @@
-//! Scenario `hotplug`: host-side hot removal (issue 11). Two controllers run writes through the
+//! Scenario `hotplug`: host-side hot removal. Two controllers run writes through the
 //! driver at queue depth 16; the test then has the host send QMP `device_del` for the one
 //! behind the `pcie-root-port` (the guest's pciehp sees an attention button press, waits its
 //! 5 s, and removes the device; vfio-pci asks for it back through the device request eventfd).

@@ -1,4 +1,4 @@
-//! Scenario `media`: media errors from QEMU's NVMe device, through the driver API (issue 11).
+//! Scenario `media`: media errors from QEMU's NVMe device, through the driver API.
 //! Namespace 1 sits on `blkdebug`, whose rules fail every read covering one 512-byte sector
 //! and every write covering another (`VFNVME_EXPECT_MEDIA_ERRORS`). QEMU completes those with
 //! SCT 2h (media and data integrity): SC 81h Unrecovered Read Error for reads, SC 80h Write

@@ -1,4 +1,4 @@
-//! Scenario `media`: media errors through fio and the vfnvme engine (issue 11). Namespace 1
+//! Scenario `media`: media errors through fio and the vfnvme engine. Namespace 1
 //! sits on `blkdebug`: reads covering one 512-byte sector and writes covering another fail
 //! (`VFNVME_EXPECT_MEDIA_ERRORS`). fio writes the whole area with `verify=crc32c` and
 //! `continue_on_error=io`: exactly the write over the write-error sector and the verify read

@@ -2,9 +2,9 @@
 //! (ns 2: 512+8 extended, ns 3: 4096+16 separate, ns 4: 512+8 extended with PI type 1; ns 1 and
 //! 5 plain). vfnvme reports their format and refuses I/O to them before a command is built, on
 //! every submission path; the plain namespaces on the same controller keep working; and the
-//! guest's IOMMU logs no DMA fault meanwhile. Before the refusal, a 64 KiB write to ns 2 made
+//! guest's IOMMU logs no DMA fault meanwhile. Without the refusal, a large write to ns 2 makes
 //! QEMU read past the PRPs (`DMAR: [DMA Read NO_PASID] ... fault addr 0x0`) and every read of
-//! ns 3 sent metadata to MPTR = 0.
+//! ns 3 sends metadata to MPTR = 0.
 
 use std::path::PathBuf;
 use std::process::Command;

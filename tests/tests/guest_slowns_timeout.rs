@@ -1,4 +1,4 @@
-//! Scenario `slowns`: an I/O timeout on QEMU's device (issue 11). Namespace 2 is a null-co
+//! Scenario `slowns`: an I/O timeout on QEMU's device. Namespace 2 is a null-co
 //! drive whose every I/O takes 3 s (`latency-ns`); the controller is opened with a 400 ms I/O
 //! timeout. A read there times out, the driver sends an Abort (QEMU's Abort aborts nothing: it
 //! completes with "not aborted"), the read outlives another timeout, the controller is reset,

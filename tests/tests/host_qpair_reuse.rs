@@ -1,6 +1,6 @@
 //! Host test (model): a queue id used again after its queue pair was dropped, with shadow
-//! doorbells on. On QEMU 7.2 this hung before the driver reset the queue's shadow doorbell
-//! and EventIdx slots at creation (see `guest_data_limits`).
+//! doorbells on. QEMU 7.2 hangs here unless the driver resets the queue's shadow doorbell and
+//! EventIdx slots at creation (see `guest_data_limits`).
 
 use vfnvme::{Controller, ControllerOptions, QpairOptions};
 use vfnvme_model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};

@@ -161,8 +161,8 @@ proptest! {
     }
 }
 
-/// The inputs that panicked before the decoders read missing bytes as zero: a short SMART log,
-/// an empty Identify Controller and Namespace, a 1-byte controller list, a short error entry.
+/// Short inputs, whose missing bytes the decoders read as zero: a short SMART log, an empty
+/// Identify Controller and Namespace, a 1-byte controller list, a short error entry.
 #[test]
 fn short_device_data_decodes_without_panic() {
     assert_eq!(smart_json(&[7])["critical_warning"], 7);

@@ -2,8 +2,8 @@
 //! counter.
 //!
 //! Why the TSC: in a QEMU TCG guest the kernel's clocksource is the emulated HPET, so every
-//! `Instant::now()` is a system call plus an emulated MMIO read (measured: about 1.6 µs) that
-//! takes QEMU's global lock, which the NVMe emulation needs too. `rdtsc` there costs tens of ns.
+//! `Instant::now()` is a system call plus an emulated MMIO read that takes QEMU's global lock,
+//! which the NVMe emulation needs too. `rdtsc` there is far cheaper.
 //! The TSC rate is measured against `Instant` over the whole run (pairs of reads taken at the
 //! start and at the end), so reported latencies are in real nanoseconds.
 

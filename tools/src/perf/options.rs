@@ -276,17 +276,17 @@ pub fn check_io_size(
 /// fill one 4 KiB page. At a low queue depth, twice the commands in flight + 1 is a tiny ring
 /// whose CQ head doorbell the driver must write after nearly every completion (a ring of 3 at
 /// QD 1: one head write per I/O); with 64 entries it writes one per ~30 completions. On an
-/// emulated controller each doorbell is a trapped MMIO write, and on a busy host (docs/peers.md)
-/// that head write per I/O cost `vfnvme perf` about a third of its QD 1 IOPS.
+/// emulated controller each doorbell is a trapped MMIO write, and a head write per I/O costs
+/// `vfnvme perf` much of its QD 1 IOPS on a busy host (docs/peers.md).
 pub const MIN_DEFAULT_RING: u32 = 64;
 
 /// Entries of a default ring where the controller allows it (80 KiB of SQ and CQ): the driver
 /// writes the CQ head doorbell once the ring could run short of CQ slots, so with 1024 entries
 /// and up to 63 commands in flight about once per 480 completions. Each is a trapped MMIO write
 /// on an emulated controller that lands while QEMU's main loop holds its global lock (just after
-/// an SQ doorbell): on the CI host a head write per I/O cost 48 µs, and one per 32 I/Os (a
-/// 64-entry ring) 1.5 µs of a 10.9 µs QD 1 round trip (docs/peers.md). The trackers (a 4 KiB
-/// PRP list page each) stay as [`queue_depth_for`] says.
+/// an SQ doorbell), so the vCPU waits on the lock (docs/peers.md); `scripts/peers/side-by-side.sh`
+/// with `--vfnvme-variant "--queue-size N"` measures it. The trackers (a 4 KiB PRP list page
+/// each) stay as [`queue_depth_for`] says.
 pub const DEFAULT_RING_ENTRIES: u32 = 1024;
 
 /// The ring entries of a queue pair whose commands in flight need `slots_depth` (what

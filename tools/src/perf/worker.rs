@@ -5,7 +5,7 @@
 //! of the batch and the submission time of the I/Os resubmitted from it), plus one every
 //! [`IDLE_POLLS_PER_CLOCK_READ`] empty polls to notice the end of the run or a stall. (In a TCG
 //! guest the clocksource is the HPET: a clock read is a system call plus an emulated MMIO read,
-//! about 1.6 µs, and takes QEMU's global lock, which the NVMe emulation needs too.)
+//! and takes QEMU's global lock, which the NVMe emulation needs too.)
 
 use super::clock::Clock;
 use super::options::Pattern;

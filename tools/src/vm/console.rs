@@ -20,8 +20,8 @@ pub const TAIL_LINES: usize = 200;
 const POWEROFF_GRACE: Duration = Duration::from_secs(30);
 
 /// How long a guest may print nothing at all after QEMU starts. The guest's `/init` prints a
-/// line as soon as it runs (about 5 s into a TCG boot), so silence this long is a boot that
-/// hung (seen once in CI: 900 s without a line), not a slow test.
+/// line as soon as it runs, early in the boot, so silence this long is a boot that hung, not a
+/// slow test.
 const BOOT_SILENCE: Duration = Duration::from_secs(240);
 
 /// How a guest run ended.

@@ -93,8 +93,8 @@ pub fn init_script() -> String {
 /// interrupt through the remapped IO-APIC can miss and panic the guest.
 ///
 /// `clocksource=tsc tsc=reliable`: without them the guest kernel picks the emulated HPET, whose
-/// every read is an MMIO exit (about 1.6 µs under TCG), so each `clock_gettime` in the guest
-/// (fio, perf's timestamps) costs that much. The TSC is read without an exit.
+/// every read is an MMIO exit, so each `clock_gettime` in the guest (fio, perf's timestamps)
+/// costs one. The TSC is read without an exit.
 ///
 /// Without `tsc_clock` the guest keeps its default clocksource (the plain-QEMU setup).
 ///
