@@ -60,192 +60,21 @@
 
 #include "vfnvme.h"
 
-#define VF_MAX_CTRLS 32
-#define VF_KEY_LEN 128
-/* How often the admin poller reaps a controller's asynchronous events. */
-#define VF_ADMIN_POLL_MS 100
-/* Fewest entries of a queue pair's ring (one 4 KiB page of submission entries). At a low
- * iodepth, 2 * iodepth + 1 entries leave no room to defer the CQ head doorbell, which is then
- * written after every completion: a trapped MMIO write under emulation, and on a busy host a
- * third of the IOPS at iodepth=1 (docs/peers.md). */
-#define VF_MIN_RING 64
-/* Failed I/Os a thread reports with their NVMe status (then only fio's own error count). */
-#define VF_ERROR_REPORTS 32
-/* How long cleanup waits for commands still in flight before it gives their queue pair up. */
-#define VF_DRAIN_TIMEOUT_S 30
-
-/* A controller shared by every file and thread of the process. */
-struct vf_ctrl {
-	char key[VF_KEY_LEN];
-	struct vfnvme_ctrl *ctrl;
-	/* fio threads with a queue pair on it (under vf_lock); the admin poller runs while > 0. */
-	unsigned int users;
-	int poller_running;
-	pthread_t poller;
-	pthread_mutex_t poller_lock;
-	pthread_cond_t poller_wake; /* on CLOCK_MONOTONIC */
-	int poller_stop; /* under poller_lock */
-	/* Set by the admin poller when the controller reports an error; I/O threads waiting for
-	 * completions then fail instead of polling forever. */
-	atomic_int failed;
-	/* Test hook (option reset_after_ms): reset the controller through the API once, this long
-	 * after it was opened (0: never); opened_ns on CLOCK_MONOTONIC. */
-	unsigned int reset_after_ms;
-	unsigned long long opened_ns;
-	int reset_done;
-};
-
-/* CLOCK_MONOTONIC in nanoseconds. */
-static unsigned long long vf_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
-}
-
-/* The engine's options (fio's options table; td->eo). */
-struct vf_options {
-	void *pad; /* fio stores the thread_data pointer here: offset 0 is no option's */
-	char *trtype;
-	char *traddr;
-	unsigned int ns;
-	char *id;
-	unsigned int namespaces;
-	unsigned int lba_size;
-	unsigned long long blocks;
-	unsigned int latency_ns;
-	unsigned long long seed;
-	char *backing;
-	unsigned int hang_reads;
-	unsigned int admin_timeout_ms;
-	unsigned int io_timeout_ms;
-	unsigned int io_retries;
-	unsigned int reset_after_ms;
-	unsigned int defer_sq_doorbell;
-	unsigned int tsc_issue_time;
-	unsigned int inline_qd1;
-	/* Multipath heads (vfnvme_fio_mp.c). */
-	char *mp_policy;
-	unsigned int mp_queue_if_no_path;
-	unsigned int mp_delayed_removal_ms;
-	unsigned int mp_fail_after_ms;
-	char *mp_fail;
-	unsigned int paths;
-	unsigned int mp_detach_after_ms;
-	unsigned int mp_attach_after_ms;
-};
-
-struct vf_sub;
-
-/* Per file: where its namespace lives (a controller's namespace, or a multipath head). */
-struct vf_file {
-	struct vf_ctrl *c;
-	struct vf_sub *s; /* non-NULL for a multipath head (then c is NULL) */
-	uint32_t nsid;
-	uint32_t lba_size;
-	uint32_t lba_shift;
-	uint64_t blocks;
-};
-
-/* Per thread and controller: the thread's queue pair and bounce buffers. */
-struct vf_mp_thread;
-
-struct vf_tq {
-	struct vf_ctrl *c;
-	struct vfnvme_qpair *qp;
-	void **bounce; /* indexed by io_u->index, allocated on first use */
-	unsigned int inflight; /* submitted, not yet reaped from the completion queue */
-	unsigned int uncommitted; /* submitted since the last vfnvme_qpair_commit or poll */
-};
-
-/* Per thread (td->io_ops_data). */
-struct vf_thread {
-	struct vf_tq tq[VF_MAX_CTRLS];
-	int ntq;
-	struct vf_ctrl *mem_ctrl; /* provided td->orig_buffer */
-	uintptr_t mem_start, mem_end; /* td->orig_buffer from iomem_alloc: DMA memory of mem_ctrl */
-	struct vf_file *last_vf; /* file of the last io_u and its queue pair (a one-entry cache) */
-	struct vf_tq *last_tq;
-	struct io_u **events; /* what the last getevents returned (event() reads it) */
-	unsigned int nevents;
-	struct io_u **ready; /* completed, not yet returned by getevents: a ring of depth slots */
-	unsigned int ready_head, ready_count;
-	struct vfnvme_completion *cpls; /* getevents' batch from vfnvme_qpair_poll_completions */
-	struct io_u **queued; /* queued since the last commit (for issue time) */
-	unsigned int nqueued;
-	unsigned int depth;
-	unsigned int niou;
-	unsigned long long max_bs;
-	unsigned int errors_reported; /* vf_report_error lines so far (at most VF_ERROR_REPORTS) */
-	bool tsc_issue_time; /* issue times from the TSC (vfnvme_fio_issue_time.c) */
-	bool complete_inline; /* iodepth=1: queue() waits for the completion (vf_complete_inline) */
-	struct vf_mp_thread *mp; /* the thread's channels when its files are multipath heads */
-};
-
-/* Per io_u (io_u->engine_data). */
-struct vf_chan;
-
-struct vf_iou {
-	struct vf_thread *vt;
-	struct vf_tq *tq; /* where it was submitted */
-	struct vf_chan *chan; /* or the multipath channel it was submitted on */
-	struct io_u *io_u;
-	void *bounce; /* non-NULL when the data goes through a bounce buffer */
-	unsigned int idx; /* 0..depth-1 (io_u->index shares a union with engine_data) */
-	uint64_t queued_tick; /* TSC when queue() took it (vfnvme_fio_issue_time.c) */
-};
+#include "vfnvme_fio.h"
 
 #include "vfnvme_fio_issue_time.c"
 
-static void vf_done(struct vf_iou *e, const struct vfnvme_cpl *cpl);
 static void vf_ready_push(struct vf_thread *vt, struct io_u *io_u);
 static void vf_mark_issued(struct thread_data *td, struct vf_thread *vt);
-static bool vf_complete_inline(struct thread_data *td, struct vf_thread *vt, struct vf_tq *tq);
-static double vf_now(void);
+static bool vf_complete_inline(struct thread_data *td, struct vf_thread *vt);
 
-/* Multipath heads: vfnvme_fio_mp.c (included below). */
-struct vf_target;
-static int vf_mp_parse_traddr(struct vf_target *t, const char *what, const char *v);
-static int vf_mp_attach_file(struct thread_data *td, struct fio_file *f, const struct vf_target *t);
-static int vf_mp_init(struct thread_data *td, struct vf_thread *vt);
-static void vf_mp_cleanup(struct thread_data *td, struct vf_thread *vt);
-static int vf_mp_iomem_alloc(struct thread_data *td, struct vf_thread *vt, size_t total_mem);
-static void vf_mp_iomem_free(struct thread_data *td, struct vf_thread *vt);
-static enum fio_q_status vf_mp_queue(struct thread_data *td, struct vf_thread *vt,
-				     struct io_u *io_u);
-static void vf_mp_commit(struct vf_thread *vt);
-static int vf_mp_reap(struct vf_thread *vt);
-static unsigned int vf_mp_inflight(struct vf_thread *vt);
-static void vf_mp_unload(void);
-
-static pthread_mutex_t vf_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t vf_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct vf_ctrl vf_ctrls[VF_MAX_CTRLS];
 
-static void vf_log_rc(const char *what, int rc)
+void vf_log_rc(const char *what, int rc)
 {
 	log_err("vfnvme: %s failed: %s (%s)\n", what, vfnvme_strerror(rc), vfnvme_last_error());
 }
-
-/* Parsed filename (with the job's options). */
-struct vf_target {
-	int model;
-	char traddr[64];
-	char id[32];
-	uint32_t nsid;
-	struct vfnvme_model_opts mopts;
-	uint32_t admin_timeout_ms;
-	uint32_t io_timeout_ms;
-	uint32_t io_retries;
-	uint32_t reset_after_ms;
-	int have_trtype, have_traddr;
-	/* A multipath head: traddr=A+B[+...] (npaths addresses), subnqn=NQN, or on the model
-	 * paths=N (controllers of a model subsystem). */
-	int mp;
-	int npaths;
-	char path_addr[VF_MAX_CTRLS][16];
-	char subnqn[256];
-	uint32_t model_paths;
-};
 
 static int vf_parse_u64(const char *v, uint64_t *out)
 {
@@ -259,7 +88,7 @@ static int vf_parse_u64(const char *v, uint64_t *out)
 }
 
 /* Canonical PCI address "dddd:bb:dd.f" from "dddd.bb.dd.f", "dddd:bb:dd.f" or with '\:'. */
-static int vf_canon_pci(const char *in, char *out, size_t len)
+int vf_canon_pci(const char *in, char *out, size_t len)
 {
 	char tmp[64];
 	size_t j = 0;
@@ -649,8 +478,19 @@ static void vf_ctrl_unuse(struct vf_ctrl *c)
  * Controllers and per-file data live until the engine is unloaded (the last fio thread closes
  * it): fio frees its files before the engine's cleanup runs, so they can't be released there.
  */
-static struct vf_file *vf_files_list[4096];
-static unsigned int vf_nfiles;
+struct vf_file *vf_files_list[4096];
+unsigned int vf_nfiles;
+
+struct vf_file *vf_file_new(void)
+{
+	struct vf_file *vf = vf_nfiles < 4096 ? calloc(1, sizeof(*vf)) : NULL;
+	if (!vf) {
+		log_err("vfnvme: too many files\n");
+		return NULL;
+	}
+	vf_files_list[vf_nfiles++] = vf;
+	return vf;
+}
 
 __attribute__((destructor)) static void vf_unload(void)
 {
@@ -742,13 +582,11 @@ static int vf_attach_files(struct thread_data *td)
 			ret = 1;
 			break;
 		}
-		struct vf_file *vf = vf_nfiles < 4096 ? calloc(1, sizeof(*vf)) : NULL;
+		struct vf_file *vf = vf_file_new();
 		if (!vf) {
-			log_err("vfnvme: too many files\n");
 			ret = 1;
 			break;
 		}
-		vf_files_list[vf_nfiles++] = vf;
 		vf->c = c;
 		vf->nsid = t.nsid;
 		vf->lba_size = info.lba_size;
@@ -777,54 +615,48 @@ static struct vf_tq *vf_tq_of(struct vf_thread *vt, struct vf_ctrl *c)
 }
 
 /* Seconds since an arbitrary start, on the monotonic clock. */
-static double vf_now(void)
+double vf_now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Drains and frees the thread's queue pairs. */
+static void vf_qp_cleanup(struct thread_data *td, struct vf_thread *vt)
+{
+	for (int i = 0; i < vt->ntq; i++) {
+		struct vf_tq *tq = &vt->tq[i];
+		/* Drain what is still in flight (fio is done with those io_us), then free the queue
+		 * pair; a command that never completes leaves it allocated. On a controller that
+		 * failed or was removed the driver ends every command with "controller lost" at one
+		 * of the next polls, so the drain ends too. */
+		if (tq->qp && vf_drain(vt, tq->qp, &tq->inflight)) {
+			log_err("vfnvme: %s: %u command(s) still in flight at cleanup; leaving "
+				"their queue pair and buffers allocated\n",
+				tq->c->key, vfnvme_qpair_outstanding(tq->qp));
+		} else {
+			if (tq->bounce) {
+				for (unsigned int j = 0; j < vt->depth; j++)
+					vfnvme_dma_free(tq->c->ctrl, tq->bounce[j]);
+				free(tq->bounce);
+			}
+			int rc = vfnvme_qpair_free(tq->qp);
+			if (rc)
+				vf_log_rc("vfnvme_qpair_free", rc);
+		}
+		pthread_mutex_lock(&vf_lock);
+		vf_ctrl_unuse(tq->c);
+		pthread_mutex_unlock(&vf_lock);
+	}
+	vt->ntq = 0;
+}
+
 static void vf_cleanup(struct thread_data *td)
 {
 	struct vf_thread *vt = td->io_ops_data;
 	if (vt) {
-		if (vt->mp)
-			vf_mp_cleanup(td, vt);
-		for (int i = 0; i < vt->ntq; i++) {
-			struct vf_tq *tq = &vt->tq[i];
-			/* Drain what is still in flight (fio is done with those io_us), then free the
-			 * queue pair; a command that never completes leaves it allocated. On a
-			 * controller that failed or was removed the driver ends every command with
-			 * "controller lost" at one of the next polls, so the drain ends too. */
-			double start = vf_now();
-			int stuck = 0;
-			while (tq->qp && vfnvme_qpair_outstanding(tq->qp) > 0) {
-				int n = vfnvme_qpair_poll_completions(tq->qp, vt->depth, vt->cpls);
-				if (n < 0 || (n == 0 && vf_now() - start > VF_DRAIN_TIMEOUT_S)) {
-					stuck = 1;
-					break;
-				}
-				for (int j = 0; j < n; j++)
-					vf_done(vt->cpls[j].arg, &vt->cpls[j].cpl);
-			}
-			if (stuck) {
-				log_err("vfnvme: %s: %u command(s) still in flight at cleanup; leaving "
-					"their queue pair and buffers allocated\n",
-					tq->c->key, vfnvme_qpair_outstanding(tq->qp));
-			} else {
-				if (tq->bounce) {
-					for (unsigned int j = 0; j < vt->depth; j++)
-						vfnvme_dma_free(tq->c->ctrl, tq->bounce[j]);
-					free(tq->bounce);
-				}
-				int rc = vfnvme_qpair_free(tq->qp);
-				if (rc)
-					vf_log_rc("vfnvme_qpair_free", rc);
-			}
-			pthread_mutex_lock(&vf_lock);
-			vf_ctrl_unuse(tq->c);
-			pthread_mutex_unlock(&vf_lock);
-		}
+		vt->be->cleanup(td, vt);
 		free(vt->events);
 		free(vt->ready);
 		free(vt->queued);
@@ -872,6 +704,7 @@ static int vf_init(struct thread_data *td)
 	if (!vt)
 		return 1;
 	td->io_ops_data = vt;
+	vt->be = &vf_qpair_backend;
 	vt->depth = td->o.iodepth ? td->o.iodepth : 1;
 	vt->max_bs = td_max_bs(td);
 	vt->tsc_issue_time = vf_tsc_issue_time_wanted(td);
@@ -955,12 +788,9 @@ fail:
 	return 1;
 }
 
-static int vf_iomem_alloc(struct thread_data *td, size_t total_mem)
+static int vf_qp_iomem_alloc(struct thread_data *td, struct vf_thread *vt, size_t total_mem)
 {
-	struct vf_thread *vt = td->io_ops_data;
-	if (vt && vt->mp)
-		return vf_mp_iomem_alloc(td, vt, total_mem);
-	if (!vt || !vt->mem_ctrl) {
+	if (!vt->mem_ctrl) {
 		log_err("vfnvme: iomem_alloc before init (no controller)\n");
 		return 1;
 	}
@@ -977,18 +807,31 @@ static int vf_iomem_alloc(struct thread_data *td, size_t total_mem)
 	return 0;
 }
 
+static void vf_qp_iomem_free(struct thread_data *td, struct vf_thread *vt)
+{
+	if (vt->mem_ctrl && td->orig_buffer)
+		vfnvme_dma_free(vt->mem_ctrl->ctrl, td->orig_buffer);
+	vt->mem_start = vt->mem_end = 0;
+	td->orig_buffer = NULL;
+}
+
+static int vf_iomem_alloc(struct thread_data *td, size_t total_mem)
+{
+	struct vf_thread *vt = td->io_ops_data;
+	if (!vt) {
+		log_err("vfnvme: iomem_alloc before init\n");
+		return 1;
+	}
+	return vt->be->iomem_alloc(td, vt, total_mem);
+}
+
 static void vf_iomem_free(struct thread_data *td)
 {
 	struct vf_thread *vt = td->io_ops_data;
-	if (vt && vt->mp) {
-		vf_mp_iomem_free(td, vt);
-		return;
-	}
-	if (vt && vt->mem_ctrl && td->orig_buffer)
-		vfnvme_dma_free(vt->mem_ctrl->ctrl, td->orig_buffer);
 	if (vt)
-		vt->mem_start = vt->mem_end = 0;
-	td->orig_buffer = NULL;
+		vt->be->iomem_free(td, vt);
+	else
+		td->orig_buffer = NULL;
 }
 
 static int vf_io_u_init(struct thread_data *td, struct io_u *io_u)
@@ -1030,8 +873,11 @@ static const char *vf_status_name(uint8_t sct, uint8_t sc)
  * (sct 0x2: sc 0x81 Unrecovered Read Error, sc 0x80 Write Fault) is told apart from a lost
  * controller or a reset. Error path only, and at most VF_ERROR_REPORTS lines per thread.
  */
-static void vf_report_error(struct vf_iou *e, const struct vfnvme_cpl *cpl)
+static void vf_report_error(struct vf_iou *e, const struct vfnvme_completion *c)
 {
+	static const char *why[] = { "", ": no usable path", ": queueing switched off",
+				     ": no path came back in time", ": head removed", ": refused" };
+	const struct vfnvme_cpl *cpl = &c->cpl;
 	struct io_u *io_u = e->io_u;
 	struct vf_thread *vt = e->vt;
 
@@ -1045,34 +891,43 @@ static void vf_report_error(struct vf_iou *e, const struct vfnvme_cpl *cpl)
 	const char *op = io_u->ddir == DDIR_READ ? "read" : io_u->ddir == DDIR_WRITE ? "write" :
 		"command";
 	const char *file = io_u->file ? io_u->file->file_name : "?";
+	/* On a channel: the path it ended on and why it failed without a device status. */
+	char path[96] = "";
+	unsigned int k = (unsigned int)c->reason;
+	if (c->path >= 0 || k)
+		snprintf(path, sizeof(path), " on path %d%s", c->path,
+			 k < sizeof(why) / sizeof(why[0]) ? why[k] : ": ?");
 	if (!cpl->status) {
-		log_err("vfnvme: %s: %s of %llu bytes at offset %llu failed: %s\n", file, op,
-			(unsigned long long)io_u->xfer_buflen, (unsigned long long)io_u->offset,
+		log_err("vfnvme: %s: %s of %llu bytes at offset %llu failed%s: %s\n", file, op,
+			(unsigned long long)io_u->xfer_buflen, (unsigned long long)io_u->offset, path,
 			vfnvme_strerror(cpl->rc));
 		return;
 	}
 	const char *name = vf_status_name(cpl->sct, cpl->sc);
-	log_err("vfnvme: %s: %s of %llu bytes at offset %llu failed: NVMe status 0x%04x "
+	log_err("vfnvme: %s: %s of %llu bytes at offset %llu failed%s: NVMe status 0x%04x "
 		"(sct 0x%x sc 0x%02x dnr %d more %d%s%s)\n",
 		file, op, (unsigned long long)io_u->xfer_buflen, (unsigned long long)io_u->offset,
-		cpl->status, cpl->sct, cpl->sc, (cpl->status >> 14) & 1, (cpl->status >> 13) & 1,
-		name ? ": " : "", name ? name : "");
+		path, cpl->status, cpl->sct, cpl->sc, (cpl->status >> 14) & 1,
+		(cpl->status >> 13) & 1, name ? ": " : "", name ? name : "");
 }
 
-/* Completes the io_u of e (submitted without a callback; reaped in a batch by getevents). */
-static void vf_done(struct vf_iou *e, const struct vfnvme_cpl *cpl)
+/* Completes the io_u of e (submitted without a callback; reaped in a batch by getevents), on a
+ * queue pair or a channel. */
+static void vf_done(struct vf_iou *e, const struct vfnvme_completion *c)
 {
+	const struct vfnvme_cpl *cpl = &c->cpl;
 	struct io_u *io_u = e->io_u;
 
-	e->tq->inflight--;
-	/* Device errors and the two statuses vfnvme gives commands it ends itself (sct 3: sc 0x71
+	(*e->inflight)--;
+	/* Device errors, the two statuses vfnvme gives commands it ends itself (sct 3: sc 0x71
 	 * VFNVME_SC_ABORTED_BY_RESET after a reset, sc 0x70 VFNVME_SC_CONTROLLER_LOST once the
-	 * controller is gone or failed) are all EIO for fio. */
+	 * controller is gone or failed) and a channel's failures are all EIO for fio. */
 	if (cpl->status || cpl->rc) {
-		vf_report_error(e, cpl);
-		/* "Controller lost": gone or failed for good. Mark it so that it is released when
-		 * its last job ends, even if the job ends before the admin poller notices. */
-		if (cpl->sct == VFNVME_SCT_PATH && cpl->sc == VFNVME_SC_CONTROLLER_LOST)
+		vf_report_error(e, c);
+		/* "Controller lost" on a queue pair: gone or failed for good. Mark it so that it is
+		 * released when its last job ends, even if the job ends before the admin poller
+		 * notices. */
+		if (e->tq && cpl->sct == VFNVME_SCT_PATH && cpl->sc == VFNVME_SC_CONTROLLER_LOST)
 			atomic_store(&e->tq->c->failed, 1);
 		io_u->error = EIO;
 		io_u->resid = io_u->xfer_buflen;
@@ -1082,6 +937,38 @@ static void vf_done(struct vf_iou *e, const struct vfnvme_cpl *cpl)
 		if (e->bounce && io_u->ddir == DDIR_READ)
 			memcpy(io_u->xfer_buf, e->bounce, io_u->xfer_buflen);
 	}
+}
+
+int vf_poll_ready(struct vf_thread *vt, void *q, unsigned int *inflight, unsigned int *uncommitted)
+{
+	unsigned int room = vt->depth - vt->ready_count;
+	if (!*inflight || !room)
+		return 0;
+	*uncommitted = 0; /* polling commits */
+	int n = vt->be->poll(q, vt->cpls, room);
+	if (n < 0) {
+		vf_log_rc(vt->be->poll_name, n);
+		return -EIO;
+	}
+	for (int j = 0; j < n; j++) {
+		struct vf_iou *e = vt->cpls[j].arg;
+		vf_done(e, &vt->cpls[j]);
+		vf_ready_push(vt, e->io_u);
+	}
+	return 0;
+}
+
+int vf_drain(struct vf_thread *vt, void *q, unsigned int *inflight)
+{
+	double start = vf_now();
+	while (*inflight) {
+		int n = vt->be->poll(q, vt->cpls, vt->depth);
+		if (n < 0 || (n == 0 && vf_now() - start > VF_DRAIN_TIMEOUT_S))
+			return 1;
+		for (int j = 0; j < n; j++)
+			vf_done(vt->cpls[j].arg, &vt->cpls[j]);
+	}
+	return 0;
 }
 
 /*
@@ -1158,22 +1045,57 @@ static void vf_mark_issued(struct thread_data *td, struct vf_thread *vt)
 	vt->nqueued = 0;
 }
 
-/* Whether a submission's return code `rc` refused the request; if so, `*status` is what the
- * queue hook returns: FIO_Q_BUSY on a full queue (fio reaps and tries again), else
- * FIO_Q_COMPLETED with io_u->error set after logging why. Shared by queue pairs and heads. */
-static bool vf_submit_refused(struct io_u *io_u, int rc, enum fio_q_status *status)
+/* Queues io_u on one of the thread's queue pairs (vf_qpair_backend.submit). */
+static int vf_qp_submit(struct vf_thread *vt, struct io_u *io_u, struct vf_file *vf, uint64_t lba,
+			uint32_t blocks)
 {
-	if (!rc)
-		return false;
-	if (rc == VFNVME_ERR_QUEUE_FULL) {
-		*status = FIO_Q_BUSY;
-		return true;
+	struct vf_iou *e = io_u->engine_data;
+	struct vf_tq *tq;
+	int rc;
+
+	if (vf == vt->last_vf) {
+		tq = vt->last_tq;
+	} else {
+		tq = vf_tq_of(vt, vf->c);
+		vt->last_vf = vf;
+		vt->last_tq = tq;
 	}
-	log_err("vfnvme: %s: submitting failed: %s (%s)\n", io_u->file->file_name,
-		vfnvme_strerror(rc), vfnvme_last_error());
-	io_u->error = rc == VFNVME_ERR_OUT_OF_RANGE ? EINVAL : EIO;
-	*status = FIO_Q_COMPLETED;
-	return true;
+	if (!tq)
+		return EINVAL;
+	e->tq = tq;
+	e->bounce = NULL;
+	switch (io_u->ddir) {
+	case DDIR_READ:
+	case DDIR_WRITE: {
+		void *data = vf_data(vt, tq, io_u);
+		if (!data) {
+			log_err("vfnvme: no DMA buffer for %s\n", io_u->file->file_name);
+			return ENOMEM;
+		}
+		rc = io_u->ddir == DDIR_READ
+			     ? vfnvme_qpair_read(tq->qp, vf->nsid, data, lba, blocks, NULL, e)
+			     : vfnvme_qpair_write(tq->qp, vf->nsid, data, lba, blocks, NULL, e);
+		break;
+	}
+	case DDIR_TRIM: {
+		struct vfnvme_range r = { .lba = lba, .blocks = blocks };
+		rc = vfnvme_qpair_deallocate(tq->qp, vf->nsid, &r, 1, NULL, e);
+		break;
+	}
+	case DDIR_SYNC:
+	case DDIR_DATASYNC:
+	case DDIR_SYNC_FILE_RANGE:
+		rc = vfnvme_qpair_flush(tq->qp, vf->nsid, NULL, e);
+		break;
+	default:
+		return EINVAL;
+	}
+	if (rc)
+		return rc;
+	e->inflight = &tq->inflight;
+	tq->inflight++;
+	tq->uncommitted++;
+	return 0;
 }
 
 static enum fio_q_status vf_queue(struct thread_data *td, struct io_u *io_u)
@@ -1181,28 +1103,17 @@ static enum fio_q_status vf_queue(struct thread_data *td, struct io_u *io_u)
 	struct vf_thread *vt = td->io_ops_data;
 	struct vf_file *vf = FILE_ENG_DATA(io_u->file);
 	struct vf_iou *e = io_u->engine_data;
-	struct vf_tq *tq;
-	enum fio_q_status refused;
-	int rc;
 
 	vf_note_queued(vt, e);
-	if (vt->mp)
-		return vf_mp_queue(td, vt, io_u);
-	if (vf == vt->last_vf && vf) {
-		tq = vt->last_tq;
-	} else {
-		tq = vf ? vf_tq_of(vt, vf->c) : NULL;
-		vt->last_vf = vf;
-		vt->last_tq = tq;
-	}
-
 	fio_ro_check(td, io_u);
-	if (!tq) {
+	if (!vf) {
 		io_u->error = EINVAL;
 		return FIO_Q_COMPLETED;
 	}
 	e->vt = vt;
-	e->tq = tq;
+	e->tq = NULL;
+	e->chan = NULL;
+	e->bounce = NULL;
 	uint64_t mask = vf->lba_size - 1;
 	if ((io_u->offset & mask) || (io_u->xfer_buflen & mask)) {
 		log_err("vfnvme: %s: I/O at %llu length %llu is not a multiple of the %u-byte block\n",
@@ -1212,50 +1123,41 @@ static enum fio_q_status vf_queue(struct thread_data *td, struct io_u *io_u)
 	}
 	uint64_t lba = io_u->offset >> vf->lba_shift;
 	uint32_t blocks = (uint32_t)(io_u->xfer_buflen >> vf->lba_shift);
-
-	switch (io_u->ddir) {
-	case DDIR_READ:
-	case DDIR_WRITE: {
-		void *data = vf_data(vt, tq, io_u);
-		if (!data) {
-			log_err("vfnvme: no DMA buffer for %s\n", io_u->file->file_name);
-			io_u->error = ENOMEM;
-			return FIO_Q_COMPLETED;
-		}
-		rc = io_u->ddir == DDIR_READ
-			     ? vfnvme_qpair_read(tq->qp, vf->nsid, data, lba, blocks, NULL, e)
-			     : vfnvme_qpair_write(tq->qp, vf->nsid, data, lba, blocks, NULL, e);
-		break;
-	}
-	case DDIR_TRIM: {
-		struct vfnvme_range r = { .lba = lba, .blocks = blocks };
-		e->bounce = NULL;
-		rc = vfnvme_qpair_deallocate(tq->qp, vf->nsid, &r, 1, NULL, e);
-		break;
-	}
-	case DDIR_SYNC:
-	case DDIR_DATASYNC:
-	case DDIR_SYNC_FILE_RANGE:
-		e->bounce = NULL;
-		rc = vfnvme_qpair_flush(tq->qp, vf->nsid, NULL, e);
-		break;
-	default:
-		io_u->error = EINVAL;
+	int rc = vt->be->submit(vt, io_u, vf, lba, blocks);
+	if (rc > 0) {
+		io_u->error = rc;
 		return FIO_Q_COMPLETED;
 	}
-	if (vf_submit_refused(io_u, rc, &refused))
-		return refused;
-	tq->inflight++;
-	tq->uncommitted++;
+	/* The one mapping of a refused submission: FIO_Q_BUSY on a full queue (fio reaps and
+	 * tries again), else the io_u completes with an error after logging why. */
+	if (rc == VFNVME_ERR_QUEUE_FULL)
+		return FIO_Q_BUSY;
+	if (rc) {
+		log_err("vfnvme: %s: submitting failed: %s (%s)\n", io_u->file->file_name,
+			vfnvme_strerror(rc), vfnvme_last_error());
+		io_u->error = rc == VFNVME_ERR_OUT_OF_RANGE ? EINVAL : EIO;
+		return FIO_Q_COMPLETED;
+	}
 	/* fio commits before the thread has more than depth io_us queued; if it ever did not (an
 	 * io_u reaped by a poll and queued again before the commit), give the queued ones their
 	 * issue time now rather than lose one. */
 	if (vt->nqueued >= vt->depth)
 		vf_mark_issued(td, vt);
 	vt->queued[vt->nqueued++] = io_u;
-	if (vt->complete_inline && vf_complete_inline(td, vt, tq))
+	if (vt->complete_inline && vt->be->inline_qd1 && vf_complete_inline(td, vt))
 		return FIO_Q_COMPLETED;
 	return FIO_Q_QUEUED;
+}
+
+static void vf_qp_commit(struct vf_thread *vt)
+{
+	for (int i = 0; i < vt->ntq; i++) {
+		struct vf_tq *tq = &vt->tq[i];
+		if (tq->uncommitted) {
+			vfnvme_qpair_commit(tq->qp);
+			tq->uncommitted = 0;
+		}
+	}
 }
 
 static int vf_commit(struct thread_data *td)
@@ -1269,43 +1171,34 @@ static int vf_commit(struct thread_data *td)
 	 * waits for it, and otherwise by the next poll in getevents(): one doorbell per batch, even
 	 * when fio commits after every io_u (its default iodepth_batch=1).
 	 */
-	if (vt->mp)
-		vf_mp_commit(vt);
-	for (int i = 0; i < vt->ntq; i++) {
-		struct vf_tq *tq = &vt->tq[i];
-		if (tq->uncommitted) {
-			vfnvme_qpair_commit(tq->qp);
-			tq->uncommitted = 0;
-		}
-	}
+	vt->be->commit(vt);
 	vf_mark_issued(td, vt);
 	return 0;
 }
 
+static int vf_qp_poll(void *q, struct vfnvme_completion *out, uint32_t max)
+{
+	return vfnvme_qpair_poll_completions(q, max, out);
+}
+
 /* Reaps what the thread's queue pairs have completed into the ready ring (one poll call per
  * queue pair, which also rings the doorbell for submissions not yet rung). */
-static int vf_reap(struct vf_thread *vt)
+static int vf_qp_reap(struct vf_thread *vt)
 {
-	if (vt->mp)
-		return vf_mp_reap(vt);
 	for (int i = 0; i < vt->ntq; i++) {
 		struct vf_tq *tq = &vt->tq[i];
-		unsigned int room = vt->depth - vt->ready_count;
-		if (!tq->inflight || !room)
-			continue;
-		tq->uncommitted = 0; /* polling commits */
-		int n = vfnvme_qpair_poll_completions(tq->qp, room, vt->cpls);
-		if (n < 0) {
-			vf_log_rc("vfnvme_qpair_poll_completions", n);
+		if (vf_poll_ready(vt, tq->qp, &tq->inflight, &tq->uncommitted))
 			return -EIO;
-		}
-		for (int j = 0; j < n; j++) {
-			struct vf_iou *e = vt->cpls[j].arg;
-			vf_done(e, &vt->cpls[j].cpl);
-			vf_ready_push(vt, e->io_u);
-		}
 	}
 	return 0;
+}
+
+static unsigned int vf_qp_inflight(struct vf_thread *vt)
+{
+	unsigned int n = 0;
+	for (int i = 0; i < vt->ntq; i++)
+		n += vt->tq[i].inflight;
+	return n;
 }
 
 /* Whether a controller the thread waits on reported an error (the admin poller saw it). */
@@ -1326,13 +1219,13 @@ static struct vf_ctrl *vf_failed_ctrl(struct vf_thread *vt)
  * back (queue() never gets here for multipath heads). False (the I/O stays queued, and
  * getevents reports it as before) when the poll fails or the controller reports an error.
  */
-static bool vf_complete_inline(struct thread_data *td, struct vf_thread *vt, struct vf_tq *tq)
+static bool vf_complete_inline(struct thread_data *td, struct vf_thread *vt)
 {
-	if (tq->inflight != 1 || vt->ready_count)
+	if (vt->be->inflight(vt) != 1 || vt->ready_count)
 		return false;
 	vf_commit(td);
 	while (!vt->ready_count) {
-		if (vf_reap(vt) || vf_failed_ctrl(vt))
+		if (vt->be->reap(vt) || vf_failed_ctrl(vt))
 			return false;
 	}
 	/* The one completion in the ready ring is this io_u's: nothing else was in flight. */
@@ -1355,14 +1248,6 @@ static bool vf_ts_reached(const struct timespec *now, const struct timespec *dea
 {
 	return now->tv_sec > deadline->tv_sec ||
 	       (now->tv_sec == deadline->tv_sec && now->tv_nsec >= deadline->tv_nsec);
-}
-
-static unsigned int vf_inflight(struct vf_thread *vt)
-{
-	unsigned int n = vt->mp ? vf_mp_inflight(vt) : 0;
-	for (int i = 0; i < vt->ntq; i++)
-		n += vt->tq[i].inflight;
-	return n;
 }
 
 /*
@@ -1407,11 +1292,11 @@ static int vf_getevents(struct thread_data *td, unsigned int min, unsigned int m
 			vf_ts_add(&exact_deadline, t);
 		}
 		for (;;) {
-			if (vf_reap(vt))
+			if (vt->be->reap(vt))
 				return -EIO;
 			if (vt->ready_count >= min)
 				break;
-			if (!vf_inflight(vt))
+			if (!vt->be->inflight(vt))
 				break; /* nothing more can complete */
 			if (zero)
 				break;
@@ -1469,7 +1354,18 @@ static int vf_get_file_size(struct thread_data *td, struct fio_file *f)
 	return 0;
 }
 
-#include "vfnvme_fio_mp.c"
+const struct vf_backend vf_qpair_backend = {
+	.submit = vf_qp_submit,
+	.commit = vf_qp_commit,
+	.reap = vf_qp_reap,
+	.inflight = vf_qp_inflight,
+	.poll = vf_qp_poll,
+	.poll_name = "vfnvme_qpair_poll_completions",
+	.iomem_alloc = vf_qp_iomem_alloc,
+	.iomem_free = vf_qp_iomem_free,
+	.cleanup = vf_qp_cleanup,
+	.inline_qd1 = true,
+};
 
 /*
  * The engine's options: every key of the filename syntax, plus the controller's admin timeout and

@@ -1,6 +1,7 @@
 /*
- * vfnvme_fio_mp.c: multipath heads in the vfnvme fio engine (included by vfnvme_fio.c, whose
- * structures it uses; not compiled on its own).
+ * vfnvme_fio_mp.c: multipath heads in the vfnvme fio engine: the channel backend
+ * (vf_mp_backend) and the subsystems behind it. A compilation unit of its own; what it shares
+ * with vfnvme_fio.c is in vfnvme_fio.h.
  *
  * A file that names several controllers is a multipath head: one namespace of an NVM
  * subsystem seen through every controller that has it.
@@ -23,6 +24,13 @@
  *   vfnvme: <file>: I/Os per path: 0000:00:10.0=1234 0000:00:11.0=5678 (failovers 3, ...)
  * A job's files are all heads of one subsystem, or all controller namespaces.
  */
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vfnvme_fio.h"
 
 #define VF_MAX_SUBS 8
 /* How often a subsystem's poller calls vfnvme_subsys_poll. */
@@ -65,12 +73,11 @@ struct vf_mp_thread {
 	struct vf_sub *sub;
 	struct vf_chan *chans;
 	unsigned int nchans;
-	struct vfnvme_mp_completion *cpls;
 	uintptr_t mem_start, mem_end;
 };
 
 /* traddr=A+B[+...]: the controllers of a head. */
-static int vf_mp_parse_traddr(struct vf_target *t, const char *what, const char *v)
+int vf_mp_parse_traddr(struct vf_target *t, const char *what, const char *v)
 {
 	char buf[VF_MAX_CTRLS * 20];
 	snprintf(buf, sizeof(buf), "%s", v);
@@ -314,7 +321,7 @@ static struct vf_sub *vf_sub_get(const struct vf_target *t, const struct vf_opti
 }
 
 /* A file that is a head: its subsystem and geometry. Call with vf_lock held. */
-static int vf_mp_attach_file(struct thread_data *td, struct fio_file *f, const struct vf_target *t)
+int vf_mp_attach_file(struct thread_data *td, struct fio_file *f, const struct vf_target *t)
 {
 	struct vf_sub *sub = vf_sub_get(t, td->eo);
 	if (!sub)
@@ -330,12 +337,9 @@ static int vf_mp_attach_file(struct thread_data *td, struct fio_file *f, const s
 		log_err("vfnvme: %s: namespace %u has no path now\n", f->file_name, t->nsid);
 		return 1;
 	}
-	struct vf_file *vf = vf_nfiles < 4096 ? calloc(1, sizeof(*vf)) : NULL;
-	if (!vf) {
-		log_err("vfnvme: too many files\n");
+	struct vf_file *vf = vf_file_new();
+	if (!vf)
 		return 1;
-	}
-	vf_files_list[vf_nfiles++] = vf;
 	vf->s = sub;
 	vf->nsid = t->nsid;
 	vf->lba_size = hi.lba_size;
@@ -355,15 +359,15 @@ static int vf_mp_attach_file(struct thread_data *td, struct fio_file *f, const s
 }
 
 /* Opens the thread's channels, one per head. */
-static int vf_mp_init(struct thread_data *td, struct vf_thread *vt)
+int vf_mp_init(struct thread_data *td, struct vf_thread *vt)
 {
 	struct vf_mp_thread *mp = calloc(1, sizeof(*mp));
 	if (!mp)
 		return 1;
 	vt->mp = mp;
+	vt->be = &vf_mp_backend;
 	mp->chans = calloc(td->o.nr_files ? td->o.nr_files : 1, sizeof(*mp->chans));
-	mp->cpls = calloc(vt->depth, sizeof(*mp->cpls));
-	if (!mp->chans || !mp->cpls)
+	if (!mp->chans)
 		return 1;
 	struct fio_file *f;
 	unsigned int i;
@@ -422,59 +426,16 @@ static struct vf_chan *vf_mp_chan_of(struct vf_mp_thread *mp, struct vf_file *vf
 	return NULL;
 }
 
-/* Completes the io_u of e from a channel completion. */
-static void vf_mp_done(struct vf_iou *e, const struct vfnvme_mp_completion *c)
+/* Queues io_u on the thread's channel of its head (vf_mp_backend.submit). */
+static int vf_mp_submit(struct vf_thread *vt, struct io_u *io_u, struct vf_file *vf, uint64_t lba,
+			uint32_t blocks)
 {
-	struct io_u *io_u = e->io_u;
-	e->chan->inflight--;
-	if (c->cpl.status || c->cpl.rc) {
-		static const char *why[] = { "device status", "no usable path",
-					     "queueing switched off", "no path came back in time",
-					     "head removed", "refused" };
-		unsigned int k = (unsigned int)c->reason;
-		if (e->vt->errors_reported < VF_ERROR_REPORTS) {
-			e->vt->errors_reported++;
-			log_err("vfnvme: %s: %s at offset %llu failed on path %d: %s (status 0x%x "
-				"sct 0x%x sc 0x%x, rc %d)\n",
-				io_u->file->file_name, io_u->ddir == DDIR_READ ? "read" : "I/O",
-				io_u->offset, c->path, k < 6 ? why[k] : "?", c->cpl.status,
-				c->cpl.sct, c->cpl.sc, c->cpl.rc);
-		}
-		io_u->error = EIO;
-		io_u->resid = io_u->xfer_buflen;
-	} else {
-		io_u->error = 0;
-		io_u->resid = 0;
-	}
-}
-
-static enum fio_q_status vf_mp_queue(struct thread_data *td, struct vf_thread *vt,
-				     struct io_u *io_u)
-{
-	struct vf_mp_thread *mp = vt->mp;
-	struct vf_file *vf = FILE_ENG_DATA(io_u->file);
 	struct vf_iou *e = io_u->engine_data;
-	fio_ro_check(td, io_u);
-	struct vf_chan *c = vf ? vf_mp_chan_of(mp, vf) : NULL;
-	if (!c) {
-		io_u->error = EINVAL;
-		return FIO_Q_COMPLETED;
-	}
-	e->vt = vt;
-	e->tq = NULL;
-	e->chan = c;
-	e->bounce = NULL;
-	uint64_t mask = vf->lba_size - 1;
-	if ((io_u->offset & mask) || (io_u->xfer_buflen & mask)) {
-		log_err("vfnvme: %s: I/O at %llu length %llu is not a multiple of the %u-byte block\n",
-			io_u->file->file_name, io_u->offset, io_u->xfer_buflen, vf->lba_size);
-		io_u->error = EINVAL;
-		return FIO_Q_COMPLETED;
-	}
-	uint64_t lba = io_u->offset >> vf->lba_shift;
-	uint32_t blocks = (uint32_t)(io_u->xfer_buflen >> vf->lba_shift);
-	enum fio_q_status refused;
+	struct vf_chan *c = vf_mp_chan_of(vt->mp, vf);
 	int rc;
+	if (!c)
+		return EINVAL;
+	e->chan = c;
 	switch (io_u->ddir) {
 	case DDIR_READ:
 		rc = vfnvme_channel_read(c->ch, io_u->xfer_buf, lba, blocks, e);
@@ -490,17 +451,14 @@ static enum fio_q_status vf_mp_queue(struct thread_data *td, struct vf_thread *v
 	default:
 		log_err("vfnvme: %s: multipath heads take reads, writes and flushes (no trim)\n",
 			io_u->file->file_name);
-		io_u->error = EOPNOTSUPP;
-		return FIO_Q_COMPLETED;
+		return EOPNOTSUPP;
 	}
-	if (vf_submit_refused(io_u, rc, &refused))
-		return refused;
+	if (rc)
+		return rc;
+	e->inflight = &c->inflight;
 	c->inflight++;
 	c->uncommitted++;
-	if (vt->nqueued >= vt->depth)
-		vf_mark_issued(td, vt);
-	vt->queued[vt->nqueued++] = io_u;
-	return FIO_Q_QUEUED;
+	return 0;
 }
 
 static void vf_mp_commit(struct vf_thread *vt)
@@ -514,25 +472,18 @@ static void vf_mp_commit(struct vf_thread *vt)
 	}
 }
 
+static int vf_mp_poll(void *q, struct vfnvme_completion *out, uint32_t max)
+{
+	return vfnvme_channel_poll(q, out, max);
+}
+
 static int vf_mp_reap(struct vf_thread *vt)
 {
 	struct vf_mp_thread *mp = vt->mp;
 	for (unsigned int i = 0; i < mp->nchans; i++) {
 		struct vf_chan *c = &mp->chans[i];
-		unsigned int room = vt->depth - vt->ready_count;
-		if (!c->inflight || !room)
-			continue;
-		c->uncommitted = 0; /* polling commits */
-		int n = vfnvme_channel_poll(c->ch, mp->cpls, room);
-		if (n < 0) {
-			vf_log_rc("vfnvme_channel_poll", n);
+		if (vf_poll_ready(vt, c->ch, &c->inflight, &c->uncommitted))
 			return -EIO;
-		}
-		for (int j = 0; j < n; j++) {
-			struct vf_iou *e = mp->cpls[j].arg;
-			vf_mp_done(e, &mp->cpls[j]);
-			vf_ready_push(vt, e->io_u);
-		}
 	}
 	return 0;
 }
@@ -571,19 +522,11 @@ static void vf_mp_print_paths(struct vf_sub *sub, struct vf_chan *c)
 static void vf_mp_cleanup(struct thread_data *td, struct vf_thread *vt)
 {
 	struct vf_mp_thread *mp = vt->mp;
+	if (!mp)
+		return;
 	for (unsigned int i = 0; i < mp->nchans; i++) {
 		struct vf_chan *c = &mp->chans[i];
-		double start = vf_now();
-		int stuck = 0;
-		while (c->inflight) {
-			int n = vfnvme_channel_poll(c->ch, mp->cpls, vt->depth);
-			if (n < 0 || (n == 0 && vf_now() - start > VF_DRAIN_TIMEOUT_S)) {
-				stuck = 1;
-				break;
-			}
-			for (int j = 0; j < n; j++)
-				vf_mp_done(mp->cpls[j].arg, &mp->cpls[j]);
-		}
+		int stuck = vf_drain(vt, c->ch, &c->inflight);
 		if (mp->sub)
 			vf_mp_print_paths(mp->sub, c);
 		if (stuck) {
@@ -602,7 +545,6 @@ static void vf_mp_cleanup(struct thread_data *td, struct vf_thread *vt)
 		pthread_mutex_unlock(&vf_lock);
 	}
 	free(mp->chans);
-	free(mp->cpls);
 	free(mp);
 	vt->mp = NULL;
 }
@@ -634,7 +576,7 @@ static void vf_mp_iomem_free(struct thread_data *td, struct vf_thread *vt)
 }
 
 /* Closes every subsystem (the engine is unloaded). */
-static void vf_mp_unload(void)
+void vf_mp_unload(void)
 {
 	pthread_mutex_lock(&vf_lock);
 	for (int i = 0; i < VF_MAX_SUBS; i++) {
@@ -648,3 +590,16 @@ static void vf_mp_unload(void)
 	}
 	pthread_mutex_unlock(&vf_lock);
 }
+
+const struct vf_backend vf_mp_backend = {
+	.submit = vf_mp_submit,
+	.commit = vf_mp_commit,
+	.reap = vf_mp_reap,
+	.inflight = vf_mp_inflight,
+	.poll = vf_mp_poll,
+	.poll_name = "vfnvme_channel_poll",
+	.iomem_alloc = vf_mp_iomem_alloc,
+	.iomem_free = vf_mp_iomem_free,
+	.cleanup = vf_mp_cleanup,
+	.inline_qd1 = false,
+};

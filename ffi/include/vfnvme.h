@@ -84,9 +84,9 @@ enum vfnvme_mp_event_kind {
   VFNVME_MP_EVENT_CONTROLLER_RESET = 8,
 };
 
-// Why a request on a channel failed without a device status (`vfnvme_mp_completion.reason`).
+// Why a request on a channel failed without a device status (`vfnvme_completion.reason`).
 enum vfnvme_mp_fail {
-  // Not failed, or failed with a device status (see `cpl`).
+  // Not failed, or failed with a device status (see `cpl`); always on a queue pair.
   VFNVME_MP_FAIL_NONE = 0,
   // No usable path and the head does not queue (rc VFNVME_ERR_NO_PATH).
   VFNVME_MP_FAIL_NO_PATH = 1,
@@ -374,18 +374,22 @@ struct vfnvme_cpl {
   int32_t rc;
 };
 
-// One finished request of a channel (`vfnvme_channel_poll`).
-struct vfnvme_mp_completion {
-  // The `arg` given at submission.
+// One finished request, as `vfnvme_qpair_poll_completions` and `vfnvme_channel_poll` return
+// it: the `arg` given at submission and how it completed.
+struct vfnvme_completion {
+  // The pointer given at submission.
   void *arg;
-  // The status: all zero on success; a device status in `status`/`sct`/`sc`, or a driver
-  // failure in `rc` (with `reason` saying which).
+  // How the request completed: all zero on success; a device status in
+  // `status`/`sct`/`sc`, or a driver failure in `rc` (with `reason` saying which, on a
+  // channel).
   struct vfnvme_cpl cpl;
-  // The controller index of the path it completed on (-1: it never reached one).
+  // On a channel: the controller index of the path it completed on (-1: it never reached
+  // one). Always -1 on a queue pair.
   int32_t path;
-  // How many times it was failed over to another path.
+  // On a channel: how many times it was failed over to another path (0 on a queue pair).
   uint32_t failovers;
-  // Why it failed without a device status.
+  // On a channel: why it failed without a device status (VFNVME_MP_FAIL_NONE on a queue
+  // pair).
   enum vfnvme_mp_fail reason;
 };
 
@@ -513,15 +517,6 @@ struct vfnvme_range {
   uint64_t lba;
   // Number of logical blocks (at least 1).
   uint32_t blocks;
-};
-
-// One completion returned by `vfnvme_qpair_poll_completions`: the `arg` given at submission and
-// the completion.
-struct vfnvme_completion {
-  // The pointer given at submission.
-  void *arg;
-  // How the command completed.
-  struct vfnvme_cpl cpl;
 };
 
 #ifdef __cplusplus
@@ -804,7 +799,7 @@ int32_t vfnvme_channel_commit(struct vfnvme_channel *channel);
 //
 // # Safety
 // Every pointer argument is NULL (where allowed) or valid as described above.
-int32_t vfnvme_channel_poll(struct vfnvme_channel *channel, struct vfnvme_mp_completion *out, uint32_t max);
+int32_t vfnvme_channel_poll(struct vfnvme_channel *channel, struct vfnvme_completion *out, uint32_t max);
 
 // Fills `*out` with the channel's counters: commands sent per path (the I/O per path),
 // failovers, requests queued and failed for want of a path, requests outstanding.

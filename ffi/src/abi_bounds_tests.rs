@@ -193,10 +193,7 @@ fn a_buffer_in_flight_cannot_be_freed() {
             "in flight on the other queue pair"
         );
         while vfnvme_qpair_outstanding(qp2) > 0 {
-            let mut out = [crate::types::Completion {
-                arg: null_mut(),
-                cpl: crate::types::Cpl::default(),
-            }; 4];
+            let mut out = [crate::types::Completion::default(); 4];
             assert!(vfnvme_qpair_poll_completions(qp2, 4, out.as_mut_ptr()) >= 0);
         }
         assert_eq!(vfnvme_dma_free(ctrl, b.as_ptr().cast()), OK);

@@ -437,10 +437,7 @@ fn four_reads_reaped_one_at_a_time(trigger: Trigger, batch: bool) -> (Vec<usize>
             Trigger::Removal => assert_eq!(vfnvme_ctrl_model_request_removal(ctrl), OK),
             Trigger::Timeout => {}
         }
-        let mut out = [Completion {
-            arg: null_mut(),
-            cpl: Cpl::default(),
-        }];
+        let mut out = [Completion::default()];
         let polls = if matches!(trigger, Trigger::Timeout) {
             20_000
         } else {

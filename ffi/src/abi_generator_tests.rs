@@ -27,7 +27,7 @@ use crate::model::vfnvme_ctrl_model_request_removal;
 use crate::mp::channel::*;
 use crate::mp::model::vfnvme_subsys_model_remove;
 use crate::mp::subsys::*;
-use crate::mp::types::{ChannelOpts, MpCompletion};
+use crate::mp::types::ChannelOpts;
 use crate::qpair::*;
 use crate::types::{Completion, Cpl};
 use crate::Status;
@@ -705,13 +705,7 @@ fn poll_qp(w: &World, qp: *mut Qpair, step: &str) {
     };
     w.cur_qp.set(qp);
     if batch {
-        let mut out = vec![
-            Completion {
-                arg: null_mut(),
-                cpl: Cpl::default(),
-            };
-            max.max(1) as usize
-        ];
+        let mut out = vec![Completion::default(); max.max(1) as usize];
         // SAFETY: a live queue pair; `out` has room for `max` entries.
         let n = unsafe { vfnvme_qpair_poll_completions(qp, max, out.as_mut_ptr()) };
         if max == 0 {
@@ -766,7 +760,7 @@ fn poll_ch(w: &World, ch: *mut Channel, step: &str) {
             _ => rng.range(1, 32) as u32,
         }
     };
-    let mut out = vec![MpCompletion::default(); max.max(1) as usize];
+    let mut out = vec![Completion::default(); max.max(1) as usize];
     // SAFETY: an open channel; `out` has room for `max` entries.
     let n = unsafe { vfnvme_channel_poll(ch, out.as_mut_ptr(), max) };
     if n == INTERNAL {

@@ -9,6 +9,7 @@ use crate::mp::channel::*;
 use crate::mp::model::*;
 use crate::mp::subsys::*;
 use crate::mp::types::*;
+use crate::types::Completion;
 use crate::Status;
 use std::ffi::{c_void, CStr};
 use std::ptr::{null, null_mut};
@@ -101,9 +102,9 @@ fn read(ch: *mut Channel, buf: *mut u8, i: u64) -> i32 {
 }
 
 /// Polls the channel (and the subsystem now and then) until `n` completions arrived.
-fn drain(s: *mut Subsys, ch: *mut Channel, n: usize) -> Vec<MpCompletion> {
+fn drain(s: *mut Subsys, ch: *mut Channel, n: usize) -> Vec<Completion> {
     let mut out = Vec::new();
-    let mut batch = [MpCompletion::default(); 64];
+    let mut batch = [Completion::default(); 64];
     for k in 0..200_000 {
         if out.len() >= n {
             break;
@@ -142,7 +143,7 @@ fn events(s: *mut Subsys) -> Vec<MpEvent> {
     v
 }
 
-fn exactly_once(done: &[MpCompletion], n: u64) {
+fn exactly_once(done: &[Completion], n: u64) {
     let mut seen = vec![0u32; n as usize];
     for c in done {
         seen[c.arg as usize] += 1;
@@ -464,7 +465,7 @@ fn queued(n: u64) -> (*mut Subsys, *mut Channel, *mut u8) {
     for i in 0..n {
         assert_eq!(write(ch, buf, i), OK, "{}", last_error());
     }
-    let mut none = [MpCompletion::default(); 8];
+    let mut none = [Completion::default(); 8];
     // SAFETY: live handles.
     assert_eq!(unsafe { vfnvme_channel_poll(ch, none.as_mut_ptr(), 8) }, 0);
     let st = stats(ch);
@@ -482,7 +483,7 @@ fn queueing_switched_off_fails_every_queued_request_with_a_typed_status() {
     // All fail at once, at the next poll; a small array takes them over several polls,
     // none lost.
     let mut out = Vec::new();
-    let mut small = [MpCompletion::default(); 7];
+    let mut small = [Completion::default(); 7];
     // SAFETY: live handles, an array of 7 entries.
     let got = unsafe { vfnvme_channel_poll(ch, small.as_mut_ptr(), 7) };
     assert_eq!(got, 7);
@@ -856,14 +857,14 @@ fn a_buffer_a_queued_request_uses_cannot_be_freed_until_it_is_handed_out() {
     // SAFETY: a live subsystem.
     let rc = unsafe { vfnvme_subsys_set_queue_if_no_path(s, 1, false) };
     assert_eq!(rc, OK);
-    let mut one = [MpCompletion::default(); 1];
+    let mut one = [Completion::default(); 1];
     // SAFETY: live handles, a one-entry array.
     assert_eq!(unsafe { vfnvme_channel_poll(ch, one.as_mut_ptr(), 1) }, 1);
     assert_eq!(one[0].reason, MpFail::VfnvmeMpFailQueueingOff);
     assert_eq!(stats(ch).outstanding, n - 1);
     assert_eq!(free(s, buf), busy, "failed, not yet handed out");
     let mut out = vec![one[0]];
-    let mut rest = [MpCompletion::default(); 8];
+    let mut rest = [Completion::default(); 8];
     // SAFETY: live handles, an 8-entry array.
     let got = unsafe { vfnvme_channel_poll(ch, rest.as_mut_ptr(), 8) };
     assert_eq!(got, (n - 1) as i32);
@@ -886,7 +887,7 @@ fn a_buffer_is_free_to_go_once_every_queued_request_failed_at_once() {
     // SAFETY: a live subsystem.
     let rc = unsafe { vfnvme_subsys_set_queue_if_no_path(s, 1, false) };
     assert_eq!(rc, OK);
-    let mut out = [MpCompletion::default(); 64];
+    let mut out = [Completion::default(); 64];
     // SAFETY: live handles, a 64-entry array.
     let got = unsafe { vfnvme_channel_poll(ch, out.as_mut_ptr(), 64) };
     assert_eq!(got, n as i32, "all at once");
@@ -907,7 +908,7 @@ fn the_io_calls_refuse_a_channel_that_is_not_open() {
     let zeroed = fake.as_mut_ptr();
     // SAFETY: one byte into the fake object: in bounds, never dereferenced (refused first).
     let misaligned = unsafe { zeroed.cast::<u8>().add(1) }.cast::<Channel>();
-    let mut out = [MpCompletion::default(); 4];
+    let mut out = [Completion::default(); 4];
     let mut st = ChannelStats::default();
     for ch in [zeroed, misaligned] {
         // SAFETY: pointers to readable memory of a channel's size (only the magic is read);

@@ -348,10 +348,7 @@ fn poll_completions_returns_args_in_an_array_without_callbacks() {
     let (buf, _) = alloc(ctrl, 8 * 512);
     let log = Log::default();
     let arg = Arg { log: &log, id: 0 };
-    let empty = Completion {
-        arg: null_mut(),
-        cpl: Cpl::default(),
-    };
+    let empty = Completion::default();
     // SAFETY: valid pointers; `buf` holds 8 blocks; `arg` outlives the commands.
     unsafe {
         let mut qp = null_mut();
@@ -536,10 +533,7 @@ fn namespace_events_follow_the_controller() {
 fn model_stats_count_commands_and_doorbell_writes() {
     let ctrl = model(1, 512, 64);
     let (buf, _) = alloc(ctrl, 8 * 512);
-    let empty = Completion {
-        arg: null_mut(),
-        cpl: Cpl::default(),
-    };
+    let empty = Completion::default();
     let stats = || {
         let mut s = ModelStats::default();
         // SAFETY: valid pointers.
@@ -632,10 +626,7 @@ fn qpair_opts_defer_sq_doorbell_batches_commits() {
         }
         assert_eq!(rung, vec![1, 2, 2, 3, 3, 3, 3]);
         // The poll rings what was deferred.
-        let mut out = [Completion {
-            arg: null_mut(),
-            cpl: Cpl::default(),
-        }; 16];
+        let mut out = [Completion::default(); 16];
         let mut got = 0;
         while got < 7 {
             let n = vfnvme_qpair_poll_completions(qp, 16, out.as_mut_ptr());
@@ -676,10 +667,7 @@ fn process_admin_runs_beside_io_on_another_thread() {
             calls
         })
     };
-    let mut out = [Completion {
-        arg: null_mut(),
-        cpl: Cpl::default(),
-    }; 8];
+    let mut out = [Completion::default(); 8];
     // SAFETY: valid pointers; `buf` holds 8 blocks; the poller only uses the controller.
     unsafe {
         let mut qp = null_mut();

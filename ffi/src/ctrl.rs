@@ -1,24 +1,22 @@
 //! Controllers: open (VFIO or model), namespaces, DMA buffers, close.
 
 use crate::backend::CtrlOps;
+use crate::dma::DmaDomain;
 use crate::error::{guard, FfiError, FfiResult, Status};
 use crate::types::{CtrlEvent, CtrlEventKind, CtrlInfo, CtrlOpts, NsEvent, NsEventKind, NsInfo};
-use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use vfnvme::admin::ControllerEvent;
-use vfnvme::hal::DmaBuffer;
 use vfnvme::namespaces::NamespaceEvent;
 
 /// An open controller (opaque). Thread-safe: share it between threads freely.
 pub struct Ctrl {
     pub(crate) ops: Arc<dyn CtrlOps>,
-    bufs: Mutex<HashMap<usize, DmaBuffer>>,
+    /// Its DMA buffers and the request marks of its queue pairs (dropped after the controller
+    /// is shut down, `ops` being declared first).
+    pub(crate) dma: DmaDomain,
     pub(crate) qpairs: AtomicUsize,
-    /// Per live queue pair, per slot: the data address of the command in flight there (0 for
-    /// none). vfnvme_dma_free refuses a buffer that one of them points into.
-    pub(crate) in_flight: Mutex<Vec<Arc<[AtomicUsize]>>>,
     events: Mutex<std::sync::mpsc::Receiver<NamespaceEvent>>,
     ctrl_events: Mutex<std::sync::mpsc::Receiver<ControllerEvent>>,
 }
@@ -27,44 +25,20 @@ impl Ctrl {
     fn new(ops: Arc<dyn CtrlOps>) -> Self {
         let events = Mutex::new(ops.subscribe());
         let ctrl_events = Mutex::new(ops.subscribe_controller());
+        let dma = DmaDomain::new(
+            ops.dma().clone(),
+            [
+                "vfnvme_dma_alloc",
+                "vfnvme_dma_free",
+                "vfnvme_qpair_poll_completions",
+            ],
+        );
         Ctrl {
             ctrl_events,
             ops,
-            bufs: Mutex::new(HashMap::new()),
+            dma,
             qpairs: AtomicUsize::new(0),
-            in_flight: Mutex::new(Vec::new()),
             events,
-        }
-    }
-}
-
-impl Drop for Ctrl {
-    /// Buffers that a request still marks (it ended while the controller could not be
-    /// disabled: the device may still access them) are leaked, not freed; the rest go back.
-    fn drop(&mut self) {
-        let bufs = std::mem::take(self.bufs.get_mut().unwrap_or_else(|e| e.into_inner()));
-        let marks = self.in_flight.get_mut().unwrap_or_else(|e| e.into_inner());
-        release_buffers(bufs, marks, self.ops.dma());
-    }
-}
-
-/// Frees the buffers of a closing controller or subsystem, but for those a request mark in
-/// `marks` points into: the device may still access them, so they are leaked (counted by the
-/// pool) for the life of the process.
-pub(crate) fn release_buffers(
-    bufs: HashMap<usize, DmaBuffer>,
-    marks: &[Arc<[AtomicUsize]>],
-    pool: &vfnvme::hal::DmaPool,
-) {
-    for (start, buf) in bufs {
-        let end = start + buf.len();
-        let held = marks
-            .iter()
-            .flat_map(|m| m.iter())
-            .any(|a| (start..end).contains(&a.load(Ordering::Acquire)));
-        if held {
-            // The driver logged once that the controller could not be disabled.
-            pool.leak(buf);
         }
     }
 }
@@ -89,6 +63,24 @@ pub(crate) fn out_ptr<'a, T>(p: *mut T, what: &'static str) -> FfiResult<&'a mut
             format!("{what} is NULL; pass where to store the result"),
         )
     })
+}
+
+/// The body of vfnvme_dma_alloc and vfnvme_subsys_dma_alloc: a buffer of `len` bytes from
+/// `dma`, its address stored in `*ptr` and its device address in `*iova` (NULL: not wanted).
+pub(crate) fn dma_alloc(
+    dma: &DmaDomain,
+    len: usize,
+    ptr: *mut *mut c_void,
+    iova: *mut u64,
+) -> FfiResult<i32> {
+    let ptr = out_ptr(ptr, "ptr")?;
+    let (p, i) = dma.alloc(len)?;
+    *ptr = p;
+    // SAFETY: NULL or a writable u64 (header contract).
+    if let Some(iova) = unsafe { iova.as_mut() } {
+        *iova = i;
+    }
+    Ok(0)
 }
 
 pub(crate) fn publish(ops: Arc<dyn CtrlOps>, out: &mut *mut Ctrl) -> i32 {
@@ -273,22 +265,7 @@ pub unsafe extern "C" fn vfnvme_dma_alloc(
 ) -> i32 {
     guard("vfnvme_dma_alloc", || {
         let ctrl = deref(ctrl, "ctrl")?;
-        let ptr = out_ptr(ptr, "ptr")?;
-        let buf = ctrl.ops.dma().alloc(len).map_err(|e| {
-            let status = match e {
-                vfnvme::hal::HalError::BadBufferSize { .. } => Status::VfnvmeErrInvalidArgument,
-                _ => Status::VfnvmeErrNoMemory,
-            };
-            FfiError::new(status, format!("vfnvme_dma_alloc({len}): {e}"))
-        })?;
-        *ptr = buf.as_ptr().cast();
-        // SAFETY: NULL or a writable u64 (header contract).
-        if let Some(iova) = unsafe { iova.as_mut() } {
-            *iova = buf.iova();
-        }
-        let mut bufs = ctrl.bufs.lock().unwrap_or_else(|e| e.into_inner());
-        bufs.insert(buf.as_ptr() as usize, buf);
-        Ok(0)
+        dma_alloc(&ctrl.dma, len, ptr, iova)
     })
 }
 
@@ -309,34 +286,7 @@ pub unsafe extern "C" fn vfnvme_dma_alloc(
 #[no_mangle]
 pub unsafe extern "C" fn vfnvme_dma_free(ctrl: *const Ctrl, ptr: *mut c_void) -> i32 {
     guard("vfnvme_dma_free", || {
-        let ctrl = deref(ctrl, "ctrl")?;
-        if ptr.is_null() {
-            return Ok(0);
-        }
-        let mut bufs = ctrl.bufs.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(buf) = bufs.get(&(ptr as usize)) else {
-            return Err(FfiError::new(
-                Status::VfnvmeErrBadBuffer,
-                format!("vfnvme_dma_free({ptr:p}): not a buffer from vfnvme_dma_alloc of this controller"),
-            ));
-        };
-        let start = buf.as_ptr() as usize;
-        let end = start + buf.len();
-        let in_flight = ctrl
-            .in_flight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .flat_map(|slots| slots.iter())
-            .filter(|a| (start..end).contains(&a.load(Ordering::Relaxed)))
-            .count();
-        if in_flight > 0 {
-            return Err(FfiError::new(
-                Status::VfnvmeErrBusy,
-                format!("vfnvme_dma_free({ptr:p}): {in_flight} command(s) using this buffer are in flight; poll their completions first"),
-            ));
-        }
-        bufs.remove(&start);
+        deref(ctrl, "ctrl")?.dma.free(ptr)?;
         Ok(0)
     })
 }
@@ -358,12 +308,7 @@ pub unsafe extern "C" fn vfnvme_dma_translate(
     guard("vfnvme_dma_translate", || {
         let ctrl = deref(ctrl, "ctrl")?;
         let iova = out_ptr(iova, "iova")?;
-        *iova = ctrl.ops.dma().span(ptr.cast(), 1).map(|s| s.iova()).ok_or_else(|| {
-            FfiError::new(
-                Status::VfnvmeErrBadBuffer,
-                format!("{ptr:p} is not inside a live buffer from vfnvme_dma_alloc of this controller; allocate with vfnvme_dma_alloc"),
-            )
-        })?;
+        *iova = ctrl.dma.translate(ptr)?;
         Ok(0)
     })
 }

@@ -1,16 +1,18 @@
-//! [`CtrlOps`]/[`QpairOps`] over the generic driver (`Controller<P>`, `QueuePair<P>`), for any
-//! platform.
+//! Every call from the ABI into a driver queue pair (submit, commit, poll) and the one mapping
+//! of driver errors and statuses to the ABI's: [`CtrlOps`] over `Controller<P>` and
+//! [`AnyQpair`], the queue pair of any platform, dispatched statically (a `match`, inlined).
 
-use crate::backend::{CtrlOps, IoCmd, QpairOps, RawCompletion, RawIova, Slot};
+use crate::backend::{CtrlOps, IoCmd};
 use crate::error::{FfiError, FfiResult, Status};
-use crate::types::{copy_cstr, Completion, Cpl, CtrlInfo};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use crate::types::{copy_cstr, Completion, Cpl, CtrlInfo, MpFail};
 use std::sync::Arc;
-use vfnvme::hal::DmaPool;
+use vfnvme::hal::{DmaPool, DmaSpan};
+use vfnvme::multipath::ChannelError;
 use vfnvme::namespace::Namespace;
 use vfnvme::platform::Platform;
 use vfnvme::queue::{Op, Request};
 use vfnvme::spec::command::DsmRange;
+use vfnvme::vfio_platform::VfioPlatform;
 use vfnvme::{Controller, Error, QpairOptions, QueuePair, SubmitErrorKind};
 
 /// The status code for a driver error.
@@ -30,6 +32,7 @@ pub fn status_of(e: &Error) -> Status {
     }
 }
 
+/// The status code for a refused submission (queue pair or channel).
 pub(crate) fn status_of_submit(k: &SubmitErrorKind) -> Status {
     match k {
         SubmitErrorKind::QueueFull { .. } => Status::VfnvmeErrQueueFull,
@@ -47,6 +50,50 @@ pub(crate) fn status_of_submit(k: &SubmitErrorKind) -> Status {
     }
 }
 
+/// The status code and completion reason of a channel error, whether the channel refused the
+/// submission or failed the request later.
+pub(crate) fn status_of_channel(e: &ChannelError) -> (Status, MpFail) {
+    match e {
+        ChannelError::ChannelFull { .. } => {
+            (Status::VfnvmeErrQueueFull, MpFail::VfnvmeMpFailRefused)
+        }
+        ChannelError::NoPath { .. } => (Status::VfnvmeErrNoPath, MpFail::VfnvmeMpFailNoPath),
+        ChannelError::QueueingOff { .. } => {
+            (Status::VfnvmeErrNoPath, MpFail::VfnvmeMpFailQueueingOff)
+        }
+        ChannelError::NoPathTimeout { .. } => {
+            (Status::VfnvmeErrNoPath, MpFail::VfnvmeMpFailNoPathTimeout)
+        }
+        ChannelError::HeadRemoved { .. } => {
+            (Status::VfnvmeErrNotFound, MpFail::VfnvmeMpFailHeadRemoved)
+        }
+        ChannelError::Device { .. } => (Status::VfnvmeErrDevice, MpFail::VfnvmeMpFailNone),
+        ChannelError::Refused(k) => (status_of_submit(k), MpFail::VfnvmeMpFailRefused),
+        _ => (Status::VfnvmeErrDevice, MpFail::VfnvmeMpFailRefused),
+    }
+}
+
+/// A refused submission as an ABI error: `status` with `what` as the message (queue full, hot
+/// under load, without one).
+#[cold]
+#[inline(never)]
+pub(crate) fn refusal(status: Status, what: &dyn std::fmt::Display) -> FfiError {
+    match status {
+        Status::VfnvmeErrQueueFull => FfiError::new(status, ""),
+        _ => FfiError::new(status, what.to_string()),
+    }
+}
+
+/// A submission the driver's queue pair refused.
+#[cold]
+#[inline(never)]
+fn refused(ns: &Namespace, k: &SubmitErrorKind) -> FfiError {
+    refusal(
+        status_of_submit(k),
+        &format_args!("submit on namespace {}: {k}", ns.nsid()),
+    )
+}
+
 /// The NVMe status field (without phase) of a driver status.
 #[inline(always)]
 pub(crate) fn status_field(s: vfnvme::spec::Status) -> u16 {
@@ -59,28 +106,20 @@ pub(crate) fn status_field(s: vfnvme::spec::Status) -> u16 {
         | (u16::from(s.dnr) << 14)
 }
 
-/// `vfnvme_cpl.rc` of a completion: VFNVME_ERR_BUSY when the device may still access the
-/// request's memory (its buffer stays held), else 0.
+/// The completion C sees (its `arg` filled in when it is handed out) of a request the driver
+/// ended with `status` (an NVMe status field) or the driver failure `rc`: `rc` is
+/// VFNVME_ERR_BUSY when the device may still access the request's memory (`held`).
 #[inline(always)]
-pub(crate) fn held_rc(memory_held: bool) -> i32 {
-    if memory_held {
-        Status::VfnvmeErrBusy as i32
+pub(crate) fn completion(status: u16, cdw0: u32, rc: i32, held: bool) -> Completion {
+    let mut cpl = Cpl::from_status(status, cdw0);
+    cpl.rc = if held {
+        Status::VfnvmeErrBusy.code()
     } else {
-        0
-    }
-}
-
-/// A submission error as an ABI error.
-#[cold]
-#[inline(never)]
-fn submit_error(ns: &Namespace, e: vfnvme::SubmitError) -> FfiError {
-    match e.kind {
-        // Hot path under load: no formatting.
-        SubmitErrorKind::QueueFull { .. } => FfiError::new(Status::VfnvmeErrQueueFull, ""),
-        k => FfiError::new(
-            status_of_submit(&k),
-            format!("submit on namespace {}: {k}", ns.nsid()),
-        ),
+        rc
+    };
+    Completion {
+        cpl,
+        ..Completion::default()
     }
 }
 
@@ -89,7 +128,34 @@ pub fn ffi_error(what: &str, e: &Error) -> FfiError {
     FfiError::new(status_of(e), format!("{what}: {e}"))
 }
 
-impl<P: Platform> CtrlOps for Controller<P> {
+/// The platforms a C queue pair or channel runs on: static dispatch over them.
+pub trait AbiPlatform: Platform + Sized {
+    /// `qp` as the queue pair of any platform.
+    fn qpair(qp: QueuePair<Self, u32>) -> AnyQpair;
+    /// `ch` as the channel of any platform.
+    fn channel(ch: vfnvme::multipath::IoChannel<Self>) -> crate::mp::backend::AnyChannel;
+}
+
+impl AbiPlatform for VfioPlatform {
+    fn qpair(qp: QueuePair<Self, u32>) -> AnyQpair {
+        AnyQpair::Vfio(qp)
+    }
+    fn channel(ch: vfnvme::multipath::IoChannel<Self>) -> crate::mp::backend::AnyChannel {
+        crate::mp::backend::AnyChannel::Vfio(ch)
+    }
+}
+
+#[cfg(feature = "model")]
+impl AbiPlatform for vfnvme_model::ModelPlatform {
+    fn qpair(qp: QueuePair<Self, u32>) -> AnyQpair {
+        AnyQpair::Model(qp)
+    }
+    fn channel(ch: vfnvme::multipath::IoChannel<Self>) -> crate::mp::backend::AnyChannel {
+        crate::mp::backend::AnyChannel::Model(ch)
+    }
+}
+
+impl<P: AbiPlatform> CtrlOps for Controller<P> {
     fn namespaces(&self) -> Vec<Arc<Namespace>> {
         Controller::namespaces(self)
     }
@@ -99,8 +165,8 @@ impl<P: Platform> CtrlOps for Controller<P> {
     fn dma(&self) -> &DmaPool {
         Controller::dma(self)
     }
-    fn alloc_qpair(&self, depth: u32, defer_sq_doorbell: bool) -> FfiResult<Box<dyn QpairOps>> {
-        let qp = Controller::alloc_qpair_with_payload::<Slot>(
+    fn alloc_qpair(&self, depth: u32, defer_sq_doorbell: bool) -> FfiResult<AnyQpair> {
+        let qp = Controller::alloc_qpair_with_payload::<u32>(
             self,
             QpairOptions {
                 depth,
@@ -114,7 +180,7 @@ impl<P: Platform> CtrlOps for Controller<P> {
                 &e,
             )
         })?;
-        Ok(Box::new(qp))
+        Ok(P::qpair(qp))
     }
     fn process_admin(&self) -> FfiResult<u32> {
         let report = self.process_admin_completions().map_err(|e| {
@@ -158,24 +224,61 @@ impl<P: Platform> CtrlOps for Controller<P> {
     }
 }
 
-impl<P: Platform> QpairOps for QueuePair<P, Slot> {
-    #[inline]
-    fn submit(&mut self, ns: &Namespace, cmd: IoCmd<'_>, tag: Slot) -> FfiResult<()> {
+/// A driver queue pair of any platform; each request's payload is its record in the C request
+/// table ([`crate::requests::Requests`]).
+pub enum AnyQpair {
+    /// On a VFIO device.
+    Vfio(QueuePair<VfioPlatform, u32>),
+    /// On the in-memory model.
+    #[cfg(feature = "model")]
+    Model(QueuePair<vfnvme_model::ModelPlatform, u32>),
+}
+
+/// `$body` with `$q` bound to the queue pair inside `$qp`, whatever its platform.
+macro_rules! each {
+    ($qp:expr, $q:ident => $body:expr) => {
+        match $qp {
+            AnyQpair::Vfio($q) => $body,
+            #[cfg(feature = "model")]
+            AnyQpair::Model($q) => $body,
+        }
+    };
+}
+
+impl AnyQpair {
+    /// Queues a read (`write` false) or write of `blocks` blocks at `lba` of `ns` on `span`,
+    /// for record `rec`. The driver checks the namespace, the range and the span's length.
+    ///
+    /// # Safety
+    /// `span` is a range of a live allocation of this controller's pool, which the C caller
+    /// keeps allocated and leaves alone until the completion (the header's contract), and
+    /// whose free the request's mark refuses until then.
+    #[inline(always)]
+    pub unsafe fn submit_rw(
+        &mut self,
+        ns: &Namespace,
+        write: bool,
+        lba: u64,
+        blocks: u32,
+        span: DmaSpan,
+        rec: u32,
+    ) -> FfiResult<()> {
+        let op = if write { Op::Write } else { Op::Read };
+        // SAFETY: the caller's contract, passed on.
+        let req = unsafe { Request::borrowed(op, ns, lba, blocks, span, rec) }
+            .map_err(|e| refused(ns, &e.kind))?;
+        each!(self, q => q.submit(req))
+            .map(drop)
+            .map_err(|e| refused(ns, &e.kind))
+    }
+
+    /// Queues the data-less command `cmd` on `ns` for record `rec`.
+    pub fn submit(&mut self, ns: &Namespace, cmd: IoCmd<'_>, rec: u32) -> FfiResult<()> {
         let r = match cmd {
-            // SAFETY: `buf` is a span of a live allocation of this controller's pool
-            // (ffi::qpair made it); the C caller keeps the buffer allocated and leaves it alone
-            // until the completion callback, as the header requires.
-            IoCmd::Read { lba, blocks, buf } => unsafe {
-                Request::borrowed(Op::Read, ns, lba, blocks, buf, tag)
-                    .and_then(|r| self.submit(r).map(drop))
-            },
-            // SAFETY: as for reads.
-            IoCmd::Write { lba, blocks, buf } => unsafe {
-                Request::borrowed(Op::Write, ns, lba, blocks, buf, tag)
-                    .and_then(|r| self.submit(r).map(drop))
-            },
-            IoCmd::Flush => self.flush(ns, tag),
-            IoCmd::WriteZeroes { lba, blocks } => self.write_zeroes(ns, lba, blocks, tag),
+            IoCmd::Flush => each!(self, q => q.flush(ns, rec)),
+            IoCmd::WriteZeroes { lba, blocks } => {
+                each!(self, q => q.write_zeroes(ns, lba, blocks, rec))
+            }
             IoCmd::Deallocate { ranges } => {
                 let mut list = [DsmRange::default(); 256];
                 let n = ranges.len().min(list.len());
@@ -186,85 +289,30 @@ impl<P: Platform> QpairOps for QueuePair<P, Slot> {
                         slba: r.lba,
                     };
                 }
-                self.deallocate(ns, &list[..n], tag)
+                each!(self, q => q.deallocate(ns, &list[..n], rec))
             }
         };
-        r.map_err(|e| submit_error(ns, e))
+        r.map_err(|e| refused(ns, &e.kind))
     }
+
+    /// Rings the submission doorbell once for everything queued.
     #[inline]
-    fn submit_rw(
-        &mut self,
-        ns: &Namespace,
-        write: bool,
-        lba: u64,
-        blocks: u32,
-        buf: RawIova,
-        tag: Slot,
-    ) -> FfiResult<()> {
-        let op = if write { Op::Write } else { Op::Read };
-        // SAFETY: `buf` is a span of a live allocation of this controller's pool (ffi::qpair
-        // made it); the C caller keeps the buffer allocated and leaves it alone until the
-        // completion, as the header requires.
-        unsafe { Request::borrowed(op, ns, lba, blocks, buf, tag) }
-            .and_then(|r| self.submit(r).map(drop))
-            .map_err(|e| submit_error(ns, e))
+    pub fn commit(&mut self) {
+        each!(self, q => q.commit())
     }
+
+    /// Reaps up to `max` completions, calling `f(record, completion, held)` for each; returns
+    /// how many.
     #[inline]
-    fn next_slot(&self) -> Option<u16> {
-        QueuePair::next_slot(self)
+    pub fn poll(&mut self, max: u32, mut f: impl FnMut(u32, Completion, bool)) -> usize {
+        each!(self, q => q.poll(max as usize, |c| {
+            f(c.tag, completion(status_field(c.status), c.cdw0, 0, c.memory_held), c.memory_held)
+        }))
     }
-    #[cold]
-    fn no_slot(&self) -> FfiError {
-        match self.why_full() {
-            SubmitErrorKind::QueueFull { .. } => FfiError::new(Status::VfnvmeErrQueueFull, ""),
-            k => FfiError::new(
-                status_of_submit(&k),
-                format!("queue pair {}: {k}", self.qid()),
-            ),
-        }
-    }
+
+    /// Commands submitted and not yet completed.
     #[inline]
-    fn commit(&mut self) {
-        QueuePair::commit(self)
-    }
-    #[inline]
-    fn poll(&mut self, max: u32, f: &mut dyn FnMut(RawCompletion)) -> usize {
-        QueuePair::poll(self, max as usize, |c| {
-            f(RawCompletion {
-                tag: c.tag,
-                slot: c.slot,
-                status: status_field(c.status),
-                cdw0: c.cdw0,
-                rc: held_rc(c.memory_held),
-                memory_held: c.memory_held,
-            })
-        })
-    }
-    #[inline]
-    fn poll_into(&mut self, in_flight: &[AtomicUsize], out: &mut [Completion]) -> usize {
-        let mut n = 0usize;
-        QueuePair::poll(self, out.len(), |c| {
-            // The device may still access a held request's buffer: its mark stays.
-            if !c.memory_held {
-                if let Some(m) = in_flight.get(usize::from(c.slot)) {
-                    m.store(0, Ordering::Relaxed);
-                }
-            }
-            // `poll` delivers at most `out.len()` completions.
-            if let Some(o) = out.get_mut(n) {
-                let mut cpl = Cpl::from_status(status_field(c.status), c.cdw0);
-                cpl.rc = held_rc(c.memory_held);
-                *o = Completion {
-                    arg: c.tag.arg,
-                    cpl,
-                };
-                n += 1;
-            }
-        });
-        n
-    }
-    #[inline]
-    fn outstanding(&self) -> u32 {
-        u32::try_from(QueuePair::outstanding(self)).unwrap_or(u32::MAX)
+    pub fn outstanding(&self) -> u32 {
+        u32::try_from(each!(self, q => q.outstanding())).unwrap_or(u32::MAX)
     }
 }

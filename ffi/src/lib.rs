@@ -7,6 +7,7 @@
 
 pub mod backend;
 pub mod ctrl;
+mod dma;
 pub mod driver_ops;
 pub mod error;
 #[cfg(feature = "model")]
@@ -14,6 +15,7 @@ pub mod model;
 pub mod mp;
 pub mod open;
 pub mod qpair;
+mod requests;
 pub mod types;
 
 pub use error::Status;

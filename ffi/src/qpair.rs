@@ -1,31 +1,43 @@
 //! Queue pairs: allocation, the submit functions, commit and completion polling.
 //!
-//! The I/O path allocates nothing and takes no lock: each request's callback and argument ride
-//! in the driver's command tracker (`QueuePair<P, Slot>`), completions are gathered into a
-//! preallocated array before the callbacks
-//! run (so that a callback may submit on the same queue pair).
+//! The I/O path allocates nothing and takes no lock: each request's callback, argument and
+//! buffer mark sit in the queue pair's request table ([`Requests`], shared with channels), the
+//! record's index rides in the driver's command tracker (`QueuePair<P, u32>`), and completions
+//! are gathered into a preallocated array before the callbacks run (so that a callback may
+//! submit on the same queue pair).
 
-use crate::backend::{IoCmd, QpairOps, RawCompletion, RawIova, Slot};
+use crate::backend::IoCmd;
 use crate::ctrl::{deref, Ctrl};
+use crate::dma::DmaDomain;
+use crate::driver_ops::AnyQpair;
 use crate::error::{guard, FfiError, FfiResult, Status};
+use crate::requests::Requests;
 use crate::types::{Callback, Completion, Cpl, QpairOpts, Range};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use vfnvme::hal::{DmaPool, DmaRegion};
-use vfnvme::namespace::{Namespace, NamespaceState};
+use vfnvme::hal::DmaRegion;
+use vfnvme::namespace::Namespace;
 
 /// Largest queue depth accepted by vfnvme_qpair_alloc.
 const MAX_DEPTH: u32 = 65536;
 
-/// A read or write as the C caller gave it.
+/// Most requests a driver queue pair holds (in flight, and ended but held for good), plus one:
+/// the request table never runs out before the driver does, so the driver says why it is full.
+const MAX_REQUESTS: u32 = 1025;
+
+/// One request as a C submit function gave it.
 #[derive(Clone, Copy)]
-struct RwRequest {
-    nsid: u32,
-    write: bool,
-    buf: *const c_void,
-    lba: u64,
-    blocks: u32,
+enum Req<'a> {
+    /// A read (`write` false) or write of `blocks` blocks at `lba` on `buf`.
+    Rw {
+        write: bool,
+        buf: *const c_void,
+        lba: u64,
+        blocks: u32,
+    },
+    /// A command without data.
+    Cmd(IoCmd<'a>),
 }
 
 struct Done {
@@ -36,12 +48,13 @@ struct Done {
 
 /// An I/O queue pair (opaque). Use it from one thread at a time (it may move between threads).
 pub struct Qpair {
-    inner: Box<dyn QpairOps>,
+    qp: AnyQpair,
     ctrl: *const Ctrl,
-    /// Per driver request slot: the data pointer of the request in flight there (0: none or no
-    /// data), shared with the controller so that vfnvme_dma_free can refuse a buffer in flight.
-    in_flight: Arc<[AtomicUsize]>,
+    /// One record per request from its submission until its completion is delivered; its
+    /// marks are registered with the controller's DMA domain.
+    requests: Requests,
     done: Vec<Done>,
+    /// Namespaces by nsid, as the controller gave them (the driver checks their state).
     ns_cache: Vec<Option<Arc<Namespace>>>,
     /// The DMA region of the last data buffer (regions stay mapped while the controller lives).
     region: DmaRegion,
@@ -49,294 +62,131 @@ pub struct Qpair {
 }
 
 impl Qpair {
-    fn ctrl(&self) -> &Ctrl {
+    fn ctrl<'a>(&self) -> &'a Ctrl {
         // SAFETY: the controller outlives its queue pairs: vfnvme_ctrl_close refuses while any
         // exists (counted in `Ctrl::qpairs`).
         unsafe { &*self.ctrl }
     }
 
-    fn namespace(&mut self, nsid: u32) -> FfiResult<Arc<Namespace>> {
-        let idx = nsid as usize;
-        if let Some(Some(ns)) = self.ns_cache.get(idx) {
-            if ns.state() == NamespaceState::Active {
-                return Ok(ns.clone());
-            }
-        }
-        let ns = self
-            .ctrl()
-            .ops
-            .namespace(nsid)
-            .filter(|ns| ns.state() == NamespaceState::Active)
-            .ok_or_else(|| {
-                FfiError::new(
-                    Status::VfnvmeErrNotFound,
-                    format!(
-                        "namespace {nsid} is not active; list them with vfnvme_ctrl_namespaces"
-                    ),
-                )
-            })?;
-        if idx < 4096 {
-            if self.ns_cache.len() <= idx {
-                self.ns_cache.resize(idx + 1, None);
-            }
-            self.ns_cache[idx] = Some(ns.clone());
-        }
-        Ok(ns)
-    }
-
-    #[inline(always)]
-    fn buffer(&mut self, buf: *const c_void, len: u64) -> FfiResult<RawIova> {
-        translate(&mut self.region, self.ctrl, buf, len)
-    }
-
-    /// A read (`write` false) or write: the hot path. The cached namespace is borrowed in place
-    /// and the buffer translated through the cached region; anything else (a namespace not yet
-    /// cached or no longer active) goes through [`Qpair::submit`].
-    #[inline(always)]
-    fn submit_rw(&mut self, rw: RwRequest, tag: Slot) -> FfiResult<i32> {
-        let RwRequest {
-            nsid,
-            write,
-            buf,
-            lba,
-            blocks,
-        } = rw;
-        let Slot { cb, arg } = tag;
-        let idx = nsid as usize;
-        let cached = matches!(
-            self.ns_cache.get(idx),
-            Some(Some(ns)) if ns.state() == NamespaceState::Active
-        );
-        if !cached {
-            return self.submit_rw_slow(rw, tag);
-        }
-        let Qpair {
-            inner,
-            ctrl,
-            in_flight,
-            ns_cache,
-            region,
-            ..
-        } = self;
-        let Some(Some(ns)) = ns_cache.get(idx) else {
-            return Err(FfiError::new(
-                Status::VfnvmeErrInternal,
-                "namespace cache changed during a submit; please report this bug",
-            ));
-        };
-        // The LBA range is the driver's check (once); the buffer is checked here, where the
-        // C pointer is translated (an empty range has no buffer to check).
-        if blocks == 0 {
-            return Err(empty_range(ns, lba));
-        }
-        let data = buf;
-        let buf = translate(region, *ctrl, buf, u64::from(blocks) << ns.lba_shift())?;
-        let Some(slot) = inner.next_slot() else {
-            return Err(inner.no_slot());
-        };
-        // Marked before the submission, so that vfnvme_dma_free on another thread sees it.
-        let mark = in_flight.get(usize::from(slot));
-        if let Some(m) = mark {
-            m.store(data as usize, Ordering::Relaxed);
-        }
-        match inner.submit_rw(ns, write, lba, blocks, buf, Slot { cb, arg }) {
-            Ok(()) => Ok(0),
-            Err(e) => {
-                if let Some(m) = mark {
-                    m.store(0, Ordering::Relaxed);
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// [`Qpair::submit_rw`] when the namespace is not in the cache (fills it).
+    /// Namespace `nsid` from the controller (the cache missed, or holds one the driver no
+    /// longer takes).
     #[cold]
     #[inline(never)]
-    fn submit_rw_slow(&mut self, rw: RwRequest, tag: Slot) -> FfiResult<i32> {
-        let RwRequest {
-            nsid,
-            write,
-            buf,
-            lba,
-            blocks,
-        } = rw;
-        let Slot { cb, arg } = tag;
-        self.submit(
-            nsid,
-            |q, ns| {
-                if blocks == 0 {
-                    return Err(empty_range(ns, lba));
-                }
-                let span = q.buffer(buf, u64::from(blocks) << ns.lba_shift())?;
-                Ok(if write {
-                    IoCmd::Write {
-                        lba,
-                        blocks,
-                        buf: span,
-                    }
-                } else {
-                    IoCmd::Read {
-                        lba,
-                        blocks,
-                        buf: span,
-                    }
-                })
-            },
-            buf,
-            cb,
-            arg,
-        )
+    fn namespace(&self, nsid: u32) -> FfiResult<Arc<Namespace>> {
+        self.ctrl().ops.namespace(nsid).ok_or_else(|| {
+            FfiError::new(
+                Status::VfnvmeErrNotFound,
+                format!("namespace {nsid} is not active; list them with vfnvme_ctrl_namespaces"),
+            )
+        })
     }
 
-    /// Submits the command `cmd` builds on namespace `nsid`; `data` is its data pointer (NULL
-    /// for none), marked in flight until the completion.
+    /// Submits `req` on namespace `nsid`. The cached namespace is borrowed by moving it out
+    /// and back (no reference-count traffic per command); a miss, or a namespace the driver
+    /// refuses as not active, asks the controller for its current one (once).
     #[inline(always)]
     fn submit(
         &mut self,
         nsid: u32,
-        cmd: impl FnOnce(&mut Self, &Namespace) -> FfiResult<IoCmd<'static>>,
-        data: *const c_void,
+        req: Req<'_>,
         cb: Callback,
         arg: *mut c_void,
     ) -> FfiResult<i32> {
-        // Borrow the cached namespace by moving it out and back (no reference-count traffic
-        // per command); `namespace` refills the cache on a miss.
         let idx = nsid as usize;
-        let ns = match self.ns_cache.get_mut(idx).and_then(Option::take) {
-            Some(ns) if ns.state() == NamespaceState::Active => ns,
-            _ => self.namespace(nsid)?,
+        let mut ns = match self.ns_cache.get_mut(idx).and_then(Option::take) {
+            Some(ns) => ns,
+            None => self.namespace(nsid)?,
         };
-        let r = cmd(self, &ns).and_then(|c| self.submit_cmd(&ns, c, data, cb, arg));
-        if let Some(slot) = self.ns_cache.get_mut(idx) {
-            *slot = Some(ns);
+        let mut r = self.submit_on(&ns, req, cb, arg);
+        if matches!(&r, Err(e) if e.status == Status::VfnvmeErrNotFound) {
+            r = self.submit_fresh(nsid, &mut ns, req, cb, arg, r);
+        }
+        if idx < 4096 {
+            if self.ns_cache.len() <= idx {
+                self.ns_cache.resize(idx + 1, None);
+            }
+            self.ns_cache[idx] = Some(ns);
         }
         r
     }
 
+    /// The driver refused `ns` as not active: submits again on the controller's current
+    /// namespace `nsid` if that is another object (re-attached), else returns `r`.
+    #[cold]
+    #[inline(never)]
+    fn submit_fresh(
+        &mut self,
+        nsid: u32,
+        ns: &mut Arc<Namespace>,
+        req: Req<'_>,
+        cb: Callback,
+        arg: *mut c_void,
+        r: FfiResult<i32>,
+    ) -> FfiResult<i32> {
+        match self.ctrl().ops.namespace(nsid) {
+            Some(now) if !Arc::ptr_eq(&now, ns) => {
+                *ns = now;
+                self.submit_on(ns, req, cb, arg)
+            }
+            _ => r,
+        }
+    }
+
+    /// Translates the buffer (once), takes a request record (marking the buffer) and hands the
+    /// request to the driver, which checks the namespace, the range and the buffer's length.
     #[inline(always)]
-    fn submit_cmd(
+    fn submit_on(
         &mut self,
         ns: &Namespace,
-        cmd: IoCmd<'_>,
-        data: *const c_void,
+        req: Req<'_>,
         cb: Callback,
         arg: *mut c_void,
     ) -> FfiResult<i32> {
-        let Some(slot) = self.inner.next_slot() else {
-            return Err(self.inner.no_slot());
-        };
-        let mark = self.in_flight.get(usize::from(slot));
-        if let Some(m) = mark {
-            m.store(data as usize, Ordering::Relaxed);
-        }
-        match self.inner.submit(ns, cmd, Slot { cb, arg }) {
-            Ok(()) => Ok(0),
-            Err(e) => {
-                if let Some(m) = mark {
-                    m.store(0, Ordering::Relaxed);
-                }
-                Err(e)
+        let dma: &DmaDomain = &self.ctrl().dma;
+        let Qpair {
+            qp,
+            requests,
+            region,
+            ..
+        } = self;
+        let (r, rec) = match req {
+            Req::Rw {
+                write,
+                buf,
+                lba,
+                blocks,
+            } => {
+                let span = dma.span(region, buf, u64::from(blocks) << ns.lba_shift())?;
+                let rec = requests.take(cb, arg, buf).ok_or_else(no_record)?;
+                // SAFETY: `span` lies inside a live allocation of this controller's pool
+                // (checked just now); the C caller keeps it allocated and untouched until the
+                // completion (header contract), and vfnvme_dma_free refuses it while the
+                // record's mark is set.
+                (
+                    unsafe { qp.submit_rw(ns, write, lba, blocks, span, rec) },
+                    rec,
+                )
             }
+            Req::Cmd(cmd) => {
+                let rec = requests
+                    .take(cb, arg, std::ptr::null())
+                    .ok_or_else(no_record)?;
+                (qp.submit(ns, cmd, rec), rec)
+            }
+        };
+        if r.is_err() {
+            requests.end(rec, false);
         }
+        r.map(|()| 0)
     }
 }
 
-/// `len` bytes at `buf` as a device address, if they lie inside one live allocation of the
-/// controller's pool (within the length given to vfnvme_dma_alloc): one atomic load through
-/// `region` (the region of the last buffer), else one lookup in the pool, remembered in
-/// `region` for the next.
-#[inline(always)]
-fn translate(
-    region: &mut DmaRegion,
-    ctrl: *const Ctrl,
-    buf: *const c_void,
-    len: u64,
-) -> FfiResult<RawIova> {
-    let Ok(len) = usize::try_from(len) else {
-        return Err(FfiError::new(
-            Status::VfnvmeErrBadBuffer,
-            format!("a transfer of {len} bytes does not fit this machine's address space"),
-        ));
-    };
-    match region.span(buf.cast(), len) {
-        Some(span) => Ok(span),
-        None => translate_new_region(region, ctrl, buf, len),
-    }
-}
-
+/// Every request record is in use (poll, then submit again).
 #[cold]
 #[inline(never)]
-fn translate_new_region(
-    region: &mut DmaRegion,
-    ctrl: *const Ctrl,
-    buf: *const c_void,
-    len: usize,
-) -> FfiResult<RawIova> {
-    // SAFETY: the controller outlives its queue pairs (see Qpair::ctrl).
-    let ctrl = unsafe { &*ctrl };
-    let pool = ctrl.ops.dma();
-    if !region.contains(buf.cast()) {
-        if let Some(r) = pool.region_of(buf.cast()) {
-            *region = r;
-            if let Some(span) = region.span(buf.cast(), len) {
-                return Ok(span);
-            }
-        }
-    }
-    Err(bad_buffer_ctrl(pool, buf, len))
-}
-
-/// Why `len` bytes at `buf` are not a range of one live allocation of `pool`.
-#[cold]
-fn bad_buffer_ctrl(pool: &DmaPool, buf: *const c_void, len: usize) -> FfiError {
-    bad_buffer(pool, buf, len, "vfnvme_dma_alloc")
-}
-
-/// Why `len` bytes at `buf` are not a range of one live allocation of `pool`, whose buffers
-/// come from the function `alloc`.
-#[cold]
-pub(crate) fn bad_buffer(pool: &DmaPool, buf: *const c_void, len: usize, alloc: &str) -> FfiError {
-    let msg = match pool.allocation_of(buf.cast()) {
-        Some(a) => format!(
-            "data buffer {buf:p} + {len} bytes runs past the end of its buffer ({} bytes at {:#x} from {alloc}); pass a buffer of at least blocks * lba_size bytes",
-            a.len, a.va
-        ),
-        None if pool.region_of(buf.cast()).is_some() => format!(
-            "data buffer {buf:p} was freed (or never allocated); allocate it with {alloc} and keep it until the completion"
-        ),
-        None => format!(
-            "data buffer {buf:p} is not inside DMA memory of this controller or subsystem; allocate it with {alloc}"
-        ),
-    };
-    FfiError::new(Status::VfnvmeErrBadBuffer, msg)
-}
-
-/// A read or write of 0 blocks.
-#[cold]
-fn empty_range(ns: &Namespace, lba: u64) -> FfiError {
-    FfiError::new(
-        Status::VfnvmeErrOutOfRange,
-        format!(
-            "a transfer of 0 blocks at LBA {lba} of namespace {}: transfer at least one block",
-            ns.nsid()
-        ),
-    )
-}
-
-fn check_range(ns: &Namespace, lba: u64, blocks: u32) -> FfiResult<()> {
-    let end = lba.checked_add(u64::from(blocks));
-    if blocks == 0 || end.is_none_or(|e| e > ns.blocks()) {
-        return Err(FfiError::new(
-            Status::VfnvmeErrOutOfRange,
-            format!(
-                "LBA range {lba}+{blocks} is empty or outside namespace {} ({} blocks)",
-                ns.nsid(),
-                ns.blocks()
-            ),
-        ));
-    }
-    Ok(())
+pub(crate) fn no_record() -> FfiError {
+    // Hot under load: no formatting.
+    FfiError::new(Status::VfnvmeErrQueueFull, "")
 }
 
 fn qp_mut<'a>(qp: *mut Qpair) -> FfiResult<&'a mut Qpair> {
@@ -414,17 +264,14 @@ unsafe fn alloc(ctrl: *const Ctrl, opts: QpairOpts, out: *mut *mut Qpair) -> Ffi
             format!("queue depth {depth} is out of range; use 2..={MAX_DEPTH}"),
         ));
     }
-    let inner = c.ops.alloc_qpair(depth, opts.defer_sq_doorbell)?;
-    let in_flight: Arc<[AtomicUsize]> = (0..depth).map(|_| AtomicUsize::new(0)).collect();
-    c.in_flight
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(in_flight.clone());
+    let qp = c.ops.alloc_qpair(depth, opts.defer_sq_doorbell)?;
+    let requests = Requests::new(depth.min(MAX_REQUESTS) as usize);
+    c.dma.track(requests.marks().clone());
     let qp = Qpair {
-        inner,
+        qp,
         ctrl,
-        in_flight,
-        done: Vec::with_capacity(depth as usize),
+        done: Vec::with_capacity(requests.len()),
+        requests,
         ns_cache: Vec::with_capacity(64),
         region: DmaRegion::default(),
         in_callbacks: false,
@@ -449,7 +296,7 @@ pub unsafe extern "C" fn vfnvme_qpair_free(qp: *mut Qpair) -> i32 {
             return Ok(0);
         }
         let q = qp_mut(qp)?;
-        let outstanding = q.inner.outstanding();
+        let outstanding = q.qp.outstanding();
         if outstanding != 0 || q.in_callbacks {
             return Err(FfiError::new(
                 Status::VfnvmeErrBusy,
@@ -458,19 +305,12 @@ pub unsafe extern "C" fn vfnvme_qpair_free(qp: *mut Qpair) -> i32 {
         }
         // SAFETY: `qp` came from Box::into_raw in vfnvme_qpair_alloc; the caller gives it up.
         let q = unsafe { Box::from_raw(qp) };
-        let ctrl = q.ctrl;
-        let in_flight = q.in_flight.clone();
+        let c = q.ctrl();
+        // Records held for good belong to requests whose memory the device may still access
+        // (a controller that could not be disabled): their marks stay, and vfnvme_dma_free
+        // keeps refusing those buffers.
+        c.dma.untrack(q.requests.marks(), q.requests.held());
         drop(q);
-        // SAFETY: the controller outlives its queue pairs (see Qpair::ctrl).
-        let c = unsafe { &*ctrl };
-        // Marks still set belong to requests whose memory the device may still access (a
-        // controller that could not be disabled): they stay, and vfnvme_dma_free keeps
-        // refusing those buffers.
-        let held = in_flight.iter().any(|m| m.load(Ordering::Relaxed) != 0);
-        c.in_flight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|t| held || !Arc::ptr_eq(t, &in_flight));
         c.qpairs.fetch_sub(1, Ordering::AcqRel);
         Ok(0)
     })
@@ -496,16 +336,13 @@ pub unsafe extern "C" fn vfnvme_qpair_read(
     arg: *mut c_void,
 ) -> i32 {
     guard("vfnvme_qpair_read", || {
-        qp_mut(qp)?.submit_rw(
-            RwRequest {
-                nsid,
-                write: false,
-                buf,
-                lba,
-                blocks,
-            },
-            Slot { cb, arg },
-        )
+        let req = Req::Rw {
+            write: false,
+            buf,
+            lba,
+            blocks,
+        };
+        qp_mut(qp)?.submit(nsid, req, cb, arg)
     })
 }
 
@@ -527,16 +364,13 @@ pub unsafe extern "C" fn vfnvme_qpair_write(
     arg: *mut c_void,
 ) -> i32 {
     guard("vfnvme_qpair_write", || {
-        qp_mut(qp)?.submit_rw(
-            RwRequest {
-                nsid,
-                write: true,
-                buf,
-                lba,
-                blocks,
-            },
-            Slot { cb, arg },
-        )
+        let req = Req::Rw {
+            write: true,
+            buf,
+            lba,
+            blocks,
+        };
+        qp_mut(qp)?.submit(nsid, req, cb, arg)
     })
 }
 
@@ -554,7 +388,7 @@ pub unsafe extern "C" fn vfnvme_qpair_flush(
     arg: *mut c_void,
 ) -> i32 {
     guard("vfnvme_qpair_flush", || {
-        qp_mut(qp)?.submit(nsid, |_, _| Ok(IoCmd::Flush), std::ptr::null(), cb, arg)
+        qp_mut(qp)?.submit(nsid, Req::Cmd(IoCmd::Flush), cb, arg)
     })
 }
 
@@ -574,16 +408,8 @@ pub unsafe extern "C" fn vfnvme_qpair_write_zeroes(
     arg: *mut c_void,
 ) -> i32 {
     guard("vfnvme_qpair_write_zeroes", || {
-        qp_mut(qp)?.submit(
-            nsid,
-            |_, ns| {
-                check_range(ns, lba, blocks)?;
-                Ok(IoCmd::WriteZeroes { lba, blocks })
-            },
-            std::ptr::null(),
-            cb,
-            arg,
-        )
+        let req = Req::Cmd(IoCmd::WriteZeroes { lba, blocks });
+        qp_mut(qp)?.submit(nsid, req, cb, arg)
     })
 }
 
@@ -614,11 +440,7 @@ pub unsafe extern "C" fn vfnvme_qpair_deallocate(
         // SAFETY: the caller provides `count` readable ranges (header contract), read only
         // during this call.
         let ranges = unsafe { std::slice::from_raw_parts(ranges, count as usize) };
-        let ns = q.namespace(nsid)?;
-        for r in ranges {
-            check_range(&ns, r.lba, r.blocks)?;
-        }
-        q.submit_cmd(&ns, IoCmd::Deallocate { ranges }, std::ptr::null(), cb, arg)
+        q.submit(nsid, Req::Cmd(IoCmd::Deallocate { ranges }), cb, arg)
     })
 }
 
@@ -632,7 +454,7 @@ pub unsafe extern "C" fn vfnvme_qpair_deallocate(
 #[no_mangle]
 pub unsafe extern "C" fn vfnvme_qpair_commit(qp: *mut Qpair) -> i32 {
     guard("vfnvme_qpair_commit", || {
-        qp_mut(qp)?.inner.commit();
+        qp_mut(qp)?.qp.commit();
         Ok(0)
     })
 }
@@ -656,26 +478,17 @@ pub unsafe extern "C" fn vfnvme_qpair_process_completions(qp: *mut Qpair, max: u
                     "vfnvme_qpair_process_completions called from a completion callback; return from the callback instead",
                 ));
             }
-            let cap = q.in_flight.len() as u32;
+            let cap = q.requests.len() as u32;
             let max = if max == 0 || max > cap { cap } else { max };
             let mut done = std::mem::take(&mut q.done);
-            let Qpair {
-                inner, in_flight, ..
-            } = q;
-            inner.poll(max, &mut |c: RawCompletion| {
-                // The device may still access a held request's buffer: its mark stays.
-                if !c.memory_held {
-                    if let Some(m) = in_flight.get(usize::from(c.slot)) {
-                        m.store(0, Ordering::Relaxed);
-                    }
-                }
-                let mut cpl = Cpl::from_status(c.status, c.cdw0);
-                cpl.rc = c.rc;
-                // `done` has room for `depth` entries; a poll delivers at most that many.
+            let Qpair { qp, requests, .. } = q;
+            qp.poll(max, |rec, c, held| {
+                let (cb, arg) = requests.end(rec, held);
+                // `done` has room for every record; a poll delivers at most that many.
                 done.push(Done {
-                    cb: c.tag.cb,
-                    arg: c.tag.arg,
-                    cpl,
+                    cb,
+                    arg,
+                    cpl: c.cpl,
                 });
             });
             q.in_callbacks = true;
@@ -731,11 +544,16 @@ pub unsafe extern "C" fn vfnvme_qpair_poll_completions(
                 "vfnvme_qpair_poll_completions called from a completion callback; return from the callback instead",
             ));
         }
-        let max = max.min(q.in_flight.len() as u32);
+        let max = max.min(q.requests.len() as u32);
         // SAFETY: the caller provides room for `max` (or more) entries (header contract), which
         // only this call writes while it runs.
         let out = unsafe { std::slice::from_raw_parts_mut(out, max as usize) };
-        let n = q.inner.poll_into(&q.in_flight, out);
+        let Qpair { qp, requests, .. } = q;
+        let mut n = requests.drain(out);
+        let room = max - n as u32;
+        qp.poll(room, |rec, c, held| {
+            requests.deliver(out, &mut n, rec, c, held)
+        });
         Ok(i32::try_from(n).unwrap_or(i32::MAX))
     })
 }
@@ -750,7 +568,7 @@ pub unsafe extern "C" fn vfnvme_qpair_poll_completions(
 pub unsafe extern "C" fn vfnvme_qpair_outstanding(qp: *const Qpair) -> u32 {
     let n = guard("vfnvme_qpair_outstanding", || {
         // SAFETY: NULL or a live queue pair used by this thread (header contract).
-        let n = unsafe { qp.as_ref() }.map_or(0, |q| q.inner.outstanding());
+        let n = unsafe { qp.as_ref() }.map_or(0, |q| q.qp.outstanding());
         Ok(i32::try_from(n).unwrap_or(i32::MAX))
     });
     u32::try_from(n).unwrap_or(0)

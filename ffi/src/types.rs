@@ -46,15 +46,57 @@ impl Cpl {
     }
 }
 
-/// One completion returned by `vfnvme_qpair_poll_completions`: the `arg` given at submission and
-/// the completion.
+/// One finished request, as `vfnvme_qpair_poll_completions` and `vfnvme_channel_poll` return
+/// it: the `arg` given at submission and how it completed.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct Completion {
     /// The pointer given at submission.
     pub arg: *mut c_void,
-    /// How the command completed.
+    /// How the request completed: all zero on success; a device status in
+    /// `status`/`sct`/`sc`, or a driver failure in `rc` (with `reason` saying which, on a
+    /// channel).
     pub cpl: Cpl,
+    /// On a channel: the controller index of the path it completed on (-1: it never reached
+    /// one). Always -1 on a queue pair.
+    pub path: i32,
+    /// On a channel: how many times it was failed over to another path (0 on a queue pair).
+    pub failovers: u32,
+    /// On a channel: why it failed without a device status (VFNVME_MP_FAIL_NONE on a queue
+    /// pair).
+    pub reason: MpFail,
+}
+
+impl Default for Completion {
+    fn default() -> Self {
+        Completion {
+            arg: std::ptr::null_mut(),
+            cpl: Cpl::default(),
+            path: -1,
+            failovers: 0,
+            reason: MpFail::VfnvmeMpFailNone,
+        }
+    }
+}
+
+/// Why a request on a channel failed without a device status (`vfnvme_completion.reason`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MpFail {
+    /// Not failed, or failed with a device status (see `cpl`); always on a queue pair.
+    VfnvmeMpFailNone = 0,
+    /// No usable path and the head does not queue (rc VFNVME_ERR_NO_PATH).
+    VfnvmeMpFailNoPath = 1,
+    /// The request waited for a path and queueing was switched off (rc VFNVME_ERR_NO_PATH).
+    VfnvmeMpFailQueueingOff = 2,
+    /// The request waited for a path longer than the head's delayed removal time (rc
+    /// VFNVME_ERR_NO_PATH).
+    VfnvmeMpFailNoPathTimeout = 3,
+    /// The head was removed (rc VFNVME_ERR_NOT_FOUND).
+    VfnvmeMpFailHeadRemoved = 4,
+    /// The request could not be sent on any path as given (rc says why, e.g.
+    /// VFNVME_ERR_OUT_OF_RANGE).
+    VfnvmeMpFailRefused = 5,
 }
 
 /// Status Code Type 3h (path related): the type of the two statuses vfnvme gives commands it

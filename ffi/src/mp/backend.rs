@@ -1,14 +1,17 @@
-//! What the multipath ABI needs from a subsystem and a channel, over the generic driver
-//! (`Subsystem<P>`, `IoChannel<P>`) for any platform.
+//! What the multipath ABI needs from a subsystem (a trait, for the control path), and every
+//! call from the ABI into a driver channel (submit, commit, poll): [`AnyChannel`], the channel
+//! of any platform, dispatched statically.
 
+use crate::driver_ops::{self, refusal, status_field, status_of_channel, AbiPlatform};
 use crate::error::{FfiError, FfiResult, Status};
+use crate::types::Completion;
 use std::sync::Arc;
 use vfnvme::hal::{DmaPool, DmaSpan};
 use vfnvme::multipath::{
     ChannelCompletion, ChannelError, ChannelOptions, ChannelStats, Head, IoChannel, Subsystem,
     SubsystemReport,
 };
-use vfnvme::platform::Platform;
+use vfnvme::vfio_platform::VfioPlatform;
 
 /// A subsystem, whatever its platform.
 pub trait SubsysOps: Send + Sync {
@@ -25,8 +28,7 @@ pub trait SubsysOps: Send + Sync {
     /// The DMA pool every controller shares.
     fn dma(&self) -> &DmaPool;
     /// A channel on `head`.
-    fn open_channel(&self, head: Arc<Head>, opts: ChannelOptions)
-        -> FfiResult<Box<dyn ChannelOps>>;
+    fn open_channel(&self, head: Arc<Head>, opts: ChannelOptions) -> FfiResult<AnyChannel>;
     /// The platform of controller `index`, for the optional model module.
     fn platform_any(&self, index: usize) -> Option<Arc<dyn std::any::Any + Send + Sync>>;
     /// Namespace Attachment: attaches (`attach`) or detaches namespace `nsid` to or from
@@ -34,39 +36,10 @@ pub trait SubsysOps: Send + Sync {
     fn namespace_attachment(&self, index: usize, nsid: u32, attach: bool) -> FfiResult<()>;
 }
 
-/// One thread's handle on a head, whatever its platform. `Send`, used by one thread at a time.
-pub trait ChannelOps: Send {
-    /// `IoChannel::submit_raw`.
-    ///
-    /// # Safety
-    /// As `IoChannel::submit_raw`: `span` is from the subsystem's pool and stays allocated
-    /// until the request is delivered.
-    unsafe fn submit_raw(
-        &mut self,
-        write: bool,
-        lba: u64,
-        blocks: u32,
-        span: DmaSpan,
-        tag: u64,
-    ) -> Result<(), ChannelError>;
-    /// `IoChannel::flush`.
-    fn flush(&mut self, tag: u64) -> Result<(), ChannelError>;
-    /// `IoChannel::commit`.
-    fn commit(&mut self);
-    /// `IoChannel::poll`.
-    fn poll(&mut self, max: usize, f: &mut dyn FnMut(ChannelCompletion)) -> usize;
-    /// `IoChannel::stats`.
-    fn stats(&self) -> ChannelStats;
-    /// `IoChannel::outstanding`.
-    fn outstanding(&self) -> usize;
-    /// The head.
-    fn head(&self) -> &Arc<Head>;
-}
-
 /// [`SubsysOps`] over a driver subsystem.
-pub struct Sub<P: Platform>(pub Arc<Subsystem<P>>, pub DmaPool);
+pub struct Sub<P: AbiPlatform>(pub Arc<Subsystem<P>>, pub DmaPool);
 
-impl<P: Platform> Sub<P> {
+impl<P: AbiPlatform> Sub<P> {
     /// Wraps `sub`; fails if it has no controller (no DMA pool to share).
     pub fn new(sub: Arc<Subsystem<P>>) -> FfiResult<Self> {
         let pool = sub.controller(0).map(|c| c.dma().clone()).ok_or_else(|| {
@@ -79,7 +52,7 @@ impl<P: Platform> Sub<P> {
     }
 }
 
-impl<P: Platform> SubsysOps for Sub<P> {
+impl<P: AbiPlatform> SubsysOps for Sub<P> {
     fn nqn(&self) -> String {
         self.0.nqn().to_string()
     }
@@ -102,14 +75,10 @@ impl<P: Platform> SubsysOps for Sub<P> {
     fn dma(&self) -> &DmaPool {
         &self.1
     }
-    fn open_channel(
-        &self,
-        head: Arc<Head>,
-        opts: ChannelOptions,
-    ) -> FfiResult<Box<dyn ChannelOps>> {
+    fn open_channel(&self, head: Arc<Head>, opts: ChannelOptions) -> FfiResult<AnyChannel> {
         let ch = IoChannel::open(self.0.clone(), head, opts)
             .map_err(|e| FfiError::new(Status::VfnvmeErrInvalidArgument, e.to_string()))?;
-        Ok(Box::new(ch))
+        Ok(P::channel(ch))
     }
     fn platform_any(&self, index: usize) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
         self.0
@@ -138,37 +107,107 @@ impl<P: Platform> SubsysOps for Sub<P> {
     }
 }
 
-impl<P: Platform> ChannelOps for IoChannel<P> {
+/// A driver channel of any platform; each request's tag is its record in the C request
+/// table ([`crate::requests::Requests`]).
+pub enum AnyChannel {
+    /// Over VFIO devices.
+    Vfio(IoChannel<VfioPlatform>),
+    /// Over the in-memory model.
+    #[cfg(feature = "model")]
+    Model(IoChannel<vfnvme_model::ModelPlatform>),
+}
+
+/// `$body` with `$c` bound to the channel inside `$ch`, whatever its platform.
+macro_rules! each {
+    ($ch:expr, $c:ident => $body:expr) => {
+        match $ch {
+            AnyChannel::Vfio($c) => $body,
+            #[cfg(feature = "model")]
+            AnyChannel::Model($c) => $body,
+        }
+    };
+}
+
+/// A submission the channel refused, as an ABI error.
+#[cold]
+#[inline(never)]
+fn refused(e: &ChannelError) -> FfiError {
+    refusal(status_of_channel(e).0, e)
+}
+
+/// The completion C sees of a request the channel finished (its `arg` filled in when it is
+/// handed out).
+#[inline(always)]
+fn completion(c: &ChannelCompletion) -> Completion {
+    let mut out = match &c.result {
+        Ok(()) => driver_ops::completion(0, 0, 0, c.memory_held),
+        Err(e) => failure(e, c.memory_held),
+    };
+    out.path = c.path.map_or(-1, |p| i32::try_from(p).unwrap_or(-1));
+    out.failovers = u32::from(c.failovers);
+    out
+}
+
+#[cold]
+#[inline(never)]
+fn failure(e: &ChannelError, held: bool) -> Completion {
+    let (status, reason) = status_of_channel(e);
+    let mut out = match e {
+        ChannelError::Device { status } => {
+            driver_ops::completion(status_field(*status), 0, 0, held)
+        }
+        _ => driver_ops::completion(0, 0, status.code(), held),
+    };
+    out.reason = reason;
+    out
+}
+
+impl AnyChannel {
+    /// Queues a read (`write` false) or write of `blocks` blocks at `lba` on `span` for record
+    /// `rec`.
+    ///
+    /// # Safety
+    /// `span` is a range of a live allocation of the subsystem's pool, which the C caller
+    /// keeps allocated and leaves alone until the request is delivered (the header's
+    /// contract), and whose free the request's mark refuses until then.
     #[inline(always)]
-    unsafe fn submit_raw(
+    pub unsafe fn submit_rw(
         &mut self,
         write: bool,
         lba: u64,
         blocks: u32,
         span: DmaSpan,
-        tag: u64,
-    ) -> Result<(), ChannelError> {
+        rec: u32,
+    ) -> FfiResult<()> {
+        let tag = u64::from(rec);
         // SAFETY: the caller's contract, passed on.
-        unsafe { IoChannel::submit_raw(self, write, lba, blocks, span, tag) }.map_err(|e| e.error)
+        each!(self, c => unsafe { c.submit_raw(write, lba, blocks, span, tag) })
+            .map_err(|e| refused(&e.error))
     }
-    fn flush(&mut self, tag: u64) -> Result<(), ChannelError> {
-        IoChannel::flush(self, tag).map_err(|e| e.error)
+    /// Queues a flush for record `rec`.
+    pub fn flush(&mut self, rec: u32) -> FfiResult<()> {
+        each!(self, c => c.flush(u64::from(rec))).map_err(|e| refused(&e.error))
     }
+    /// Rings the doorbell of every path with new requests.
     #[inline]
-    fn commit(&mut self) {
-        IoChannel::commit(self)
+    pub fn commit(&mut self) {
+        each!(self, c => c.commit())
     }
+    /// Delivers up to `max` finished requests (more when queued requests fail at once) to
+    /// `f(record, completion, held)`; returns how many.
     #[inline]
-    fn poll(&mut self, max: usize, f: &mut dyn FnMut(ChannelCompletion)) -> usize {
-        IoChannel::poll(self, max, f)
+    pub fn poll(&mut self, max: usize, mut f: impl FnMut(u32, Completion, bool)) -> usize {
+        each!(self, c => c.poll(max, |c| {
+            let rec = u32::try_from(c.tag).unwrap_or(u32::MAX);
+            f(rec, completion(&c), c.memory_held)
+        }))
     }
-    fn stats(&self) -> ChannelStats {
-        IoChannel::stats(self)
+    /// The channel's counters.
+    pub fn stats(&self) -> ChannelStats {
+        each!(self, c => c.stats())
     }
-    fn outstanding(&self) -> usize {
-        IoChannel::outstanding(self)
-    }
-    fn head(&self) -> &Arc<Head> {
-        IoChannel::head(self)
+    /// Requests accepted and not yet delivered.
+    pub fn outstanding(&self) -> usize {
+        each!(self, c => c.outstanding())
     }
 }

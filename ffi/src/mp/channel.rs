@@ -2,19 +2,19 @@
 //! memory from vfnvme_subsys_dma_alloc (bounds checked on every submission, as on a queue
 //! pair); completions are polled into a C array.
 
-use super::backend::ChannelOps;
-use super::records::Records;
+use super::backend::AnyChannel;
 use super::registry;
 use super::subsys::{no_head, sub, Subsys};
-use super::types::{ChannelOpts, ChannelStats, MpCompletion, MpFail};
+use super::types::{ChannelOpts, ChannelStats};
 use crate::ctrl::out_ptr;
-use crate::driver_ops::{status_field, status_of_submit};
 use crate::error::{guard, FfiError, FfiResult, Status};
-use crate::types::Cpl;
+use crate::qpair::no_record;
+use crate::requests::Requests;
+use crate::types::Completion;
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 use vfnvme::hal::DmaRegion;
-use vfnvme::multipath::{ChannelCompletion, ChannelError, ChannelOptions};
+use vfnvme::multipath::ChannelOptions;
 use vfnvme::QpairOptions;
 
 /// One thread's I/O handle on a multipath head (opaque): one queue pair per path, made on
@@ -31,23 +31,19 @@ use vfnvme::QpairOptions;
 pub struct Channel {
     /// [`OPEN`] while open; [`CLOSED`] is written at close (checked by every call).
     magic: u64,
-    inner: Box<dyn ChannelOps>,
+    ch: AnyChannel,
     sub: *const Subsys,
     /// The DMA region of the last data buffer (regions stay mapped while the subsystem lives).
     region: DmaRegion,
     lba_shift: u8,
     /// One record per request the channel holds (its index is the driver's tag): the C
-    /// `arg` and the buffer address vfnvme_subsys_dma_free checks.
-    records: Records,
-    /// Completions delivered by the driver past the caller's `max` (queued requests fail all
-    /// at once), with their record (kept, buffer mark included, until handed out), handed
-    /// out first at the next poll. Preallocated for every record, so the I/O path does not
-    /// allocate.
-    overflow: std::collections::VecDeque<(u64, MpCompletion, bool)>,
+    /// `arg` and the buffer address vfnvme_subsys_dma_free checks; completions the driver
+    /// delivered past the caller's `max` wait there, record kept, until handed out.
+    requests: Requests,
 }
 
 impl Channel {
-    fn sub(&self) -> &Subsys {
+    fn sub<'a>(&self) -> &'a Subsys {
         // SAFETY: the subsystem outlives its channels: vfnvme_subsys_close refuses while any
         // exists (counted in `Subsys::channels`).
         unsafe { &*self.sub }
@@ -106,83 +102,6 @@ fn ch_ref<'a>(ch: *const Channel) -> FfiResult<&'a Channel> {
     check_open(ch)?;
     // SAFETY: as in `ch_mut`.
     Ok(unsafe { &*ch })
-}
-
-/// The status of a refused submission.
-#[cold]
-#[inline(never)]
-fn refused(e: ChannelError) -> FfiError {
-    match e {
-        // Hot under load: no formatting.
-        ChannelError::ChannelFull { .. } => FfiError::new(Status::VfnvmeErrQueueFull, ""),
-        ChannelError::NoPath { .. }
-        | ChannelError::QueueingOff { .. }
-        | ChannelError::NoPathTimeout { .. } => {
-            FfiError::new(Status::VfnvmeErrNoPath, e.to_string())
-        }
-        ChannelError::HeadRemoved { .. } => FfiError::new(Status::VfnvmeErrNotFound, e.to_string()),
-        ChannelError::Refused(ref k) => FfiError::new(status_of_submit(k), e.to_string()),
-        _ => FfiError::new(Status::VfnvmeErrDevice, e.to_string()),
-    }
-}
-
-/// Ends record `rec` of a delivered request and returns its `arg`: given back, or held for
-/// good when the device may still use the request's memory (`held`).
-#[inline(always)]
-fn end_record(records: &mut Records, rec: u64, held: bool) -> *mut c_void {
-    if held {
-        records.hold(rec)
-    } else {
-        records.release(rec)
-    }
-}
-
-/// A finished request as C sees it (`arg` filled in when it is handed out).
-#[inline(always)]
-fn completion(c: &ChannelCompletion) -> MpCompletion {
-    let (mut cpl, reason) = match &c.result {
-        Ok(()) => (Cpl::default(), MpFail::VfnvmeMpFailNone),
-        Err(e) => failure(e),
-    };
-    if c.memory_held {
-        cpl.rc = crate::driver_ops::held_rc(true);
-    }
-    MpCompletion {
-        arg: std::ptr::null_mut(),
-        cpl,
-        path: c.path.map_or(-1, |p| i32::try_from(p).unwrap_or(-1)),
-        failovers: u32::from(c.failovers),
-        reason,
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn failure(e: &ChannelError) -> (Cpl, MpFail) {
-    let rc = |s: Status| Cpl {
-        rc: s.code(),
-        ..Cpl::default()
-    };
-    match e {
-        ChannelError::Device { status } => (
-            Cpl::from_status(status_field(*status), 0),
-            MpFail::VfnvmeMpFailNone,
-        ),
-        ChannelError::NoPath { .. } => (rc(Status::VfnvmeErrNoPath), MpFail::VfnvmeMpFailNoPath),
-        ChannelError::QueueingOff { .. } => {
-            (rc(Status::VfnvmeErrNoPath), MpFail::VfnvmeMpFailQueueingOff)
-        }
-        ChannelError::NoPathTimeout { .. } => (
-            rc(Status::VfnvmeErrNoPath),
-            MpFail::VfnvmeMpFailNoPathTimeout,
-        ),
-        ChannelError::HeadRemoved { .. } => (
-            rc(Status::VfnvmeErrNotFound),
-            MpFail::VfnvmeMpFailHeadRemoved,
-        ),
-        ChannelError::Refused(k) => (rc(status_of_submit(k)), MpFail::VfnvmeMpFailRefused),
-        _ => (rc(Status::VfnvmeErrDevice), MpFail::VfnvmeMpFailRefused),
-    }
 }
 
 /// Opens a channel on the head of namespace `nsid` of the subsystem and stores it in `*out`
@@ -244,18 +163,15 @@ pub unsafe extern "C" fn vfnvme_channel_open(
         let capacity = copts.capacity;
         // Validates the capacity (1..=1048576) before anything is sized by it.
         let inner = s.ops.open_channel(head, copts)?;
-        let holds = capacity + depth as usize * paths;
-        let records = Records::new(holds);
-        let overflow = std::collections::VecDeque::with_capacity(records.len());
-        s.track(records.marks().clone());
+        let requests = Requests::new(capacity + depth as usize * paths);
+        s.dma.track(requests.marks().clone());
         let ch = Box::into_raw(Box::new(Channel {
             magic: OPEN,
-            inner,
+            ch: inner,
             sub: subsys,
             region: DmaRegion::default(),
             lba_shift,
-            records,
-            overflow,
+            requests,
         }));
         s.channels.fetch_add(1, Ordering::AcqRel);
         registry::add(ch);
@@ -280,7 +196,7 @@ pub unsafe extern "C" fn vfnvme_channel_close(channel: *mut Channel) -> i32 {
         }
         registry::check(channel, "channel")?;
         let ch = ch_mut(channel)?;
-        let n = ch.inner.outstanding() + ch.overflow.len();
+        let n = ch.ch.outstanding() + ch.requests.waiting();
         if n != 0 {
             return Err(FfiError::new(
                 Status::VfnvmeErrBusy,
@@ -295,9 +211,9 @@ pub unsafe extern "C" fn vfnvme_channel_close(channel: *mut Channel) -> i32 {
         }
         // Buffers that a controller which could not be disabled may still use stay refused
         // by vfnvme_subsys_dma_free for the subsystem's life: their marks stay tracked.
-        if ch.records.held() == 0 {
-            ch.sub().untrack(ch.records.marks());
-        }
+        ch.sub()
+            .dma
+            .untrack(ch.requests.marks(), ch.requests.held());
         ch.sub().channels.fetch_sub(1, Ordering::AcqRel);
         // Poisoned so that the I/O calls refuse the handle while its memory is not reused
         // (volatile: the store must not be dropped as dead before the deallocation).
@@ -310,7 +226,8 @@ pub unsafe extern "C" fn vfnvme_channel_close(channel: *mut Channel) -> i32 {
     })
 }
 
-/// A read or write: the buffer checked and translated, then handed to the channel.
+/// A read or write: the buffer translated (once), a request record taken (marking the
+/// buffer), then the request handed to the channel, which checks the rest.
 #[inline(always)]
 fn submit(
     ch: *mut Channel,
@@ -321,60 +238,24 @@ fn submit(
     arg: *mut c_void,
 ) -> FfiResult<i32> {
     let ch = ch_mut(ch)?;
-    let len = u64::from(blocks) << ch.lba_shift;
-    let Ok(len) = usize::try_from(len) else {
-        return Err(FfiError::new(
-            Status::VfnvmeErrBadBuffer,
-            format!("a transfer of {len} bytes does not fit this machine's address space"),
-        ));
-    };
-    let span = match ch.region.span(buf.cast(), len) {
-        Some(span) => span,
-        None => new_region(ch, buf, len)?,
-    };
-    let rec = ch.records.take(arg, buf as usize).ok_or_else(no_record)?;
+    let dma = &ch.sub().dma;
+    let Channel {
+        ch,
+        region,
+        lba_shift,
+        requests,
+        ..
+    } = ch;
+    let span = dma.span(region, buf, u64::from(blocks) << *lba_shift)?;
+    let rec = requests.take(None, arg, buf).ok_or_else(no_record)?;
     // SAFETY: `span` lies inside a live allocation of the pool every path shares (checked
     // just now); the C caller keeps it allocated and untouched until the completion (header
     // contract), and vfnvme_subsys_dma_free refuses it while the record's mark is set.
-    match unsafe {
-        ch.inner
-            .submit_raw(write, lba, blocks, span, u64::from(rec))
-    } {
-        Ok(()) => Ok(0),
-        Err(e) => {
-            ch.records.release(u64::from(rec));
-            Err(refused(e))
-        }
+    let r = unsafe { ch.submit_rw(write, lba, blocks, span, rec) };
+    if r.is_err() {
+        requests.end(rec, false);
     }
-}
-
-/// Every request record is in use.
-#[cold]
-#[inline(never)]
-fn no_record() -> FfiError {
-    // Hot under load: no formatting.
-    FfiError::new(Status::VfnvmeErrQueueFull, "")
-}
-
-#[cold]
-#[inline(never)]
-fn new_region(ch: &mut Channel, buf: *const c_void, len: usize) -> FfiResult<vfnvme::hal::DmaSpan> {
-    // SAFETY: the subsystem outlives its channels (see Channel::sub); borrowed apart from
-    // `ch` so that the cached region can be replaced.
-    let sub: &Subsys = unsafe { &*ch.sub };
-    let pool = sub.ops.dma();
-    if let Some(r) = pool.region_of(buf.cast()) {
-        ch.region = r;
-        if let Some(span) = ch.region.span(buf.cast(), len) {
-            return Ok(span);
-        }
-    }
-    Err(crate::qpair::bad_buffer(
-        pool,
-        buf,
-        len,
-        "vfnvme_subsys_dma_alloc",
-    ))
+    r.map(|()| 0)
 }
 
 /// Queues a read of `blocks` logical blocks at `lba` into `buf` on the head's best path (or
@@ -447,12 +328,15 @@ pub unsafe extern "C" fn vfnvme_channel_write(
 pub unsafe extern "C" fn vfnvme_channel_flush(channel: *mut Channel, arg: *mut c_void) -> i32 {
     guard("vfnvme_channel_flush", || {
         let ch = ch_mut(channel)?;
-        let rec = ch.records.take(arg, 0).ok_or_else(no_record)?;
-        if let Err(e) = ch.inner.flush(u64::from(rec)) {
-            ch.records.release(u64::from(rec));
-            return Err(refused(e));
+        let rec = ch
+            .requests
+            .take(None, arg, std::ptr::null())
+            .ok_or_else(no_record)?;
+        let r = ch.ch.flush(rec);
+        if r.is_err() {
+            ch.requests.end(rec, false);
         }
-        Ok(0)
+        r.map(|()| 0)
     })
 }
 
@@ -467,7 +351,7 @@ pub unsafe extern "C" fn vfnvme_channel_flush(channel: *mut Channel, arg: *mut c
 #[no_mangle]
 pub unsafe extern "C" fn vfnvme_channel_commit(channel: *mut Channel) -> i32 {
     guard("vfnvme_channel_commit", || {
-        ch_mut(channel)?.inner.commit();
+        ch_mut(channel)?.ch.commit();
         Ok(0)
     })
 }
@@ -488,7 +372,7 @@ pub unsafe extern "C" fn vfnvme_channel_commit(channel: *mut Channel) -> i32 {
 #[no_mangle]
 pub unsafe extern "C" fn vfnvme_channel_poll(
     channel: *mut Channel,
-    out: *mut MpCompletion,
+    out: *mut Completion,
     max: u32,
 ) -> i32 {
     guard("vfnvme_channel_poll", || {
@@ -504,32 +388,13 @@ pub unsafe extern "C" fn vfnvme_channel_poll(
         }
         // SAFETY: `max` writable entries at `out` (header contract).
         let dst = unsafe { std::slice::from_raw_parts_mut(out, max as usize) };
-        let mut n = 0usize;
-        while n < dst.len() {
-            let Some((rec, mut c, held)) = ch.overflow.pop_front() else {
-                break;
-            };
-            c.arg = end_record(&mut ch.records, rec, held);
-            dst[n] = c;
-            n += 1;
-        }
+        let Channel { ch, requests, .. } = ch;
+        // The driver may deliver more than asked (every queued request failing at once):
+        // what does not fit waits in the request table, its record (and buffer mark) kept.
+        let mut n = requests.drain(dst);
         if n < dst.len() {
-            let Channel {
-                inner,
-                overflow,
-                records,
-                ..
-            } = ch;
-            // The driver may deliver more than asked (every queued request failing at once):
-            // what does not fit waits in `overflow`, its record (and buffer mark) kept.
-            inner.poll(dst.len() - n, &mut |c| match dst.get_mut(n) {
-                Some(d) => {
-                    let mut out = completion(&c);
-                    out.arg = end_record(records, c.tag, c.memory_held);
-                    *d = out;
-                    n += 1;
-                }
-                None => overflow.push_back((c.tag, completion(&c), c.memory_held)),
+            ch.poll(dst.len() - n, |rec, c, held| {
+                requests.deliver(dst, &mut n, rec, c, held)
             });
         }
         Ok(i32::try_from(n).unwrap_or(i32::MAX))
@@ -553,12 +418,12 @@ pub unsafe extern "C" fn vfnvme_channel_stats(
     guard("vfnvme_channel_stats", || {
         let ch = ch_ref(channel)?;
         let out = out_ptr(out, "out")?;
-        let s = ch.inner.stats();
+        let s = ch.ch.stats();
         let mut c = ChannelStats {
             failovers: s.failovers,
             queued: s.queued,
             failed_no_path: s.failed_no_path,
-            outstanding: (ch.inner.outstanding() + ch.overflow.len()) as u64,
+            outstanding: (ch.ch.outstanding() + ch.requests.waiting()) as u64,
             ..ChannelStats::default()
         };
         for (d, v) in c.per_path.iter_mut().zip(s.per_path.iter()) {

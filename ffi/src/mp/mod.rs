@@ -10,7 +10,6 @@ pub mod events;
 #[cfg(feature = "model")]
 pub mod model;
 pub mod open;
-mod records;
 pub mod registry;
 pub mod subsys;
 pub mod types;

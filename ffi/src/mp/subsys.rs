@@ -6,45 +6,23 @@ use super::events::{diff, Snapshot};
 use super::registry;
 use super::types::{HeadInfo, MpEvent, MpPathState, MpPolicy, SubsysCtrlInfo, SubsysOpts};
 use crate::ctrl::{deref, out_ptr};
+use crate::dma::DmaDomain;
 use crate::error::{guard, FfiError, FfiResult, Status};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use vfnvme::hal::DmaBuffer;
 use vfnvme::multipath::{Head, HeadOptions, MultipathError, PathPolicy};
 
 /// An open NVM subsystem: controllers sharing namespaces, and a multipath head per namespace
 /// (opaque). Thread-safe: share it between threads freely.
 pub struct Subsys {
     pub(crate) ops: Box<dyn SubsysOps>,
-    bufs: Mutex<HashMap<usize, DmaBuffer>>,
+    /// Its DMA buffers and the request marks of its channels (dropped after the
+    /// controllers are shut down, `ops` being declared first).
+    pub(crate) dma: DmaDomain,
     pub(crate) channels: AtomicUsize,
-    /// Per open channel, per request record: the data address of the request holding it (0
-    /// for none). vfnvme_subsys_dma_free refuses a buffer that one of them points into.
-    in_flight: Mutex<Vec<Arc<[AtomicUsize]>>>,
     events: Mutex<(Snapshot, VecDeque<MpEvent>)>,
-}
-
-impl Subsys {
-    /// Registers a new channel's request marks.
-    pub(crate) fn track(&self, marks: Arc<[AtomicUsize]>) {
-        lock(&self.in_flight).push(marks);
-    }
-
-    /// Forgets a closed channel's request marks.
-    pub(crate) fn untrack(&self, marks: &Arc<[AtomicUsize]>) {
-        lock(&self.in_flight).retain(|m| !Arc::ptr_eq(m, marks));
-    }
-}
-
-impl Drop for Subsys {
-    /// As for a controller: buffers a held request record still marks are leaked, not freed.
-    fn drop(&mut self) {
-        let bufs = std::mem::take(self.bufs.get_mut().unwrap_or_else(|e| e.into_inner()));
-        let marks = self.in_flight.get_mut().unwrap_or_else(|e| e.into_inner());
-        crate::ctrl::release_buffers(bufs, marks, self.ops.dma());
-    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -89,10 +67,16 @@ pub(crate) fn mp_error(e: &MultipathError) -> FfiError {
 pub(crate) fn publish(ops: Box<dyn SubsysOps>, out: &mut *mut Subsys) -> i32 {
     let snapshot = Snapshot::of(&ops.heads());
     let sub = Box::into_raw(Box::new(Subsys {
+        dma: DmaDomain::new(
+            ops.dma().clone(),
+            [
+                "vfnvme_subsys_dma_alloc",
+                "vfnvme_subsys_dma_free",
+                "vfnvme_channel_poll",
+            ],
+        ),
         ops,
-        bufs: Mutex::new(HashMap::new()),
         channels: AtomicUsize::new(0),
-        in_flight: Mutex::new(Vec::new()),
         events: Mutex::new((snapshot, VecDeque::new())),
     }));
     registry::add(sub);
@@ -489,22 +473,7 @@ pub unsafe extern "C" fn vfnvme_subsys_dma_alloc(
     iova: *mut u64,
 ) -> i32 {
     guard("vfnvme_subsys_dma_alloc", || {
-        let s = sub(subsys)?;
-        let ptr = out_ptr(ptr, "ptr")?;
-        let buf = s.ops.dma().alloc(len).map_err(|e| {
-            let status = match e {
-                vfnvme::hal::HalError::BadBufferSize { .. } => Status::VfnvmeErrInvalidArgument,
-                _ => Status::VfnvmeErrNoMemory,
-            };
-            FfiError::new(status, format!("vfnvme_subsys_dma_alloc({len}): {e}"))
-        })?;
-        *ptr = buf.as_ptr().cast();
-        // SAFETY: NULL or a writable u64 (header contract).
-        if let Some(iova) = unsafe { iova.as_mut() } {
-            *iova = buf.iova();
-        }
-        lock(&s.bufs).insert(buf.as_ptr() as usize, buf);
-        Ok(0)
+        crate::ctrl::dma_alloc(&sub(subsys)?.dma, len, ptr, iova)
     })
 }
 
@@ -523,31 +492,7 @@ pub unsafe extern "C" fn vfnvme_subsys_dma_alloc(
 #[no_mangle]
 pub unsafe extern "C" fn vfnvme_subsys_dma_free(subsys: *const Subsys, ptr: *mut c_void) -> i32 {
     guard("vfnvme_subsys_dma_free", || {
-        let s = sub(subsys)?;
-        if ptr.is_null() {
-            return Ok(0);
-        }
-        let mut bufs = lock(&s.bufs);
-        let Some(buf) = bufs.get(&(ptr as usize)) else {
-            return Err(FfiError::new(
-                Status::VfnvmeErrBadBuffer,
-                format!("vfnvme_subsys_dma_free({ptr:p}): not a buffer from vfnvme_subsys_dma_alloc of this subsystem"),
-            ));
-        };
-        let start = buf.as_ptr() as usize;
-        let end = start.saturating_add(buf.len());
-        let in_use = lock(&s.in_flight)
-            .iter()
-            .flat_map(|marks| marks.iter())
-            .filter(|m| (start..end).contains(&m.load(Ordering::Acquire)))
-            .count();
-        if in_use > 0 {
-            return Err(FfiError::new(
-                Status::VfnvmeErrBusy,
-                format!("vfnvme_subsys_dma_free({ptr:p}): {in_use} channel request(s) using this buffer are not completed (poll them with vfnvme_channel_poll first), or ended on a controller that could not be disabled and may still use it (then it is never freed)"),
-            ));
-        }
-        bufs.remove(&start);
+        sub(subsys)?.dma.free(ptr)?;
         Ok(0)
     })
 }

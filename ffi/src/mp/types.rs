@@ -1,8 +1,7 @@
 //! The C types of the multipath ABI: options, policies, path states, events, completions and
 //! counters.
 
-use crate::types::Cpl;
-use std::ffi::c_void;
+pub use crate::types::MpFail;
 use vfnvme::multipath::{PathPolicy, PathState};
 
 /// The most controllers (paths) a subsystem has over its lifetime.
@@ -196,55 +195,6 @@ impl MpEvent {
             old_state: MpPathState::VfnvmePathNone,
             new_state: MpPathState::VfnvmePathNone,
             count: 0,
-        }
-    }
-}
-
-/// Why a request on a channel failed without a device status (`vfnvme_mp_completion.reason`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MpFail {
-    /// Not failed, or failed with a device status (see `cpl`).
-    VfnvmeMpFailNone = 0,
-    /// No usable path and the head does not queue (rc VFNVME_ERR_NO_PATH).
-    VfnvmeMpFailNoPath = 1,
-    /// The request waited for a path and queueing was switched off (rc VFNVME_ERR_NO_PATH).
-    VfnvmeMpFailQueueingOff = 2,
-    /// The request waited for a path longer than the head's delayed removal time (rc
-    /// VFNVME_ERR_NO_PATH).
-    VfnvmeMpFailNoPathTimeout = 3,
-    /// The head was removed (rc VFNVME_ERR_NOT_FOUND).
-    VfnvmeMpFailHeadRemoved = 4,
-    /// The request could not be sent on any path as given (rc says why, e.g.
-    /// VFNVME_ERR_OUT_OF_RANGE).
-    VfnvmeMpFailRefused = 5,
-}
-
-/// One finished request of a channel (`vfnvme_channel_poll`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct MpCompletion {
-    /// The `arg` given at submission.
-    pub arg: *mut c_void,
-    /// The status: all zero on success; a device status in `status`/`sct`/`sc`, or a driver
-    /// failure in `rc` (with `reason` saying which).
-    pub cpl: Cpl,
-    /// The controller index of the path it completed on (-1: it never reached one).
-    pub path: i32,
-    /// How many times it was failed over to another path.
-    pub failovers: u32,
-    /// Why it failed without a device status.
-    pub reason: MpFail,
-}
-
-impl Default for MpCompletion {
-    fn default() -> Self {
-        MpCompletion {
-            arg: std::ptr::null_mut(),
-            cpl: Cpl::default(),
-            path: -1,
-            failovers: 0,
-            reason: MpFail::VfnvmeMpFailNone,
         }
     }
 }
