@@ -1354,18 +1354,8 @@ static int vf_get_file_size(struct thread_data *td, struct fio_file *f)
 	return 0;
 }
 
-const struct vf_backend vf_qpair_backend = {
-	.submit = vf_qp_submit,
-	.commit = vf_qp_commit,
-	.reap = vf_qp_reap,
-	.inflight = vf_qp_inflight,
-	.poll = vf_qp_poll,
-	.poll_name = "vfnvme_qpair_poll_completions",
-	.iomem_alloc = vf_qp_iomem_alloc,
-	.iomem_free = vf_qp_iomem_free,
-	.cleanup = vf_qp_cleanup,
-	.inline_qd1 = true,
-};
+const struct vf_backend vf_qpair_backend =
+	VF_BACKEND(vf_qp, "vfnvme_qpair_poll_completions", true);
 
 /*
  * The engine's options: every key of the filename syntax, plus the controller's admin timeout and

@@ -208,6 +208,17 @@ struct vf_backend {
 	bool inline_qd1;
 };
 
+/* The backend whose hooks are <prefix>_submit, <prefix>_commit, <prefix>_reap, <prefix>_inflight,
+ * <prefix>_poll (calling the API function named poll_fn), <prefix>_iomem_alloc,
+ * <prefix>_iomem_free and <prefix>_cleanup. */
+#define VF_BACKEND(prefix, poll_fn, qd1)                                                      \
+	{                                                                                     \
+		.submit = prefix##_submit, .commit = prefix##_commit, .reap = prefix##_reap,  \
+		.inflight = prefix##_inflight, .poll = prefix##_poll, .poll_name = poll_fn,   \
+		.iomem_alloc = prefix##_iomem_alloc, .iomem_free = prefix##_iomem_free,       \
+		.cleanup = prefix##_cleanup, .inline_qd1 = qd1,                               \
+	}
+
 extern const struct vf_backend vf_qpair_backend;
 extern const struct vf_backend vf_mp_backend;
 

@@ -591,15 +591,4 @@ void vf_mp_unload(void)
 	pthread_mutex_unlock(&vf_lock);
 }
 
-const struct vf_backend vf_mp_backend = {
-	.submit = vf_mp_submit,
-	.commit = vf_mp_commit,
-	.reap = vf_mp_reap,
-	.inflight = vf_mp_inflight,
-	.poll = vf_mp_poll,
-	.poll_name = "vfnvme_channel_poll",
-	.iomem_alloc = vf_mp_iomem_alloc,
-	.iomem_free = vf_mp_iomem_free,
-	.cleanup = vf_mp_cleanup,
-	.inline_qd1 = false,
-};
+const struct vf_backend vf_mp_backend = VF_BACKEND(vf_mp, "vfnvme_channel_poll", false);

@@ -316,6 +316,35 @@ pub unsafe extern "C" fn vfnvme_qpair_free(qp: *mut Qpair) -> i32 {
     })
 }
 
+/// The body of vfnvme_qpair_read (`WRITE` false) and vfnvme_qpair_write (`WRITE` true). A
+/// const parameter, so that each keeps its own instance with the direction fixed, as when the
+/// two were written out.
+#[inline(always)]
+fn submit_rw<const WRITE: bool>(
+    qp: *mut Qpair,
+    nsid: u32,
+    buf: *const c_void,
+    lba: u64,
+    blocks: u32,
+    cb: Callback,
+    arg: *mut c_void,
+) -> i32 {
+    let name = if WRITE {
+        "vfnvme_qpair_write"
+    } else {
+        "vfnvme_qpair_read"
+    };
+    guard(name, || {
+        let req = Req::Rw {
+            write: WRITE,
+            buf,
+            lba,
+            blocks,
+        };
+        qp_mut(qp)?.submit(nsid, req, cb, arg)
+    })
+}
+
 /// Queues a read of `blocks` blocks at `lba` of namespace `nsid` into `buf` (which must lie in
 /// DMA memory from vfnvme_dma_alloc and hold blocks * lba_size bytes). The command reaches the
 /// device at the next vfnvme_qpair_commit or vfnvme_qpair_process_completions; `cb(arg, cpl)`
@@ -335,15 +364,7 @@ pub unsafe extern "C" fn vfnvme_qpair_read(
     cb: Callback,
     arg: *mut c_void,
 ) -> i32 {
-    guard("vfnvme_qpair_read", || {
-        let req = Req::Rw {
-            write: false,
-            buf,
-            lba,
-            blocks,
-        };
-        qp_mut(qp)?.submit(nsid, req, cb, arg)
-    })
+    submit_rw::<false>(qp, nsid, buf, lba, blocks, cb, arg)
 }
 
 /// Queues a write of `blocks` blocks at `lba` of namespace `nsid` from `buf`; otherwise as
@@ -363,15 +384,7 @@ pub unsafe extern "C" fn vfnvme_qpair_write(
     cb: Callback,
     arg: *mut c_void,
 ) -> i32 {
-    guard("vfnvme_qpair_write", || {
-        let req = Req::Rw {
-            write: true,
-            buf,
-            lba,
-            blocks,
-        };
-        qp_mut(qp)?.submit(nsid, req, cb, arg)
-    })
+    submit_rw::<true>(qp, nsid, buf, lba, blocks, cb, arg)
 }
 
 /// Queues a flush of namespace `nsid` (the volatile write cache); otherwise as vfnvme_qpair_read.

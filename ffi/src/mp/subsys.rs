@@ -103,6 +103,14 @@ fn heads(s: &Subsys, nsid: u32) -> FfiResult<Vec<Arc<Head>>> {
     Ok(some)
 }
 
+/// Applies `set` to head `nsid` (0: every head); the body of the vfnvme_subsys_set_* calls.
+fn set_heads(s: &Subsys, nsid: u32, set: impl Fn(&Head)) -> FfiResult<i32> {
+    for h in heads(s, nsid)? {
+        set(&h);
+    }
+    Ok(0)
+}
+
 pub(crate) fn no_head(s: &Subsys, nsid: u32) -> FfiError {
     let have: Vec<String> = s.ops.heads().iter().map(|h| h.nsid().to_string()).collect();
     FfiError::new(
@@ -289,10 +297,7 @@ pub unsafe extern "C" fn vfnvme_subsys_set_policy(
     guard("vfnvme_subsys_set_policy", || {
         let s = sub(subsys)?;
         let policy = MpPolicy::from_raw(raw).ok_or_else(|| bad_policy(raw))?;
-        for h in heads(s, nsid)? {
-            h.set_policy(policy.to_driver());
-        }
-        Ok(0)
+        set_heads(s, nsid, |h| h.set_policy(policy.to_driver()))
     })
 }
 
@@ -319,10 +324,7 @@ pub unsafe extern "C" fn vfnvme_subsys_set_policy_name(
             .map_err(|e: vfnvme::multipath::UnknownPolicy| {
                 FfiError::new(Status::VfnvmeErrInvalidArgument, e.to_string())
             })?;
-        for h in heads(s, nsid)? {
-            h.set_policy(policy);
-        }
-        Ok(0)
+        set_heads(s, nsid, |h| h.set_policy(policy))
     })
 }
 
@@ -342,11 +344,7 @@ pub unsafe extern "C" fn vfnvme_subsys_set_queue_if_no_path(
     on: bool,
 ) -> i32 {
     guard("vfnvme_subsys_set_queue_if_no_path", || {
-        let s = sub(subsys)?;
-        for h in heads(s, nsid)? {
-            h.set_queue_if_no_path(on);
-        }
-        Ok(0)
+        set_heads(sub(subsys)?, nsid, |h| h.set_queue_if_no_path(on))
     })
 }
 
@@ -364,11 +362,7 @@ pub unsafe extern "C" fn vfnvme_subsys_set_delayed_removal(
     ms: u64,
 ) -> i32 {
     guard("vfnvme_subsys_set_delayed_removal", || {
-        let s = sub(subsys)?;
-        for h in heads(s, nsid)? {
-            h.set_delayed_removal_ms(ms);
-        }
-        Ok(0)
+        set_heads(sub(subsys)?, nsid, |h| h.set_delayed_removal_ms(ms))
     })
 }
 
