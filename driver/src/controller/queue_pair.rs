@@ -264,7 +264,7 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
 
     /// Queues a read of `blocks` blocks at `lba` into `buf` ([`Request::read`] submitted); the
     /// buffer comes back in the [`IoCompletion`] (or inside the error).
-    #[inline(always)]
+    #[inline]
     pub fn read(
         &mut self,
         ns: &Namespace,
@@ -278,7 +278,7 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
     }
 
     /// Queues a write of `blocks` blocks at `lba` from `buf` ([`Request::write`] submitted).
-    #[inline(always)]
+    #[inline]
     pub fn write(
         &mut self,
         ns: &Namespace,
@@ -602,10 +602,7 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         blocks: u32,
         buf: DmaBuffer,
     ) -> Result<DmaBuffer, Error> {
-        self.ensure_idle()?;
-        self.read(ns, lba, blocks, buf, T::default())?;
-        let c = self.wait_one()?;
-        Self::finish(c)?.ok_or(Error::IoTimeout { waited_ms: 0 })
+        self.rw_sync(Request::read(ns, lba, blocks, buf, T::default()))
     }
 
     /// Writes synchronously; returns the buffer. The queue pair must be idle.
@@ -616,8 +613,13 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         blocks: u32,
         buf: DmaBuffer,
     ) -> Result<DmaBuffer, Error> {
+        self.rw_sync(Request::write(ns, lba, blocks, buf, T::default()))
+    }
+
+    /// Submits a read or write made with an owned buffer and waits for it.
+    fn rw_sync(&mut self, req: Result<Request<'_, T>, SubmitError>) -> Result<DmaBuffer, Error> {
         self.ensure_idle()?;
-        self.write(ns, lba, blocks, buf, T::default())?;
+        self.submit(req?)?;
         let c = self.wait_one()?;
         Self::finish(c)?.ok_or(Error::IoTimeout { waited_ms: 0 })
     }

@@ -380,12 +380,7 @@ impl<T: Copy + Default> IoQueue<T> {
         buf: Option<DmaBuffer>,
         tag: T,
     ) -> Result<u16, SubmitError> {
-        let Rw {
-            nsid,
-            opcode,
-            lba,
-            blocks,
-        } = rw;
+        let (lba, blocks) = (rw.lba, rw.blocks);
         let Split { per_cmd, shift } = split;
         let needed = blocks.div_ceil(per_cmd) as usize;
         if needed > self.trackers.capacity() {
@@ -413,7 +408,7 @@ impl<T: Copy + Default> IoQueue<T> {
             if head == u16::MAX {
                 head = idx;
             }
-            let mut cmd = Command::rw_n(opcode, nsid, lba + done as u64, n);
+            let mut cmd = Command::rw_n(rw.opcode, rw.nsid, lba + done as u64, n);
             cmd.set_cid(self.trackers.cid(idx));
             if let (Some(base), Some(t)) = (base, self.trackers.get_mut(idx)) {
                 let off = (done as u64) << shift;

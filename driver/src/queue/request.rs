@@ -144,7 +144,7 @@ pub struct Request<'a, T> {
 impl<'a, T> Request<'a, T> {
     /// A read of `blocks` blocks at `lba` of `ns` into `buf` (which comes back in the
     /// completion, or in the error).
-    #[inline(always)]
+    #[inline]
     pub fn read(
         ns: &Namespace,
         lba: u64,
@@ -156,7 +156,7 @@ impl<'a, T> Request<'a, T> {
     }
 
     /// A write of `blocks` blocks at `lba` of `ns` from `buf`.
-    #[inline(always)]
+    #[inline]
     pub fn write(
         ns: &Namespace,
         lba: u64,
