@@ -5,7 +5,6 @@
 //! through the controller's DMA pool (lock-free): a data range that is not inside one live
 //! buffer from `vfnvme_dma_alloc` (within the length asked for) is refused.
 
-pub mod backend;
 pub mod ctrl;
 mod dma;
 pub mod driver_ops;
@@ -18,6 +17,7 @@ pub mod qpair;
 mod requests;
 pub mod types;
 
+pub use driver_ops::backend;
 pub use error::Status;
 
 #[cfg(all(test, feature = "model"))]

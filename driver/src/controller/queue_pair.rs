@@ -9,7 +9,7 @@ use crate::platform::Platform;
 use crate::platform::RegisterIo;
 use crate::queue::deliver::{ByClosure, Deliver};
 use crate::queue::tracker::Overdue;
-use crate::queue::{DoorbellStats, IoCompletion, IoQueue, Op, Request};
+use crate::queue::{Data, DoorbellStats, IoCompletion, IoQueue, Op, Request, Target};
 use crate::quirks::Quirks;
 use crate::spec::command::DsmRange;
 use crate::spec::identify::{ONCS_DSM, ONCS_WRITE_ZEROES};
@@ -273,8 +273,9 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         buf: DmaBuffer,
         tag: T,
     ) -> Result<(), SubmitError> {
-        self.submit(Request::read(ns, lba, blocks, buf, tag)?)
-            .map(drop)
+        let len = buf.len();
+        // SAFETY: owned data.
+        unsafe { self.submit_rw(Op::Read, ns, lba, blocks, len, Data::Owned(buf), tag) }
     }
 
     /// Queues a write of `blocks` blocks at `lba` from `buf` ([`Request::write`] submitted).
@@ -287,8 +288,66 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         buf: DmaBuffer,
         tag: T,
     ) -> Result<(), SubmitError> {
-        self.submit(Request::write(ns, lba, blocks, buf, tag)?)
-            .map(drop)
+        let len = buf.len();
+        // SAFETY: owned data.
+        unsafe { self.submit_rw(Op::Write, ns, lba, blocks, len, Data::Owned(buf), tag) }
+    }
+
+    /// Queues a read or write (`op`) of `blocks` blocks at `lba` on borrowed memory (the C
+    /// ABI's entry point): `span` is a range of one live allocation of this controller's
+    /// [`vfnvme_hal::DmaPool`], checked when it was made ([`vfnvme_hal::DmaPool::span`],
+    /// [`vfnvme_hal::DmaRegion::span`] or [`DmaBuffer::span`]), so the device never touches
+    /// memory past it. [`Request::borrowed`] submitted; a span shorter than the transfer fails
+    /// with [`SubmitErrorKind::BufferTooSmall`]. The completion carries no buffer.
+    ///
+    /// # Safety
+    /// `span` must come from this controller's pool ([`crate::Controller::dma`]), and its
+    /// allocation must stay allocated and untouched until the request completes or the queue
+    /// pair is dropped.
+    #[inline(always)]
+    pub unsafe fn submit_span(
+        &mut self,
+        op: Op,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        span: vfnvme_hal::DmaSpan,
+        tag: T,
+    ) -> Result<(), SubmitError> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.submit_rw(op, ns, lba, blocks, span.len(), Data::Span(span), tag) }
+    }
+
+    /// The reads and writes of [`read`](Self::read), [`write`](Self::write) and
+    /// [`submit_span`](Self::submit_span): [`Request::rw`]'s checks, then the request made
+    /// ([`Request::checked`]) and submitted, with no `Result` holding a whole request in
+    /// between (it would live in memory, costing the hot path its copies).
+    ///
+    /// # Safety
+    /// `op` is a read or write, `len` the length of `data`; with [`Data::Span`], the contract of
+    /// [`submit_span`](Self::submit_span).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn submit_rw(
+        &mut self,
+        op: Op,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        len: usize,
+        data: Data<'static>,
+        tag: T,
+    ) -> Result<(), SubmitError> {
+        let target = match Target::of(ns) {
+            Ok(t) => t,
+            Err(kind) => return Err(SubmitError::new(kind, data.into_buffer())),
+        };
+        if let Err(kind) = target.check_rw(lba, blocks, len) {
+            return Err(SubmitError::new(kind, data.into_buffer()));
+        }
+        // SAFETY: checked above; owned data, or the caller's contract for a span.
+        let req = unsafe { Request::checked(op, target, lba, blocks, data, tag) };
+        self.io.submit(req).map(drop)
     }
 
     /// Queues a flush ([`Request::flush`] submitted).
@@ -371,7 +430,7 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
     /// it), everything else to [`Deliver::completion`]. A sink with
     /// [`Deliver::STOP_AT_ERROR`] stops before a completion with an error status and is told;
     /// the next poll delivers it.
-    #[inline]
+    #[inline(always)]
     pub fn poll_into<D: Deliver<T>>(&mut self, max: usize, to: &mut D) -> usize {
         if self.recovery_due() {
             return self.recover_from_poll(max, to);

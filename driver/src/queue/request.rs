@@ -77,6 +77,19 @@ pub struct Target {
 }
 
 impl Target {
+    /// The checks of a read or write of `blocks` blocks at `lba` on data of `len` bytes: at
+    /// least one block, all inside the namespace, data long enough (what [`Request::rw`]
+    /// checks, for callers that then make the request with [`Request::checked`]).
+    #[inline(always)]
+    pub fn check_rw(&self, lba: u64, blocks: u32, len: usize) -> Result<(), SubmitErrorKind> {
+        self.check_range(lba, u64::from(blocks))?;
+        let needed = u64::from(blocks) << self.lba_shift;
+        if (len as u64) < needed {
+            return Err(SubmitErrorKind::BufferTooSmall { needed, len });
+        }
+        Ok(())
+    }
+
     /// `ns` as a target, if it takes I/O now (active, a format without metadata); else why not.
     #[inline(always)]
     pub fn of(ns: &Namespace) -> Result<Target, SubmitErrorKind> {
@@ -223,17 +236,32 @@ impl<'a, T> Request<'a, T> {
         let len = match &data {
             Data::Owned(b) if matches!(op, Op::Read | Op::Write) => b.len(),
             Data::Span(s) if matches!(op, Op::Read | Op::Write) => s.len(),
-            _ => return Err(not_rw(op, data)),
+            _ => return Err(SubmitError::new(not_rw(op), data.into_buffer())),
         };
-        if let Err(kind) = target.check_range(lba, u64::from(blocks)) {
-            return Err(SubmitError::new(kind, data.into_buffer()));
+        match target.check_rw(lba, blocks, len) {
+            // SAFETY: checked; the caller's contract for a span, passed on.
+            Ok(()) => Ok(unsafe { Self::checked(op, target, lba, blocks, data, tag) }),
+            Err(kind) => Err(SubmitError::new(kind, data.into_buffer())),
         }
-        let needed = u64::from(blocks) << target.lba_shift;
-        if (len as u64) < needed {
-            let kind = SubmitErrorKind::BufferTooSmall { needed, len };
-            return Err(SubmitError::new(kind, data.into_buffer()));
-        }
-        Ok(Request {
+    }
+
+    /// A read or write (`op`) that [`Target::check_rw`] accepted, as a value (the hot paths
+    /// check, then make it, with no `Result` holding a whole request in between).
+    ///
+    /// # Safety
+    /// `op` is a read or write, `target.check_rw(lba, blocks, len)` returned `Ok` for the
+    /// length of `data` (owned or a span), and with [`Data::Span`], the
+    /// contract of [`borrowed`](Self::borrowed).
+    #[inline(always)]
+    pub(crate) unsafe fn checked(
+        op: Op,
+        target: Target,
+        lba: u64,
+        blocks: u32,
+        data: Data<'a>,
+        tag: T,
+    ) -> Self {
+        Request {
             op,
             lba_shift: target.lba_shift,
             nsid: target.nsid,
@@ -242,7 +270,7 @@ impl<'a, T> Request<'a, T> {
             data,
             protection: Protection::default(),
             tag,
-        })
+        }
     }
 
     /// A flush of `ns`.
@@ -355,16 +383,14 @@ impl Data<'_> {
     }
 }
 
-/// A read or write without data, or data given to an operation that takes none (or not this
-/// kind).
+/// A read or write without data, or data given to an operation that takes none.
 #[cold]
 #[inline(never)]
-fn not_rw(op: Op, data: Data<'_>) -> SubmitError {
-    let kind = match (op, &data) {
-        (Op::Read | Op::Write, _) => SubmitErrorKind::BufferTooSmall { needed: 1, len: 0 },
+fn not_rw(op: Op) -> SubmitErrorKind {
+    match op {
+        Op::Read | Op::Write => SubmitErrorKind::BufferTooSmall { needed: 1, len: 0 },
         _ => SubmitErrorKind::InvalidRequest {
             what: "only reads and writes are made with `Request::rw`",
         },
-    };
-    SubmitError::new(kind, data.into_buffer())
+    }
 }

@@ -4,7 +4,7 @@
 //! Buffers come from vfnvme_subsys_dma_alloc (the DMA pool every controller of the subsystem
 //! shares, so that a request can fail over to another path with the same buffer).
 
-pub mod backend;
+pub use crate::driver_ops::channel as backend;
 pub mod channel;
 pub mod events;
 #[cfg(feature = "model")]

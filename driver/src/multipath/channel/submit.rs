@@ -102,6 +102,11 @@ impl<P: Platform> IoChannel<P> {
                 _ => None,
             },
         };
+        let len = match &data {
+            Data::Owned(b) => b.len(),
+            Data::Span(s) => s.len(),
+            Data::None | Data::Ranges(_) => 0,
+        };
         let refused = 'refused: {
             if let Some(d) = self.direct.as_mut() {
                 // The namespace's word stands for the head's generation (see `direct.rs`).
@@ -114,11 +119,12 @@ impl<P: Platform> IoChannel<P> {
                     );
                     break 'refused self.after_direct_refusal(whole, e);
                 }
-                // SAFETY: owned data, or the caller's contract of `submit_raw`.
-                let req = match unsafe { Request::rw(op, d.target, lba, blocks, data, whole) } {
-                    Ok(req) => req,
-                    Err(e) => break 'refused self.stash(|_| Err(invalid(e))),
-                };
+                if let Err(kind) = d.target.check_rw(lba, blocks, len) {
+                    let e = SubmitError::new(kind, data.into_buffer());
+                    break 'refused self.stash(|_| Err(invalid(e)));
+                }
+                // SAFETY: checked above; owned data, or the caller's contract of `submit_raw`.
+                let req = unsafe { Request::checked(op, d.target, lba, blocks, data, whole) };
                 match d.qp.submit(req) {
                     Ok(_) => {
                         d.sent += 1;
@@ -137,11 +143,15 @@ impl<P: Platform> IoChannel<P> {
                         break 'refused self.stash(move |ch| ch.open_and_send(i, whole, buf));
                     };
                     let sent = match Target::of(ns) {
-                        // SAFETY: owned data, or the caller's contract of `submit_raw`.
-                        Ok(t) => match unsafe { Request::rw(op, t, lba, blocks, data, whole) } {
-                            Ok(req) => qp.submit(req),
-                            Err(e) => break 'refused self.stash(|_| Err(invalid(e))),
-                        },
+                        Ok(t) => {
+                            if let Err(kind) = t.check_rw(lba, blocks, len) {
+                                let e = SubmitError::new(kind, data.into_buffer());
+                                break 'refused self.stash(|_| Err(invalid(e)));
+                            }
+                            // SAFETY: checked above; owned data, or the caller's contract of
+                            // `submit_raw`.
+                            qp.submit(unsafe { Request::checked(op, t, lba, blocks, data, whole) })
+                        }
                         Err(kind) => Err(SubmitError::new(kind, data.into_buffer())),
                     };
                     match sent {

@@ -2,7 +2,10 @@
 //! of driver errors and statuses to the ABI's: [`CtrlOps`] over `Controller<P>` and
 //! [`AnyQpair`], the queue pair of any platform, dispatched statically (a `match`, inlined).
 
-use crate::backend::{CtrlOps, IoCmd};
+pub mod backend;
+pub mod channel;
+
+use self::backend::{CtrlOps, IoCmd};
 use crate::error::{FfiError, FfiResult, Status};
 use crate::types::{copy_cstr, Completion, Cpl, CtrlInfo, MpFail};
 use std::sync::Arc;
@@ -10,7 +13,7 @@ use vfnvme::hal::{DmaPool, DmaSpan};
 use vfnvme::multipath::ChannelError;
 use vfnvme::namespace::Namespace;
 use vfnvme::platform::Platform;
-use vfnvme::queue::{Op, Request};
+use vfnvme::queue::Op;
 use vfnvme::spec::command::DsmRange;
 use vfnvme::vfio_platform::VfioPlatform;
 use vfnvme::{Controller, Error, QpairOptions, QueuePair, SubmitErrorKind};
@@ -133,15 +136,15 @@ pub trait AbiPlatform: Platform + Sized {
     /// `qp` as the queue pair of any platform.
     fn qpair(qp: QueuePair<Self, u32>) -> AnyQpair;
     /// `ch` as the channel of any platform.
-    fn channel(ch: vfnvme::multipath::IoChannel<Self>) -> crate::mp::backend::AnyChannel;
+    fn channel(ch: vfnvme::multipath::IoChannel<Self>) -> channel::AnyChannel;
 }
 
 impl AbiPlatform for VfioPlatform {
     fn qpair(qp: QueuePair<Self, u32>) -> AnyQpair {
         AnyQpair::Vfio(qp)
     }
-    fn channel(ch: vfnvme::multipath::IoChannel<Self>) -> crate::mp::backend::AnyChannel {
-        crate::mp::backend::AnyChannel::Vfio(ch)
+    fn channel(ch: vfnvme::multipath::IoChannel<Self>) -> channel::AnyChannel {
+        channel::AnyChannel::Vfio(ch)
     }
 }
 
@@ -150,8 +153,8 @@ impl AbiPlatform for vfnvme_model::ModelPlatform {
     fn qpair(qp: QueuePair<Self, u32>) -> AnyQpair {
         AnyQpair::Model(qp)
     }
-    fn channel(ch: vfnvme::multipath::IoChannel<Self>) -> crate::mp::backend::AnyChannel {
-        crate::mp::backend::AnyChannel::Model(ch)
+    fn channel(ch: vfnvme::multipath::IoChannel<Self>) -> channel::AnyChannel {
+        channel::AnyChannel::Model(ch)
     }
 }
 
@@ -265,10 +268,7 @@ impl AnyQpair {
     ) -> FfiResult<()> {
         let op = if write { Op::Write } else { Op::Read };
         // SAFETY: the caller's contract, passed on.
-        let req = unsafe { Request::borrowed(op, ns, lba, blocks, span, rec) }
-            .map_err(|e| refused(ns, &e.kind))?;
-        each!(self, q => q.submit(req))
-            .map(drop)
+        each!(self, q => unsafe { q.submit_span(op, ns, lba, blocks, span, rec) })
             .map_err(|e| refused(ns, &e.kind))
     }
 
