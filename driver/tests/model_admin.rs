@@ -89,7 +89,7 @@ fn admin_errors_are_typed() {
             opcode: 0xbf,
             status,
         } => {
-            assert_eq!((status.sct, status.sc), (0, 0x01));
+            assert_eq!((status.sct(), status.sc()), (0, 0x01));
         }
         other => panic!("expected AdminFailed, got {other}"),
     }

@@ -246,7 +246,7 @@ struct Run {
 
 impl Run {
     fn end(&mut self, c: IoCompletion) {
-        let status = u64::from(c.status.sct) << 8 | u64::from(c.status.sc);
+        let status = u64::from(c.status.sct()) << 8 | u64::from(c.status.sc());
         self.trace = splitmix(self.trace ^ c.tag << 16 ^ status);
         let Some(io) = self.ios.get_mut(c.tag as usize) else {
             self.problems

@@ -145,7 +145,7 @@ fn firmware_download_commit_and_activate() {
     // Slot 1 is read-only.
     let ro = ctrl.admin(AdminCommand::firmware_commit(1, 1));
     assert!(
-        matches!(ro, Err(Error::AdminFailed { status, .. }) if status.sct == 1 && status.sc == 6)
+        matches!(ro, Err(Error::AdminFailed { status, .. }) if status.sct() == 1 && status.sc() == 6)
     );
     ctrl.admin(AdminCommand::firmware_commit(2, 1)).unwrap();
     let log = ctrl.get_log_page(0x03, u32::MAX, 512, false).unwrap();
@@ -156,7 +156,7 @@ fn firmware_download_commit_and_activate() {
     assert_eq!(ctrl.identify_controller().unwrap().fr, "NEWFW123");
     // Nothing downloaded since: replacing fails; slot 1 runs again after the next reset.
     let none = ctrl.admin(AdminCommand::firmware_commit(2, 0));
-    assert!(matches!(none, Err(Error::AdminFailed { status, .. }) if status.sc == 7));
+    assert!(matches!(none, Err(Error::AdminFailed { status, .. }) if status.sc() == 7));
     ctrl.admin(AdminCommand::firmware_commit(1, 2)).unwrap();
     ctrl.reset().unwrap();
     assert_eq!(

@@ -163,15 +163,15 @@ fn every_ana_transition_reaches_the_driver_and_the_io_status() {
                         assert_eq!(read(&c0, 1, lba).unwrap(), 7)
                     }
                     (Err(Error::IoFailed { status }), _) => {
-                        assert_eq!(status.sct, sct::PATH, "{to:?}: {status}");
+                        assert_eq!(status.sct(), sct::PATH, "{to:?}: {status}");
                         let want = match to {
                             AnaState::PersistentLoss => 0x01,
                             AnaState::Inaccessible => 0x02,
                             AnaState::Change => 0x03,
                             _ => unreachable!("usable states succeed"),
                         };
-                        assert_eq!(status.sc, want, "{to:?}");
-                        assert!(!status.dnr);
+                        assert_eq!(status.sc(), want, "{to:?}");
+                        assert!(!status.dnr());
                         assert_eq!(read(&c0, 1, lba).unwrap(), 0, "nothing written");
                     }
                     (r, _) => panic!("{from:?} -> {to:?}: {r:?}"),
@@ -205,7 +205,7 @@ fn scheduled_transition_through_change_in_virtual_time() {
         .unwrap();
     assert_eq!(c.process_admin_completions().unwrap().ana_notices, 1);
     assert_eq!(c.ana_state(1), Some(DrvState::Change));
-    assert!(matches!(write(&c, 2, 0, 1), Err(Error::IoFailed { status }) if status.sc == 0x03));
+    assert!(matches!(write(&c, 2, 0, 1), Err(Error::IoFailed { status }) if status.sc() == 0x03));
     // Polling idles the clock forward to the scheduled change.
     let mut polls = 0;
     while c.ana_state(1) != Some(DrvState::Optimized) {

@@ -87,7 +87,7 @@ fn a_request_that_fails_so_on_every_path_is_delivered_with_its_status() {
         match &c.result {
             Err(ChannelError::Device { status }) => {
                 assert_eq!(
-                    (status.sct, status.sc),
+                    (status.sct(), status.sc()),
                     (sct::GENERIC, generic::INVALID_NAMESPACE)
                 );
             }

@@ -209,8 +209,8 @@ fn a_do_not_retry_status_is_not_retried() {
     let got = poll_for(&p, &mut qp, 4);
     assert_eq!(got.len(), 4);
     for c in &got {
-        assert_eq!(c.status.sct, 2, "{:?}", c.status);
-        assert!(c.status.dnr);
+        assert_eq!(c.status.sct(), 2, "{:?}", c.status);
+        assert!(c.status.dnr());
     }
     assert_eq!(ctrl.io_retries(), 0);
 }

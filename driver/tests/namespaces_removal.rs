@@ -77,7 +77,7 @@ fn removal_under_concurrent_lookups_and_io() {
                         tally.completed += 1;
                         let nsid = (c.tag >> 32) as u32;
                         if !c.is_ok() {
-                            if doomed(nsid) && c.status.sc == generic::INVALID_NAMESPACE {
+                            if doomed(nsid) && c.status.sc() == generic::INVALID_NAMESPACE {
                                 tally.failed_on_device += 1;
                             } else {
                                 tally.survivor_errors += 1;

@@ -542,20 +542,23 @@ proptest! {
     #[test]
     fn status_any_field(field in prop_oneof![any::<u16>(), Just(0u16), Just(0x7fff), Just(u16::MAX)]) {
         let s = Status::from_field(field);
-        prop_assert_eq!(s.sc, field as u8);
-        prop_assert_eq!(s.sct, ((field >> 8) & 7) as u8);
-        prop_assert!(s.sct <= 7);
-        prop_assert_eq!(s.more, field & (1 << 13) != 0);
-        prop_assert_eq!(s.dnr, field & (1 << 14) != 0);
+        prop_assert_eq!(s.sc(), field as u8);
+        prop_assert_eq!(s.sct(), ((field >> 8) & 7) as u8);
+        prop_assert!(s.sct() <= 7);
+        prop_assert_eq!(s.crd(), ((field >> 11) & 3) as u8);
+        prop_assert_eq!(s.more(), field & (1 << 13) != 0);
+        prop_assert_eq!(s.dnr(), field & (1 << 14) != 0);
         prop_assert_eq!(s.is_success(), field & 0x7ff == 0);
-        // Encoding the decoded fields gives back every bit the driver decodes (SC, SCT, M, DNR).
-        let back = u16::from(s.sc)
-            | u16::from(s.sct) << 8
-            | u16::from(s.more) << 13
-            | u16::from(s.dnr) << 14;
-        prop_assert_eq!(back, field & 0x67ff);
+        // The status keeps the whole field (SC, SCT, CRD, More, DNR), without the phase bit.
+        prop_assert_eq!(s.field(), field & 0x7fff);
+        let back = u16::from(s.sc())
+            | u16::from(s.sct()) << 8
+            | u16::from(s.crd()) << 11
+            | u16::from(s.more()) << 13
+            | u16::from(s.dnr()) << 14;
+        prop_assert_eq!(back, field & 0x7fff);
         let text = s.to_string();
-        prop_assert!(text.contains(&format!("sc {:#04x}", s.sc)), "{text}");
+        prop_assert!(text.contains(&format!("sc {:#04x}", s.sc())), "{text}");
         if let Some(name) = s.name() {
             prop_assert!(text.starts_with(name));
         }

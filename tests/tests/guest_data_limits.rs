@@ -116,7 +116,7 @@ fn device_errors_come_back_as_status_and_the_queue_goes_on() {
             .pop()
             .expect("one completion");
         assert!(!c.is_ok(), "nsid {} LBA {at}: should fail", fake.nsid());
-        assert_eq!((c.status.sct, c.status.sc), (0, sc), "{:?}", c.status);
+        assert_eq!((c.status.sct(), c.status.sc()), (0, sc), "{:?}", c.status);
         assert!(c.buffer.is_some(), "a failed read gives its buffer back");
         let err = qp
             .read_sync(fake, at, 1, ctrl.dma().alloc(lba).expect("DMA buffer"))
@@ -137,7 +137,7 @@ fn device_errors_come_back_as_status_and_the_queue_goes_on() {
         .pop()
         .expect("one completion");
     assert_eq!(
-        (c.tag, c.status.sc),
+        (c.tag, c.status.sc()),
         (9, generic::LBA_OUT_OF_RANGE),
         "{:?}",
         c.status

@@ -57,15 +57,18 @@ fn failed_status(r: Result<DmaBuffer, Error>, what: &str) -> Status {
 fn assert_media(status: Status, sc: u8, name: &str, what: &str) {
     println!(
         "MEDIA-ERRORS {what}: sct {:#x} sc {:#04x} dnr {} more {} ({status})",
-        status.sct, status.sc, status.dnr, status.more
+        status.sct(),
+        status.sc(),
+        status.dnr(),
+        status.more()
     );
     assert_eq!(
-        (status.sct, status.sc),
+        (status.sct(), status.sc()),
         (sct::MEDIA, sc),
         "{what}: {status}"
     );
-    assert_eq!(status.dnr, EXPECT_DNR, "{what}: DNR of {status}");
-    assert_eq!(status.more, EXPECT_MORE, "{what}: More of {status}");
+    assert_eq!(status.dnr(), EXPECT_DNR, "{what}: DNR of {status}");
+    assert_eq!(status.more(), EXPECT_MORE, "{what}: More of {status}");
     assert_eq!(status.name(), Some(name), "{what}");
     assert!(!status.is_host_failure(), "{what}: the device's own status");
 }

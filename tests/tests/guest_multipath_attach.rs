@@ -38,7 +38,7 @@ fn detach_from_one_controller_then_attach_again() {
         .pop()
         .expect("completion");
     assert_eq!(
-        (c.status.sct, c.status.sc),
+        (c.status.sct(), c.status.sc()),
         (0, generic::INVALID_FIELD),
         "{:?}",
         c.status

@@ -402,7 +402,8 @@ impl<P: Platform> Controller<P> {
         if nsid != u32::MAX {
             let id = match self.identify_namespace(nsid) {
                 Err(Error::AdminFailed { status, .. })
-                    if status.sct == sct::GENERIC && status.sc == generic::INVALID_NAMESPACE =>
+                    if status.sct() == sct::GENERIC
+                        && status.sc() == generic::INVALID_NAMESPACE =>
                 {
                     return Err(Error::NoSuchNamespace { nsid })
                 }

@@ -111,7 +111,7 @@ impl ScanPages {
 
 fn is_invalid_namespace(e: &Error) -> bool {
     matches!(e, Error::AdminFailed { status, .. }
-        if status.sct == sct::GENERIC && status.sc == generic::INVALID_NAMESPACE)
+        if status.sct() == sct::GENERIC && status.sc() == generic::INVALID_NAMESPACE)
 }
 
 /// Reads the Active Namespace ID list; `Ok(None)` if the controller rejects CNS 02h.

@@ -53,7 +53,7 @@ impl<T: Copy + Default> IoQueue<T> {
     /// was sent again (the completion is then consumed).
     fn retry_failed(&mut self, cid: u16, field: u16) -> bool {
         let status = Status::from_field(field);
-        if status.dnr {
+        if status.dnr() {
             return false;
         }
         let Some(idx) = self.trackers.busy_index(cid) else {

@@ -140,7 +140,7 @@ impl FakeDevice {
         status: Status,
         dw0: u32,
     ) {
-        let field = (status.sc as u16) | ((status.sct as u16) << 8) | ((status.dnr as u16) << 14);
+        let field = status.field();
         q.rings_mut().inject_cqe(
             self.cq_tail,
             Completion {
@@ -400,7 +400,7 @@ fn reap_until_error_stops_before_an_error_and_leaves_it_for_the_next_reap() {
     assert!(again.stopped && again.finished.is_empty());
     // A plain reap takes the error, then the rest.
     let rest = drain(&mut q, &regs);
-    let got: Vec<(u64, u8)> = rest.iter().map(|c| (c.tag, c.status.sc)).collect();
+    let got: Vec<(u64, u8)> = rest.iter().map(|c| (c.tag, c.status.sc())).collect();
     assert_eq!(got, vec![(1, 0x80), (2, 0)]);
     assert_eq!(q.outstanding(), 0);
     // Nothing left: no stop.
@@ -440,7 +440,7 @@ fn mdts_split_completes_parent_once_with_first_error() {
     let done = drain(&mut q, &regs);
     assert_eq!(done.len(), 1);
     assert_eq!(done[0].tag, 7);
-    assert_eq!(done[0].status.sc, 0x80, "first error wins");
+    assert_eq!(done[0].status.sc(), 0x80, "first error wins");
     assert_eq!(done[0].buffer.as_ref().unwrap().iova(), base);
     assert_eq!(q.outstanding(), 0);
     assert_eq!(q.free_slots(), 15);

@@ -81,7 +81,7 @@ mod tests {
         assert_eq!(c.cid, 0x1234);
         assert!(c.phase());
         let s = c.status();
-        assert_eq!((s.sct, s.sc, s.dnr, s.more), (0, 0x80, true, false));
+        assert_eq!((s.sct(), s.sc(), s.dnr(), s.more()), (0, 0x80, true, false));
         assert_eq!(c.to_bytes(), b);
         assert_eq!(std::mem::offset_of!(Completion, cid), 12);
         assert_eq!(std::mem::offset_of!(Completion, status_phase), 14);

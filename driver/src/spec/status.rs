@@ -74,80 +74,96 @@ pub mod command_specific {
     pub const NS_NOT_ATTACHED: u8 = 0x1a;
 }
 
-/// The status of a completed command.
+/// The status of a completed command: the 15-bit status field exactly as the CQE carries it
+/// (DW3 bits 31:17, i.e. without the phase bit): bits 7:0 Status Code, 10:8 Status Code Type,
+/// 12:11 Command Retry Delay, 13 More, 14 Do Not Retry.
+///
+/// Equality compares the whole field (CRD, More and DNR included): use [`Status::is_success`]
+/// to ask whether a command succeeded, and [`Status::sct`]/[`Status::sc`] to match a code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Status {
-    /// Status Code Type.
-    pub sct: u8,
-    /// Status Code.
-    pub sc: u8,
-    /// Do Not Retry.
-    pub dnr: bool,
-    /// More information in the Error Information log.
-    pub more: bool,
-}
+pub struct Status(u16);
 
 impl Status {
     /// Success.
-    pub const SUCCESS: Status = Status {
-        sct: 0,
-        sc: 0,
-        dnr: false,
-        more: false,
-    };
+    pub const SUCCESS: Status = Status(0);
 
-    /// Decodes the 15-bit status field (CQE DW3 bits 31:17, i.e. without the phase bit).
+    /// The status field's valid bits (bit 15 is the CQE's phase tag, not part of it).
+    const MASK: u16 = 0x7fff;
+    /// More: more information in the Error Information log.
+    const MORE: u16 = 1 << 13;
+    /// Do Not Retry.
+    const DNR: u16 = 1 << 14;
+
+    /// The status of the 15-bit status field (CQE DW3 bits 31:17, i.e. without the phase bit);
+    /// bit 15 is ignored.
     #[inline(always)]
     pub const fn from_field(field: u16) -> Self {
-        Status {
-            sc: field as u8,
-            sct: ((field >> 8) & 0x7) as u8,
-            more: field & (1 << 13) != 0,
-            dnr: field & (1 << 14) != 0,
-        }
+        Status(field & Self::MASK)
     }
-    /// Whether the command succeeded.
+    /// The status with Status Code Type `sct` (its low 3 bits) and Status Code `sc`, CRD, More
+    /// and DNR clear.
+    #[inline(always)]
+    pub const fn new(sct: u8, sc: u8) -> Self {
+        Status(sc as u16 | ((sct as u16 & 0x7) << 8))
+    }
+    /// The 15-bit status field (bits 7:0 SC, 10:8 SCT, 12:11 CRD, 13 More, 14 DNR).
+    #[inline(always)]
+    pub const fn field(&self) -> u16 {
+        self.0
+    }
+    /// Status Code Type (bits 10:8).
+    #[inline(always)]
+    pub const fn sct(&self) -> u8 {
+        ((self.0 >> 8) & 0x7) as u8
+    }
+    /// Status Code (bits 7:0).
+    #[inline(always)]
+    pub const fn sc(&self) -> u8 {
+        self.0 as u8
+    }
+    /// Command Retry Delay (bits 12:11): which of the controller's CRDT delays to wait before
+    /// retrying (0: none).
+    #[inline(always)]
+    pub const fn crd(&self) -> u8 {
+        ((self.0 >> 11) & 0x3) as u8
+    }
+    /// More information in the Error Information log (bit 13).
+    #[inline(always)]
+    pub const fn more(&self) -> bool {
+        self.0 & Self::MORE != 0
+    }
+    /// Do Not Retry (bit 14).
+    #[inline(always)]
+    pub const fn dnr(&self) -> bool {
+        self.0 & Self::DNR != 0
+    }
+    /// Whether the command succeeded: SCT and SC are zero (CRD, More and DNR are not looked at).
     #[inline(always)]
     pub const fn is_success(&self) -> bool {
-        self.sct == 0 && self.sc == 0
+        self.0 & 0x7ff == 0
     }
     /// Path-related status 71h, Command Aborted By Host: the driver failed the command itself
     /// after a controller reset (the device had stopped; its buffer is handed back). Retryable
     /// on the same or another path.
-    pub const ABORTED_BY_RESET: Status = Status {
-        sct: sct::PATH,
-        sc: 0x71,
-        dnr: false,
-        more: false,
-    };
+    pub const ABORTED_BY_RESET: Status = Status::new(sct::PATH, 0x71);
     /// Path-related status 70h, Host Pathing Error: the controller is gone (removed, or it
     /// failed and could not be reset); the driver failed the command itself. Retryable only on
     /// another path.
-    pub const CONTROLLER_LOST: Status = Status {
-        sct: sct::PATH,
-        sc: 0x70,
-        dnr: false,
-        more: false,
-    };
+    pub const CONTROLLER_LOST: Status = Status::new(sct::PATH, 0x70);
     /// Whether the driver failed the command itself because of a reset or a lost controller
     /// ([`Status::ABORTED_BY_RESET`], [`Status::CONTROLLER_LOST`]), not the device.
     pub const fn is_host_failure(&self) -> bool {
-        self.sct == sct::PATH && (self.sc == 0x70 || self.sc == 0x71)
+        self.sct() == sct::PATH && (self.sc() == 0x70 || self.sc() == 0x71)
     }
     /// A generic status with `sc`.
     pub const fn generic(sc: u8) -> Self {
-        Status {
-            sct: sct::GENERIC,
-            sc,
-            dnr: false,
-            more: false,
-        }
+        Status::new(sct::GENERIC, sc)
     }
     /// The readable name of the status code, if it is one the driver knows.
     pub fn name(&self) -> Option<&'static str> {
         use command_specific as cs;
         use generic as g;
-        Some(match (self.sct, self.sc) {
+        Some(match (self.sct(), self.sc()) {
             (0, g::SUCCESS) => "Successful Completion",
             (0, g::INVALID_OPCODE) => "Invalid Command Opcode",
             (0, g::INVALID_FIELD) => "Invalid Field in Command",
@@ -192,13 +208,18 @@ impl std::fmt::Display for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.name() {
             Some(n) => write!(f, "{n}")?,
-            None => write!(f, "status code type {:#x}, code {:#04x}", self.sct, self.sc)?,
+            None => write!(
+                f,
+                "status code type {:#x}, code {:#04x}",
+                self.sct(),
+                self.sc()
+            )?,
         }
-        write!(f, " (sct {:#x}, sc {:#04x}", self.sct, self.sc)?;
-        if self.dnr {
+        write!(f, " (sct {:#x}, sc {:#04x}", self.sct(), self.sc())?;
+        if self.dnr() {
             write!(f, ", do not retry")?;
         }
-        if self.more {
+        if self.more() {
             write!(f, ", more in the error log")?;
         }
         write!(f, ")")
@@ -212,9 +233,9 @@ mod tests {
     #[test]
     fn decode_and_display() {
         let s = Status::from_field((1 << 8) | 0x02 | (1 << 14) | (1 << 13));
-        assert_eq!(s.sct, 1);
-        assert_eq!(s.sc, 2);
-        assert!(s.dnr && s.more);
+        assert_eq!(s.sct(), 1);
+        assert_eq!(s.sc(), 2);
+        assert!(s.dnr() && s.more());
         assert!(!s.is_success());
         let text = s.to_string();
         assert!(text.starts_with("Invalid Queue Size"), "{text}");
@@ -227,5 +248,43 @@ mod tests {
         assert!(Status::from_field(0x7ff)
             .to_string()
             .starts_with("status code type 0x7"));
+    }
+
+    #[test]
+    fn field_round_trip() {
+        let flags = [0, 1 << 11, 2 << 11, 3 << 11, 1 << 13, 1 << 14, 0x7800];
+        for sct in 0..8u8 {
+            for sc in [0u8, 1, 2, 0x0b, 0x70, 0x71, 0x80, 0xc0, 0xff] {
+                for &f in &flags {
+                    let field = u16::from(sc) | (u16::from(sct) << 8) | f;
+                    let s = Status::from_field(field);
+                    assert_eq!(s.field(), field);
+                    assert_eq!((s.sct(), s.sc()), (sct, sc), "{field:#x}");
+                    assert_eq!(s.crd(), ((f >> 11) & 3) as u8, "{field:#x}");
+                    assert_eq!(s.more(), f & (1 << 13) != 0, "{field:#x}");
+                    assert_eq!(s.dnr(), f & (1 << 14) != 0, "{field:#x}");
+                    // The phase bit is not part of the field.
+                    assert_eq!(Status::from_field(field | 0x8000), s);
+                    // is_success looks at SCT and SC only, as it did (`sct == 0 && sc == 0`).
+                    assert_eq!(s.is_success(), sct == 0 && sc == 0, "{field:#x}");
+                    if f == 0 {
+                        assert_eq!(Status::new(sct, sc), s);
+                        assert_eq!(s == Status::SUCCESS, sct == 0 && sc == 0);
+                    } else {
+                        // Equality is the whole field: CRD/More/DNR make it differ.
+                        assert_ne!(s, Status::new(sct, sc));
+                        // ... so a success with them set is not `== SUCCESS`, but is_success.
+                        assert_ne!(s, Status::SUCCESS);
+                    }
+                }
+            }
+        }
+        assert_eq!(Status::generic(0x80), Status::new(sct::GENERIC, 0x80));
+        assert_eq!(Status::ABORTED_BY_RESET.field(), 0x371);
+        assert_eq!(Status::CONTROLLER_LOST.field(), 0x370);
+        assert!(Status::ABORTED_BY_RESET.is_host_failure());
+        assert!(Status::from_field(0x4370).is_host_failure());
+        assert_eq!(Status::default(), Status::SUCCESS);
+        assert!(Status::from_field(0x7800).is_success());
     }
 }

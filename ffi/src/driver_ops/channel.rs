@@ -2,7 +2,7 @@
 //! call from the ABI into a driver channel (submit, commit, poll): [`AnyChannel`], the channel
 //! of any platform, dispatched statically.
 
-use crate::driver_ops::{self, refusal, status_field, status_of_channel, AbiPlatform};
+use crate::driver_ops::{self, refusal, status_of_channel, AbiPlatform};
 use crate::error::{FfiError, FfiResult, Status};
 use crate::types::Completion;
 use std::sync::Arc;
@@ -153,9 +153,7 @@ fn completion(c: &ChannelCompletion) -> Completion {
 fn failure(e: &ChannelError, held: bool) -> Completion {
     let (status, reason) = status_of_channel(e);
     let mut out = match e {
-        ChannelError::Device { status } => {
-            driver_ops::completion(status_field(*status), 0, 0, held)
-        }
+        ChannelError::Device { status } => driver_ops::completion(status.field(), 0, 0, held),
         _ => driver_ops::completion(0, 0, status.code(), held),
     };
     out.reason = reason;

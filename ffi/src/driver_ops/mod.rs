@@ -97,18 +97,6 @@ fn refused(ns: &Namespace, k: &SubmitErrorKind) -> FfiError {
     )
 }
 
-/// The NVMe status field (without phase) of a driver status.
-#[inline(always)]
-pub(crate) fn status_field(s: vfnvme::spec::Status) -> u16 {
-    if s.is_success() && !s.more && !s.dnr {
-        return 0;
-    }
-    u16::from(s.sc)
-        | (u16::from(s.sct & 0x7) << 8)
-        | (u16::from(s.more) << 13)
-        | (u16::from(s.dnr) << 14)
-}
-
 /// The completion C sees (its `arg` filled in when it is handed out) of a request the driver
 /// ended with `status` (an NVMe status field) or the driver failure `rc`: `rc` is
 /// VFNVME_ERR_BUSY when the device may still access the request's memory (`held`).
@@ -306,7 +294,7 @@ impl AnyQpair {
     #[inline]
     pub fn poll(&mut self, max: u32, mut f: impl FnMut(u32, Completion, bool)) -> usize {
         each!(self, q => q.poll(max as usize, |c| {
-            f(c.tag, completion(status_field(c.status), c.cdw0, 0, c.memory_held), c.memory_held)
+            f(c.tag, completion(c.status.field(), c.cdw0, 0, c.memory_held), c.memory_held)
         }))
     }
 

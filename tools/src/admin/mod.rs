@@ -251,7 +251,7 @@ fn put_json(io: &mut Io, v: &Value) -> Result<()> {
 fn failed(e: Error, what: &str) -> anyhow::Error {
     match &e {
         Error::AdminFailed { status, .. } | Error::IoFailed { status }
-            if status.sct == sct::GENERIC && status.sc == generic::INVALID_OPCODE =>
+            if status.sct() == sct::GENERIC && status.sc() == generic::INVALID_OPCODE =>
         {
             anyhow!("this controller doesn't support {what} (it answered: {status})")
         }

@@ -272,7 +272,8 @@ impl<P: Platform> IoChannel<P> {
             let status = std::mem::replace(&mut p.failed, Status::SUCCESS);
             let borrowed = p.tag.span.is_some();
             let has_buffer = p.buffer.is_some() || (borrowed && !stuck) || p.tag.op == IoOp::Flush;
-            if (status.sct == sct::PATH || namespace_gone(&status, &p.tag, others)) && has_buffer {
+            if (status.sct() == sct::PATH || namespace_gone(&status, &p.tag, others)) && has_buffer
+            {
                 // The command ended on this path: send it again, same buffer, on another
                 // path; after a finished reset this path is fine again (its queues were
                 // recreated), so only other path errors exclude it until the head changes.
@@ -397,9 +398,9 @@ impl<P: Platform> IoChannel<P> {
 /// namespace queue is dying, which it knows already when the detach was its own.
 #[inline]
 fn namespace_gone(status: &Status, tag: &Tag, others: u32) -> bool {
-    status.sct == sct::GENERIC
+    status.sct() == sct::GENERIC
         && matches!(
-            status.sc,
+            status.sc(),
             generic::INVALID_NAMESPACE | generic::INVALID_FIELD
         )
         && tag.failovers == 0
