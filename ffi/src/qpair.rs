@@ -1,7 +1,7 @@
 //! Queue pairs: allocation, the submit functions, commit and completion polling.
 //!
 //! The I/O path allocates nothing and takes no lock: each request's callback, argument and
-//! buffer mark sit in the queue pair's request table ([`Requests`], shared with channels), the
+//! buffer mark sit in the queue pair's request table (`Requests`, shared with channels), the
 //! record's index rides in the driver's command tracker (`QueuePair<P, u32>`), and completions
 //! are gathered into a preallocated array before the callbacks run (so that a callback may
 //! submit on the same queue pair).

@@ -347,7 +347,7 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         }
         // SAFETY: checked above; owned data, or the caller's contract for a span.
         let req = unsafe { Request::checked(op, target, lba, blocks, data, tag) };
-        self.io.submit(req).map(drop)
+        self.io.submit_rw(req).map(drop)
     }
 
     /// Queues a flush ([`Request::flush`] submitted).

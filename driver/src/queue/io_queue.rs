@@ -25,7 +25,7 @@ pub struct IoCompletion<T = u64> {
     /// Dword 0 of the completion entry (command specific; of the last command for a request
     /// split at MDTS).
     pub cdw0: u32,
-    /// The request's slot: its head command identifier, which [`IoQueue::next_slot`] named
+    /// The request's slot: its head command identifier, which [`QueuePair::next_slot`](crate::QueuePair::next_slot) named
     /// before the submission (for side tables indexed per request).
     pub slot: u16,
     /// The buffer given at submission (`None` for commands without data, and when
@@ -33,7 +33,7 @@ pub struct IoCompletion<T = u64> {
     pub buffer: Option<DmaBuffer>,
     /// The device may still access the request's memory: it was ended after the controller
     /// could not be disabled. An owned buffer was kept (leaked, `buffer` is `None`); borrowed
-    /// memory ([`IoQueue::submit_raw`]) must never be freed or reused, and the request's slot
+    /// memory ([`Data::Span`](super::Data::Span)) must never be freed or reused, and the request's slot
     /// is never given to another request.
     pub memory_held: bool,
 }
@@ -198,8 +198,9 @@ impl<T: Copy + Default> IoQueue<T> {
         }
     }
 
+    /// [`submit`](Self::submit) of a read or write.
     #[inline(always)]
-    fn submit_rw(&mut self, req: Request<'_, T>) -> Result<u16, SubmitError> {
+    pub(crate) fn submit_rw(&mut self, req: Request<'_, T>) -> Result<u16, SubmitError> {
         let bytes = req.bytes();
         let rw = Rw {
             nsid: req.nsid,
@@ -267,7 +268,7 @@ impl<T: Copy + Default> IoQueue<T> {
         let mut cmd = Command::rw_n(opcode, nsid, lba, blocks);
         cmd.set_cid(cid);
         cmd.set_prps(prp1, prp2);
-        self.push(idx, &cmd);
+        self.rings.push(&cmd);
         Ok(idx)
     }
 
@@ -352,7 +353,7 @@ impl<T: Copy + Default> IoQueue<T> {
         t.tag = tag;
         t.set_buffer(buf);
         cmd.set_cid(t.cid);
-        self.push(idx, &cmd);
+        self.rings.push(&cmd);
         Ok(())
     }
 
@@ -366,7 +367,7 @@ impl<T: Copy + Default> IoQueue<T> {
             t.buffer = None;
         }
         cmd.set_cid(self.trackers.cid(idx));
-        self.push(idx, cmd);
+        self.rings.push(cmd);
     }
 
     /// Queues `blocks` at `lba` as commands of at most `per_cmd` blocks each, on the data at
@@ -425,7 +426,7 @@ impl<T: Copy + Default> IoQueue<T> {
             if let Some(t) = self.trackers.get_mut(idx) {
                 t.parent = head;
             }
-            self.push(idx, &cmd);
+            self.rings.push(&cmd);
             done += n;
         }
         if let Some(h) = self.trackers.get_mut(head) {
@@ -435,13 +436,6 @@ impl<T: Copy + Default> IoQueue<T> {
             h.buffer = buf;
         }
         Ok(head)
-    }
-
-    /// Writes `cmd`, the command of tracker `idx`, into the SQ. With retries on, the commit
-    /// that rings its doorbell keeps a copy ([`IoQueue::commit`]).
-    #[inline(always)]
-    fn push(&mut self, _idx: u16, cmd: &Command) {
-        self.rings.push(cmd);
     }
 
     /// Un-queues a partly built request: frees its trackers and rewinds the SQ tail.

@@ -81,7 +81,12 @@ impl Target {
     /// least one block, all inside the namespace, data long enough (what [`Request::rw`]
     /// checks, for callers that then make the request with [`Request::checked`]).
     #[inline(always)]
-    pub fn check_rw(&self, lba: u64, blocks: u32, len: usize) -> Result<(), SubmitErrorKind> {
+    pub(crate) fn check_rw(
+        &self,
+        lba: u64,
+        blocks: u32,
+        len: usize,
+    ) -> Result<(), SubmitErrorKind> {
         self.check_range(lba, u64::from(blocks))?;
         let needed = u64::from(blocks) << self.lba_shift;
         if (len as u64) < needed {

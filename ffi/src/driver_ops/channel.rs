@@ -108,7 +108,7 @@ impl<P: AbiPlatform> SubsysOps for Sub<P> {
 }
 
 /// A driver channel of any platform; each request's tag is its record in the C request
-/// table ([`crate::requests::Requests`]).
+/// table (`Requests`).
 pub enum AnyChannel {
     /// Over VFIO devices.
     Vfio(IoChannel<VfioPlatform>),

@@ -216,7 +216,7 @@ impl<P: AbiPlatform> CtrlOps for Controller<P> {
 }
 
 /// A driver queue pair of any platform; each request's payload is its record in the C request
-/// table ([`crate::requests::Requests`]).
+/// table (`Requests`).
 pub enum AnyQpair {
     /// On a VFIO device.
     Vfio(QueuePair<VfioPlatform, u32>),

@@ -29,7 +29,7 @@ impl Default for ChannelOptions {
     }
 }
 
-/// The operation of a channel's request (the queue's [`Op`]; a channel sends reads, writes
+/// The operation of a channel's request (the queue's [`Op`](crate::queue::Op); a channel sends reads, writes
 /// and flushes).
 pub use crate::queue::Op as IoOp;
 
