@@ -433,7 +433,8 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
     #[inline(always)]
     pub fn poll_into<D: Deliver<T>>(&mut self, max: usize, to: &mut D) -> usize {
         if self.recovery_due() {
-            return self.recover_from_poll(max, to);
+            self.recover_queues_if_needed();
+            return self.deliver_recovered(max, to);
         }
         self.poll_now(max, to)
     }
@@ -551,9 +552,24 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
     #[cold]
     #[inline(never)]
     pub fn recover_into<D: Deliver<T>>(&mut self, max: usize, to: &mut D) -> usize {
+        self.recover_queues_if_needed();
+        self.deliver_recovered(max, to)
+    }
+
+    /// The first half of [`recover`](Self::recover), without a sink (out of line, so that a
+    /// poll's sink stays in registers): the queues recovered if they must be.
+    #[cold]
+    #[inline(never)]
+    fn recover_queues_if_needed(&mut self) {
         if self.needs_recovery() {
             self.recover_queues();
         }
+    }
+
+    /// The second half of [`recover`](Self::recover): up to `max` ended requests delivered;
+    /// if more wait, the next poll comes back here.
+    #[inline(always)]
+    fn deliver_recovered<D: Deliver<T>>(&mut self, max: usize, to: &mut D) -> usize {
         let n = self.io.deliver_ended(max, to);
         if self.io.ended_pending() != 0 {
             // The next poll's tick runs the periodic check, which sends it back here.

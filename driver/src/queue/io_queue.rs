@@ -634,6 +634,7 @@ impl<T: Copy + Default> IoQueue<T> {
     /// Delivers up to `max` requests ended by recovery to `to` (as
     /// [`Deliver::completion`]s), in the order they ended; the rest wait for the next call.
     /// Returns how many were delivered.
+    #[inline(always)]
     pub(crate) fn deliver_ended<D: Deliver<T>>(&mut self, max: usize, to: &mut D) -> usize {
         let mut n = 0;
         while n < max {

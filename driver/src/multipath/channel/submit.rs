@@ -24,7 +24,8 @@ impl<P: Platform> IoChannel<P> {
         buf: DmaBuffer,
         tag: u64,
     ) -> Result<(), ChannelSubmitError> {
-        self.submit_io(Op::Read, lba, blocks, Data::Owned(buf), tag)
+        let len = buf.len();
+        self.submit_io(Op::Read, lba, blocks, len, Data::Owned(buf), tag)
     }
 
     /// Queues a write of `blocks` blocks at `lba` from `buf`.
@@ -36,7 +37,8 @@ impl<P: Platform> IoChannel<P> {
         buf: DmaBuffer,
         tag: u64,
     ) -> Result<(), ChannelSubmitError> {
-        self.submit_io(Op::Write, lba, blocks, Data::Owned(buf), tag)
+        let len = buf.len();
+        self.submit_io(Op::Write, lba, blocks, len, Data::Owned(buf), tag)
     }
 
     /// Queues a read (`write` false) or write of `blocks` blocks at `lba` on borrowed memory
@@ -58,7 +60,7 @@ impl<P: Platform> IoChannel<P> {
         tag: u64,
     ) -> Result<(), ChannelSubmitError> {
         let op = if write { Op::Write } else { Op::Read };
-        self.submit_io(op, lba, blocks, Data::Span(span), tag)
+        self.submit_io(op, lba, blocks, span.len(), Data::Span(span), tag)
     }
 
     /// Queues a flush.
@@ -82,11 +84,13 @@ impl<P: Platform> IoChannel<P> {
     ///
     /// With [`Data::Span`], the caller upholds [`submit_raw`](Self::submit_raw)'s contract.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn submit_io(
         &mut self,
         op: Op,
         lba: u64,
         blocks: u32,
+        len: usize,
         data: Data<'static>,
         tag: u64,
     ) -> Result<(), ChannelSubmitError> {
@@ -101,11 +105,6 @@ impl<P: Platform> IoChannel<P> {
                 Data::Span(s) => Some(*s),
                 _ => None,
             },
-        };
-        let len = match &data {
-            Data::Owned(b) => b.len(),
-            Data::Span(s) => s.len(),
-            Data::None | Data::Ranges(_) => 0,
         };
         let refused = 'refused: {
             if let Some(d) = self.direct.as_mut() {
