@@ -2,30 +2,41 @@
 # Every test of vfnvme: the host tests (`cargo test --workspace`, against the in-memory
 # controller model), then each guest test binary inside a QEMU guest of its scenario.
 #
-# Usage: scripts/test-all.sh [--guest-only] [FILTER...]
+# Usage: scripts/test-all.sh [--full] [--guest-only] [FILTER...]
+#   --full        also the longer suite (run it before resolving an issue): the host tests in a
+#                 debug build and in a plain release build, every Miri test, the full-length
+#                 fio side by side (docs/testing.md)
 #   --guest-only  skip the host tests
 #   FILTER        run only the guest test binaries whose name contains one of these words
 #
 # Guest tests are tests/tests/guest_<scenario>[_<what>].rs (see docs/testing.md). Runs as root.
 # Those named *fio* get the fio engine, built with ffi/fio/build.sh, in VFNVME_FIO_ENGINE.
+# Everything here but --full's extra builds is one Cargo build, profile ci (scripts/lib.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 guest_only=0
+full=0
 filters=()
 for arg in "$@"; do
     case "$arg" in
         --guest-only) guest_only=1 ;;
-        -h | --help) sed -n '2,10p' "$0"; exit 0 ;;
+        --full) full=1 ;;
+        -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
         *) filters+=("$arg") ;;
     esac
 done
 
 require_root
 
-step "build (debug)"
-vfnvme=$(build_vfnvme debug)
+# The Cargo profile of the host tests, the guest test binaries, the vfnvme binary and the C
+# library (of the C example and the fio engine): one build. ffi/*.sh take it in PROFILE.
+profile=$TEST_PROFILE
+export PROFILE=$profile
+
+step "build (profile $profile)"
+vfnvme=$(build_vfnvme "$profile")
 [ -x "$vfnvme" ] || { echo "error: could not find the built vfnvme binary" >&2; exit 1; }
 
 step "prepare the guest (installs QEMU, busybox, fio and a kernel if missing)"
@@ -61,16 +72,31 @@ prune() {
 
 if [ "$guest_only" -eq 0 ]; then
     # --all-features turns on vfnvme-ffi's `model` feature, which the C ABI's tests run on.
-    step "host tests: cargo test --workspace --all-features (guest tests print SKIPPED (host) here)"
-    cargo test --workspace --all-features
-    check "host tests in release mode (optimiser-sensitive UB shows here)" \
-        cargo test --workspace --all-features --release
+    # Guest tests print SKIPPED (host) here. The seeded tests take their seed counts from
+    # cfg!(debug_assertions), which the ci profile has on although it is optimised: give them
+    # their release counts.
+    check "host tests: cargo test --profile $profile (release + debug assertions, overflow checks)" \
+        env FAULT_SEEDS="${FAULT_SEEDS:-1000}" MP_FLAP_SEEDS="${MP_FLAP_SEEDS:-1000}" \
+        SEEDS="${SEEDS:-1000}" cargo test --workspace --all-features --profile "$profile"
+    if [ "$full" -eq 1 ]; then
+        # --full: a debug build (unoptimised: another schedule of the threaded tests, the debug
+        # seed counts) and a plain release build (no debug assertions: what users build).
+        check "host tests, debug build (--full)" cargo test --workspace --all-features
+        prune target/debug
+        check "host tests, release build (--full)" \
+            cargo test --workspace --all-features --release
+        prune target/release
+    fi
     check "C ABI: the product library exports no model symbol (nm -D)" ffi/check-product-symbols.sh
     prune target/product
     check "docs: every crate documents (no collision, no broken link)" \
         env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
     prune target/doc
-    check "Miri: spec, PRPs, registry, C ABI on the model" scripts/miri.sh
+    if [ "$full" -eq 1 ]; then
+        check "Miri: every test of scripts/miri.sh --full" scripts/miri.sh --full
+    else
+        check "Miri: the bounded set (scripts/miri.sh; --full: all)" scripts/miri.sh
+    fi
     prune target/miri
     check "loom: model-check the namespace registry and the heads' path lists" \
         env RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
@@ -108,7 +134,8 @@ wanted() {
 step "list guest test binaries"
 artifacts=target/test-all-artifacts.json
 mkdir -p target
-cargo test --workspace --all-features --no-run --message-format=json-render-diagnostics > "$artifacts"
+cargo test --workspace --all-features --profile "$profile" --no-run \
+    --message-format=json-render-diagnostics > "$artifacts"
 guest_tests=()
 while IFS= read -r line; do
     name=$(sed -n 's/.*"target":{"kind":\["test"\],[^}]*"name":"\([^"]*\)".*/\1/p' <<< "$line")
@@ -174,8 +201,15 @@ if [ "${#filters[@]}" -eq 0 ]; then
     check "C ABI + fio engine in the guest (scenario pair)" scripts/ffi-guest-check.sh
     check "fio verify across a controller reset, retries on and off (scenario pair)" \
         scripts/fio-reset-check.sh
-    check "fio side by side, short, in the guest (scenario sidebyside)" \
-        env SBS_SECONDS="${SBS_SECONDS:-5}" scripts/fio-side-by-side.sh
+    if [ "$full" -eq 1 ]; then
+        check "fio side by side, 5 s per run, in the guest (scenario sidebyside, --full)" \
+            env SBS_SECONDS="${SBS_SECONDS:-5}" scripts/fio-side-by-side.sh
+    else
+        # Every engine at both queue depths, 1 s each: checks that the comparison works; the
+        # figures to compare come from --full's 5 s runs (or scripts/fio-side-by-side.sh).
+        check "fio side by side, 1 s per run, in the guest (scenario sidebyside)" \
+            env SBS_SECONDS=1 scripts/fio-side-by-side.sh
+    fi
 fi
 
 step "test summary"
