@@ -18,6 +18,7 @@ step() {
 # The Cargo profile of scripts/test-all.sh's every-time run (Cargo.toml's [profile.ci]: release
 # with debug assertions and overflow checks), and so of .ci/run's guest preparation: the host
 # tests, the guest test binaries, the `vfnvme` binary and the C library are one build.
+# shellcheck disable=SC2034 # used by the scripts that source this file
 TEST_PROFILE=ci
 
 # Builds the vfnvme tool in the given Cargo profile (debug (= dev), release, ci, ...) and prints

@@ -158,8 +158,52 @@ for entry in "${guest_tests[@]}"; do
     fi
 done
 
+# Guest test binaries that share one guest boot with the others of their scenario listed here
+# (scripts/guest/run-batch.sh runs them one after the other): each leaves the scenario's devices
+# as it found them. None removes, hot-unplugs, resets or formats a controller, rebinds it to
+# another driver, changes namespace attachment, sanitizes, or kills a process mid-I/O; what
+# they write they alone read back (the SMART test counts deltas), and each process gives its
+# devices, hugepages and VFIO groups back when it exits, as between the tests of one binary
+# (which share the controllers too, RUST_TEST_THREADS=1). Any other guest test boots its own
+# guest. A boot is about 8 s of each guest test's time under TCG.
+shared_boot=(guest_data_identify guest_data_large guest_data_qpairs guest_data_bounds
+    guest_data_shadow guest_data_smoke guest_data_admin guest_data_limits guest_data_zeroes
+    guest_data4k_identify guest_data4k_large guest_ns256_identify guest_ns256_scan
+    guest_multins_identify guest_multins_io guest_multins_perf guest_pair_concurrent
+    guest_pair_perf guest_multipath_shared guest_multipath_cli guest_multipath_container)
+shares_boot() {
+    local s
+    for s in "${shared_boot[@]}"; do
+        [ "$s" = "$1" ] && return 0
+    done
+    return 1
+}
+
 logdir=target/test-all-logs
 mkdir -p "$logdir"
+
+# Runs `vfnvme vm --scenario SCENARIO -- COMMAND...` from FOLDER into LOG (and stdout); once
+# more after status 125: QEMU ended without the guest reporting a status (QEMU itself crashed:
+# QEMU 7.2 has died once under a hot unplug during I/O) or the guest setup failed. That is the
+# harness, not the test. Sets status and rerun (the note for the summary).
+run_in_guest() {
+    local scenario=$1 folder=$2 log=$3
+    shift 3
+    set +e
+    (cd "$folder" && "$vfnvme" vm --scenario "$scenario" -- "$@") 2>&1 | tee "$log"
+    status=${PIPESTATUS[0]}
+    rerun=""
+    if [ "$status" -eq 125 ]; then
+        cp "$log" "$log.first"
+        echo "==> QEMU or the guest setup failed (status 125); running it once more" >&2
+        (cd "$folder" && "$vfnvme" vm --scenario "$scenario" -- "$@") 2>&1 | tee "$log"
+        status=${PIPESTATUS[0]}
+        rerun=" (second run: the first ended with status 125, log $log.first)"
+    fi
+    set -e
+}
+
+declare -A batch_done=()
 for entry in "${guest_tests[@]}"; do
     IFS='|' read -r name exe dir <<< "$entry"
     scenario=$(scenario_of "$name")
@@ -169,24 +213,49 @@ for entry in "${guest_tests[@]}"; do
         failed=1
         continue
     fi
+    if shares_boot "$name"; then
+        [ -z "${batch_done[$scenario]:-}" ] || continue
+        batch_done[$scenario]=1
+        # Every selected binary of this scenario that shares a boot, in one guest.
+        args=()
+        names=()
+        for other in "${guest_tests[@]}"; do
+            IFS='|' read -r oname oexe odir <<< "$other"
+            if ! shares_boot "$oname" || [ "$(scenario_of "$oname")" != "$scenario" ]; then
+                continue
+            fi
+            args+=("$oname" "$oexe" "$odir")
+            names+=("$oname")
+        done
+        step "guest tests ${names[*]} (scenario $scenario, one guest)"
+        log="$logdir/batch-$scenario.log"
+        start=$SECONDS
+        run_in_guest "$scenario" . "$log" "$PWD/scripts/guest/run-batch.sh" "${args[@]}"
+        for oname in "${names[@]}"; do
+            # Each binary's own part of the log, between run-batch's start and end lines.
+            sed -n "/^run-batch: start $oname\$/,/^run-batch: end $oname /p" "$log" \
+                > "$logdir/$oname.log"
+            end=$(grep -E "^run-batch: end $oname status" "$log" | tail -n 1 || true)
+            result=$(grep -E '^test result:' "$logdir/$oname.log" | tail -n 1 || true)
+            if [[ "$end" =~ status\ 0,\ ([0-9]+)\ s$ ]]; then
+                summary+=("ok    $oname [$scenario, shared boot] ${BASH_REMATCH[1]} s: ${result:-no test summary}$rerun")
+            else
+                summary+=("FAIL  $oname [$scenario, shared boot] ${end:-did not run (guest status $status)}: ${result:-no test summary} (log: $log)")
+                failed=1
+            fi
+        done
+        if [ "$status" -eq 0 ]; then
+            summary+=("ok    shared boot [$scenario]: $((SECONDS - start)) s in all")
+        else
+            summary+=("FAIL  shared boot [$scenario]: status $status, $((SECONDS - start)) s in all")
+            failed=1
+        fi
+        continue
+    fi
     step "guest test $name (scenario $scenario)"
     log="$logdir/$name.log"
     start=$SECONDS
-    set +e
-    (cd "$dir" && "$vfnvme" vm --scenario "$scenario" -- "$exe") 2>&1 | tee "$log"
-    status=${PIPESTATUS[0]}
-    rerun=""
-    # 125: QEMU ended without the guest reporting a status (QEMU itself crashed: QEMU 7.2 has
-    # died once under a hot unplug during I/O) or the guest setup failed. That is the harness,
-    # not the test: run it once more, and say so in the summary.
-    if [ "$status" -eq 125 ]; then
-        cp "$log" "$log.first"
-        echo "==> $name: QEMU or the guest setup failed (status 125); running it once more" >&2
-        (cd "$dir" && "$vfnvme" vm --scenario "$scenario" -- "$exe") 2>&1 | tee "$log"
-        status=${PIPESTATUS[0]}
-        rerun=" (second run: the first ended with status 125, log $log.first)"
-    fi
-    set -e
+    run_in_guest "$scenario" "$dir" "$log" "$exe"
     result=$(grep -E '^test result:' "$log" | tail -n 1 || true)
     if [ "$status" -eq 0 ]; then
         summary+=("ok    $name [$scenario] $((SECONDS - start)) s: ${result:-no test summary}$rerun")
