@@ -163,7 +163,7 @@ done
 # they write they alone read back (the SMART test counts deltas), and each process gives its
 # devices, hugepages and VFIO groups back when it exits, as between the tests of one binary
 # (which share the controllers too, RUST_TEST_THREADS=1). Any other guest test boots its own
-# guest. A boot is about 8 s of each guest test's time under TCG.
+# guest. A boot is about 10 s of each guest test's time under TCG.
 shared_boot=(guest_data_identify guest_data_large guest_data_qpairs guest_data_bounds
     guest_data_shadow guest_data_smoke guest_data_admin guest_data_limits guest_data_zeroes
     guest_data4k_identify guest_data4k_large guest_ns256_identify guest_ns256_scan
