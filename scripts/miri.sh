@@ -13,7 +13,7 @@
 #
 # Miri needs a nightly toolchain with the miri and rust-src components. This script installs them
 # with rustup when they are missing; if that fails (no nightly can be fetched), it says so and
-# exits 0: the release-mode host tests in scripts/test-all.sh then stand in for it.
+# exits 0: the optimised host tests in scripts/test-all.sh (profile ci) then stand in for it.
 #
 # Flags: permissive provenance, because device addresses are integers turned into pointers
 # by design (DMA memory); tree borrows, because crossbeam-epoch (the registry's reclamation) is known to break
@@ -31,7 +31,7 @@ if ! have_miri; then
 fi
 if ! have_miri; then
     echo "Miri: SKIPPED: no nightly toolchain with Miri could be installed here;"
-    echo "      the release-mode host tests (cargo test --release) cover what it would have run."
+    echo "      the optimised host tests (cargo test --profile ci) cover what it would have run."
     exit 0
 fi
 
