@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds libvfnvme.so and ffi/examples/{hello,bounds}.c against the committed header; with --run,
 # runs them against the controller model (so the library is built with the `model` feature). Output: target/ffi-examples/{hello,bounds}; prints the
-# path of hello (bounds is next to it).
+# path of hello (bounds is next to it). PROFILE: the Cargo profile of the library (release by
+# default; ffi/build-lib.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$root/target}

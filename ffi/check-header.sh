@@ -6,7 +6,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 committed=$root/ffi/include/vfnvme.h
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-VFNVME_HEADER_OUT=$tmp/vfnvme.h cargo build -q -p vfnvme-ffi --features model --manifest-path "$root/Cargo.toml"
+# PROFILE (optional): the Cargo profile to build in (scripts/test-all.sh: ci, the build it has).
+VFNVME_HEADER_OUT=$tmp/vfnvme.h cargo build -q ${PROFILE:+--profile "$PROFILE"} -p vfnvme-ffi \
+    --features model --manifest-path "$root/Cargo.toml"
 [[ -s $tmp/vfnvme.h ]] || { echo "check-header: cbindgen produced no header (see cargo warnings)" >&2; exit 1; }
 if [[ "${1:-}" == --update ]]; then
     mkdir -p "$(dirname "$committed")"

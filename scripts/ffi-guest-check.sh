@@ -39,7 +39,13 @@ PY
 fi
 
 cd "$root"
-cargo build -q -p vfnvme-tools
+# VFNVME_VM: the vfnvme binary that boots the guest (test-all.sh's); else target/debug's, built
+# here. PROFILE: the Cargo profile of the C library (ffi/build-lib.sh; release by default).
+vm=${VFNVME_VM:-}
+if [[ -z "$vm" ]]; then
+    cargo build -q -p vfnvme-tools
+    vm=$root/target/debug/vfnvme
+fi
 hello=$("$root/ffi/build-example.sh" | tail -n1)
 engine=$("$root/ffi/fio/build.sh" | tail -n1)
-"${VFNVME_VM:-$root/target/debug/vfnvme}" vm --scenario pair -- "$root/scripts/ffi-guest-check.sh" --guest "$hello" "$engine"
+"$vm" vm --scenario pair -- "$root/scripts/ffi-guest-check.sh" --guest "$hello" "$engine"

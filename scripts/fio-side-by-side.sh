@@ -11,7 +11,8 @@
 #
 # Environment: SBS_SECONDS (runtime per run, default 5), SBS_QDS (default "1 32"),
 # SBS_ENGINES (subset of: vfnvme io_uring io_uring_hipri io_uring_cmd libaio null),
-# SBS_POLL_QUEUES (nvme poll queues for hipri, default 2), VFNVME_VM (vfnvme binary).
+# SBS_POLL_QUEUES (nvme poll queues for hipri, default 2), VFNVME_VM (vfnvme binary; default
+# target/debug/vfnvme, built here), PROFILE (Cargo profile of the engine's library, ffi/fio/build.sh).
 # The JSON of every run and the table stay in the run's output folder (printed at the end).
 set -euo pipefail
 
@@ -120,10 +121,12 @@ fi
 
 # ---------------------------------------------------------------- host side
 cd "$root"
-cargo build -q -p vfnvme-tools
-"$root/ffi/fio/build.sh" >/dev/null
-engine_so=$root/target/fio/vfnvme_fio.so
-vm=${VFNVME_VM:-$root/target/debug/vfnvme}
+vm=${VFNVME_VM:-}
+if [[ -z "$vm" ]]; then
+    cargo build -q -p vfnvme-tools
+    vm=$root/target/debug/vfnvme
+fi
+engine_so=$("$root/ffi/fio/build.sh" | tail -n1)
 "$vm" vm --scenario sidebyside \
     --env "SBS_SECONDS=$seconds" --env "SBS_QDS=$qds" --env "SBS_ENGINES=$engines" \
     --env "SBS_POLL_QUEUES=${SBS_POLL_QUEUES:-2}" \

@@ -11,7 +11,8 @@
 # the engine also takes trtype=model, as the tests use it; ffi/install.sh builds the product
 # library without it.
 #
-# Environment: FIO_SRC (fio tree), PROFILE (cargo profile for libvfnvme: release (default) or debug),
+# Environment: FIO_SRC (fio tree), PROFILE (cargo profile for libvfnvme: release (default), debug
+# or ci, as ffi/build-lib.sh takes it),
 # CC (compiler, default gcc).
 set -euo pipefail
 

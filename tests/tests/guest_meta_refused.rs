@@ -177,7 +177,7 @@ fn metadata_namespaces_are_reported_and_refused_without_dma_faults() {
     assert_no_new_dmar_faults(&faults_before);
 }
 
-/// `target/debug/vfnvme` next to this test binary (`target/debug/deps/`).
+/// `target/<profile>/vfnvme` next to this test binary (`target/<profile>/deps/`).
 fn vfnvme_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let bin = exe
