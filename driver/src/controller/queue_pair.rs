@@ -9,7 +9,7 @@ use crate::platform::Platform;
 use crate::platform::RegisterIo;
 use crate::queue::deliver::{ByClosure, Deliver};
 use crate::queue::tracker::Overdue;
-use crate::queue::{Data, DoorbellStats, IoCompletion, IoQueue, Op, Request, Target};
+use crate::queue::{DoorbellStats, IoCompletion, IoQueue, Op, Request, RequestData, Target};
 use crate::quirks::Quirks;
 use crate::spec::command::DsmRange;
 use crate::spec::identify::{ONCS_DSM, ONCS_WRITE_ZEROES};
@@ -273,9 +273,8 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         buf: DmaBuffer,
         tag: T,
     ) -> Result<(), SubmitError> {
-        let len = buf.len();
         // SAFETY: owned data.
-        unsafe { self.submit_rw(Op::Read, ns, lba, blocks, len, Data::Owned(buf), tag) }
+        unsafe { self.submit_data(Op::Read, ns, lba, blocks, buf, tag) }
     }
 
     /// Queues a write of `blocks` blocks at `lba` from `buf` ([`Request::write`] submitted).
@@ -288,58 +287,39 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         buf: DmaBuffer,
         tag: T,
     ) -> Result<(), SubmitError> {
-        let len = buf.len();
         // SAFETY: owned data.
-        unsafe { self.submit_rw(Op::Write, ns, lba, blocks, len, Data::Owned(buf), tag) }
+        unsafe { self.submit_data(Op::Write, ns, lba, blocks, buf, tag) }
     }
 
-    /// Queues a read or write (`op`) of `blocks` blocks at `lba` on borrowed memory (the C
-    /// ABI's entry point): `span` is a range of one live allocation of this controller's
-    /// [`vfnvme_hal::DmaPool`], checked when it was made ([`vfnvme_hal::DmaPool::span`],
-    /// [`vfnvme_hal::DmaRegion::span`] or [`DmaBuffer::span`]), so the device never touches
-    /// memory past it. [`Request::borrowed`] submitted; a span shorter than the transfer fails
-    /// with [`SubmitErrorKind::BufferTooSmall`]. The completion carries no buffer.
+    /// Queues a read or write (`op`) of `blocks` blocks at `lba` of `ns` on `data`: an owned
+    /// [`DmaBuffer`] (it comes back in the completion or the error), or borrowed memory, a
+    /// [`vfnvme_hal::DmaSpan`] (the C ABI's entry point): a range of one live allocation of
+    /// this controller's [`vfnvme_hal::DmaPool`], checked when it was made
+    /// ([`vfnvme_hal::DmaPool::span`], [`vfnvme_hal::DmaRegion::span`] or
+    /// [`DmaBuffer::span`]), so the device never touches memory past it. The request's checks
+    /// ([`Request::rw`]: namespace, blocks, range, the data's length) run here, once; the
+    /// request is then made (`Request::checked`) and submitted, with no `Result` holding a
+    /// whole request in between (it would live in memory, costing the hot path its copies).
     ///
     /// # Safety
-    /// `span` must come from this controller's pool ([`crate::Controller::dma`]), and its
-    /// allocation must stay allocated and untouched until the request completes or the queue
-    /// pair is dropped.
+    /// For a span: it must come from this controller's pool ([`crate::Controller::dma`]), and
+    /// its allocation must stay allocated and untouched until the request completes or the
+    /// queue pair is dropped. An owned buffer has no requirement.
     #[inline(always)]
-    pub unsafe fn submit_span(
+    pub unsafe fn submit_data<D: RequestData>(
         &mut self,
         op: Op,
         ns: &Namespace,
         lba: u64,
         blocks: u32,
-        span: vfnvme_hal::DmaSpan,
+        data: D,
         tag: T,
     ) -> Result<(), SubmitError> {
-        // SAFETY: the caller's contract, passed on.
-        unsafe { self.submit_rw(op, ns, lba, blocks, span.len(), Data::Span(span), tag) }
-    }
-
-    /// The reads and writes of [`read`](Self::read), [`write`](Self::write) and
-    /// [`submit_span`](Self::submit_span): [`Request::rw`]'s checks, then the request made
-    /// ([`Request::checked`]) and submitted, with no `Result` holding a whole request in
-    /// between (it would live in memory, costing the hot path its copies).
-    ///
-    /// # Safety
-    /// `op` is a read or write, `len` the length of `data`; with [`Data::Span`], the contract of
-    /// [`submit_span`](Self::submit_span).
-    #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn submit_rw(
-        &mut self,
-        op: Op,
-        ns: &Namespace,
-        lba: u64,
-        blocks: u32,
-        len: usize,
-        data: Data<'static>,
-        tag: T,
-    ) -> Result<(), SubmitError> {
+        let len = data.byte_len();
+        let data = data.into_data();
         let target = match Target::of(ns) {
-            Ok(t) => t,
+            Ok(t) if matches!(op, Op::Read | Op::Write) => t,
+            Ok(_) => return Err(SubmitError::new(not_rw(), data.into_buffer())),
             Err(kind) => return Err(SubmitError::new(kind, data.into_buffer())),
         };
         if let Err(kind) = target.check_rw(lba, blocks, len) {
@@ -810,4 +790,12 @@ fn create_commands<T: Copy + Default>(qid: u16, io: &IoQueue<T>) -> (Command, Co
     cq.cdw10 = u32::from(qid) | (qsize << 16);
     sq.cdw10 = u32::from(qid) | (qsize << 16);
     (cq, sq)
+}
+
+/// A queue pair's `submit_data` given an operation other than a read or write.
+#[cold]
+fn not_rw() -> SubmitErrorKind {
+    SubmitErrorKind::InvalidRequest {
+        what: "submit_data takes reads and writes; make other requests with `Request`",
+    }
 }

@@ -72,13 +72,6 @@ struct Rw {
     blocks: u32,
 }
 
-/// The data of a command that fits one command: `bytes` at device address `iova`.
-#[derive(Debug, Clone, Copy)]
-struct DataRef {
-    iova: u64,
-    bytes: usize,
-}
-
 /// How a request is split at MDTS: blocks per command and the block size.
 #[derive(Debug, Clone, Copy)]
 struct Split {
@@ -198,61 +191,39 @@ impl<T: Copy + Default> IoQueue<T> {
         }
     }
 
-    /// [`submit`](Self::submit) of a read or write.
+    /// [`submit`](Self::submit) of a read or write. The common case fits one command: one
+    /// tracker, PRPs built in place, the SQE written straight into the ring; a larger one is
+    /// split at MDTS.
     #[inline(always)]
     pub(crate) fn submit_rw(&mut self, req: Request<'_, T>) -> Result<u16, SubmitError> {
         let bytes = req.bytes();
-        let rw = Rw {
-            nsid: req.nsid,
-            opcode: req.op.opcode(),
-            lba: req.lba,
-            blocks: req.blocks,
-        };
         let (iova, buf) = match req.data {
             Data::Owned(b) => (b.iova(), Some(b)),
             Data::Span(s) => (s.iova(), None),
             // `Request::rw` gives reads and writes data.
             Data::None | Data::Ranges(_) => (0, None),
         };
-        if bytes <= self.max_transfer as u64 && req.blocks <= MAX_BLOCKS_PER_COMMAND {
-            let data = DataRef {
-                iova,
-                bytes: bytes as usize,
+        if bytes > self.max_transfer as u64 || req.blocks > MAX_BLOCKS_PER_COMMAND {
+            let rw = Rw {
+                nsid: req.nsid,
+                opcode: req.op.opcode(),
+                lba: req.lba,
+                blocks: req.blocks,
             };
-            return self.submit_one(rw, data, buf, req.tag);
+            let per_cmd =
+                ((self.max_transfer >> req.lba_shift) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND);
+            let split = Split {
+                per_cmd,
+                shift: req.lba_shift,
+            };
+            return self.submit_split(rw, split, Some(iova), buf, req.tag);
         }
-        let per_cmd =
-            ((self.max_transfer >> req.lba_shift) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND);
-        let split = Split {
-            per_cmd,
-            shift: req.lba_shift,
-        };
-        self.submit_split(rw, split, Some(iova), buf, req.tag)
-    }
-
-    /// The common case of a read or write: fits one command, on the data at device address
-    /// `iova` (`buf`, if any, is kept until the completion). One tracker, PRPs built in place,
-    /// the SQE written straight into the ring.
-    #[inline(always)]
-    fn submit_one(
-        &mut self,
-        rw: Rw,
-        data: DataRef,
-        buf: Option<DmaBuffer>,
-        tag: T,
-    ) -> Result<u16, SubmitError> {
-        let Rw {
-            nsid,
-            opcode,
-            lba,
-            blocks,
-        } = rw;
-        let DataRef { iova, bytes } = data;
         let Some((idx, t)) = self.trackers.alloc_mut() else {
             return Err(self.no_slot(buf));
         };
         let list_iova = t.prp_list.iova();
-        let (prp1, prp2) = match prp::build(iova, bytes, t.prp_list.as_mut_slice(), list_iova) {
+        let page = t.prp_list.as_mut_slice();
+        let (prp1, prp2) = match prp::build(iova, bytes as usize, page, list_iova) {
             Ok(p) => p,
             Err(e) => {
                 self.trackers.unwind(idx);
@@ -262,10 +233,10 @@ impl<T: Copy + Default> IoQueue<T> {
         t.parent = idx;
         t.remaining = 1;
         t.status = Status::SUCCESS;
-        t.tag = tag;
+        t.tag = req.tag;
         t.set_buffer(buf);
         let cid = t.cid;
-        let mut cmd = Command::rw_n(opcode, nsid, lba, blocks);
+        let mut cmd = Command::rw_n(req.op.opcode(), req.nsid, req.lba, req.blocks);
         cmd.set_cid(cid);
         cmd.set_prps(prp1, prp2);
         self.rings.push(&cmd);

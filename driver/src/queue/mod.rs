@@ -15,6 +15,6 @@ mod io_queue_tests;
 pub use deliver::Deliver;
 pub use io_queue::IoCompletion;
 pub(crate) use io_queue::IoQueue;
-pub use request::{Data, Op, Protection, Request, Target};
+pub use request::{Data, Op, Protection, Request, RequestData, Target};
 pub use ring::DoorbellStats;
 pub use tracker::MAX_TRACKERS as MAX_IN_FLIGHT;

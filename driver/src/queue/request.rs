@@ -58,6 +58,37 @@ pub enum Data<'a> {
     Ranges(&'a [DsmRange]),
 }
 
+/// What a read or write moves data to or from: an owned [`DmaBuffer`] or a borrowed
+/// [`DmaSpan`].
+pub trait RequestData {
+    /// Its length in bytes.
+    fn byte_len(&self) -> usize;
+    /// As a request's data.
+    fn into_data(self) -> Data<'static>;
+}
+
+impl RequestData for DmaBuffer {
+    #[inline(always)]
+    fn byte_len(&self) -> usize {
+        DmaBuffer::len(self)
+    }
+    #[inline(always)]
+    fn into_data(self) -> Data<'static> {
+        Data::Owned(self)
+    }
+}
+
+impl RequestData for DmaSpan {
+    #[inline(always)]
+    fn byte_len(&self) -> usize {
+        DmaSpan::len(self)
+    }
+    #[inline(always)]
+    fn into_data(self) -> Data<'static> {
+        Data::Span(self)
+    }
+}
+
 /// Metadata and protection information of a request. Empty while namespaces formatted with
 /// metadata are refused (a request for one is not made); the submission copies it into the
 /// command as it is.

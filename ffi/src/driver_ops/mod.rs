@@ -256,7 +256,7 @@ impl AnyQpair {
     ) -> FfiResult<()> {
         let op = if write { Op::Write } else { Op::Read };
         // SAFETY: the caller's contract, passed on.
-        each!(self, q => unsafe { q.submit_span(op, ns, lba, blocks, span, rec) })
+        each!(self, q => unsafe { q.submit_data(op, ns, lba, blocks, span, rec) })
             .map_err(|e| refused(ns, &e.kind))
     }
 
