@@ -181,14 +181,6 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         })
     }
 
-    /// The slot the next submitted request will occupy ([`IoCompletion::slot`] gives it back),
-    /// or `None` when the queue pair is full: for side tables indexed per request that must be
-    /// filled before the submission (the C ABI's in-flight buffer marks).
-    #[inline(always)]
-    pub fn next_slot(&self) -> Option<u16> {
-        self.io.next_slot()
-    }
-
     /// The queue id (SQ and CQ).
     pub fn qid(&self) -> u16 {
         self.qid
@@ -214,7 +206,7 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
     pub fn free_slots(&self) -> usize {
         self.io.free_slots()
     }
-    /// Why [`next_slot`](Self::next_slot) is `None`: the queue pair is full (poll, then submit
+    /// Why a submission finds no free slot: the queue pair is full (poll, then submit
     /// again), or it takes nothing more because the controller could not be disabled
     /// ([`SubmitErrorKind::ControllerStuck`]).
     #[cold]

@@ -25,8 +25,9 @@ pub struct IoCompletion<T = u64> {
     /// Dword 0 of the completion entry (command specific; of the last command for a request
     /// split at MDTS).
     pub cdw0: u32,
-    /// The request's slot: its head command identifier, which [`QueuePair::next_slot`](crate::QueuePair::next_slot) named
-    /// before the submission (for side tables indexed per request).
+    /// The request's slot: its head command identifier, which
+    /// [`QueuePair::submit`](crate::QueuePair::submit) returned (for side tables indexed per
+    /// request).
     pub slot: u16,
     /// The buffer given at submission (`None` for commands without data, and when
     /// `memory_held`).
@@ -139,6 +140,7 @@ impl<T: Copy + Default> IoQueue<T> {
     /// or `None` when no command slot is free: lets a caller fill a side table indexed per
     /// request (as the C ABI's in-flight buffer marks) before the submission.
     #[inline(always)]
+    #[cfg(test)]
     pub fn next_slot(&self) -> Option<u16> {
         self.trackers.next_free()
     }

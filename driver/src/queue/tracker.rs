@@ -252,7 +252,7 @@ impl<T: Copy + Default> Trackers<T> {
         usize::from(self.free_count)
     }
     /// The tracker the next [`Trackers::alloc`] or [`Trackers::alloc_mut`] takes, if any.
-    #[inline(always)]
+    #[cfg(test)]
     pub fn next_free(&self) -> Option<u16> {
         (self.free_head != NO_TRACKER).then_some(self.free_head)
     }
