@@ -256,7 +256,6 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
 
     /// Queues a read of `blocks` blocks at `lba` into `buf` ([`Request::read`] submitted); the
     /// buffer comes back in the [`IoCompletion`] (or inside the error).
-    #[inline]
     pub fn read(
         &mut self,
         ns: &Namespace,
@@ -265,12 +264,10 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         buf: DmaBuffer,
         tag: T,
     ) -> Result<(), SubmitError> {
-        // SAFETY: owned data.
-        unsafe { self.submit_data(Op::Read, ns, lba, blocks, buf, tag) }
+        self.submit_owned(Op::Read, ns, lba, blocks, buf, tag)
     }
 
     /// Queues a write of `blocks` blocks at `lba` from `buf` ([`Request::write`] submitted).
-    #[inline]
     pub fn write(
         &mut self,
         ns: &Namespace,
@@ -279,8 +276,22 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         buf: DmaBuffer,
         tag: T,
     ) -> Result<(), SubmitError> {
-        // SAFETY: owned data.
-        unsafe { self.submit_data(Op::Write, ns, lba, blocks, buf, tag) }
+        self.submit_owned(Op::Write, ns, lba, blocks, buf, tag)
+    }
+
+    /// [`submit_data`](Self::submit_data) of an owned buffer: safe.
+    #[inline(always)]
+    fn submit_owned(
+        &mut self,
+        op: Op,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        buf: DmaBuffer,
+        tag: T,
+    ) -> Result<(), SubmitError> {
+        // SAFETY: owned data: the request keeps the buffer until it completes.
+        unsafe { self.submit_data(op, ns, lba, blocks, buf, tag) }
     }
 
     /// Queues a read or write (`op`) of `blocks` blocks at `lba` of `ns` on `data`: an owned

@@ -89,6 +89,31 @@ pub struct DoorbellStats {
     pub cq_shadow: u64,
 }
 
+/// A doorbell moving from `old` to `new`: the shadow value written if the queue has one, and
+/// whether the MMIO doorbell must be written too (always without a shadow). `counts` (shadow,
+/// MMIO) are counted with the `doorbell-stats` feature.
+#[inline(always)]
+fn needs_mmio(
+    shadow: Option<&ShadowSlot>,
+    new: u32,
+    old: u32,
+    counts: (&mut u64, &mut u64),
+) -> bool {
+    let mmio = match shadow {
+        Some(s) => {
+            if cfg!(feature = "doorbell-stats") {
+                *counts.0 += 1;
+            }
+            s.update(new, old)
+        }
+        None => true,
+    };
+    if mmio && cfg!(feature = "doorbell-stats") {
+        *counts.1 += 1;
+    }
+    mmio
+}
+
 /// A submission ring and its completion ring.
 #[derive(Debug)]
 pub struct Rings {
@@ -270,19 +295,8 @@ impl Rings {
         // SQEs (and PRP lists) must reach the controller before the doorbell (or its shadow).
         dma_wmb();
         let new = self.sq_tail;
-        let mmio = match &self.shadow_sq {
-            Some(s) => {
-                if cfg!(feature = "doorbell-stats") {
-                    self.stats.sq_shadow += 1;
-                }
-                s.update(new, self.sq_rung)
-            }
-            None => true,
-        };
-        if mmio {
-            if cfg!(feature = "doorbell-stats") {
-                self.stats.sq_mmio += 1;
-            }
+        let counts = (&mut self.stats.sq_shadow, &mut self.stats.sq_mmio);
+        if needs_mmio(self.shadow_sq.as_ref(), new, self.sq_rung, counts) {
             // SAFETY: the new tail exposes the entries `push` wrote since the last doorbell
             // (`sq_rung..sq_tail`; `rewind_sq` only takes back unrung ones), none older. The
             // queue's owners push only commands whose addresses name DMA memory held until
@@ -371,19 +385,8 @@ impl Rings {
             return;
         }
         let new = self.cq_head;
-        let mmio = match &self.shadow_cq {
-            Some(s) => {
-                if cfg!(feature = "doorbell-stats") {
-                    self.stats.cq_shadow += 1;
-                }
-                s.update(new, self.cq_rung)
-            }
-            None => true,
-        };
-        if mmio {
-            if cfg!(feature = "doorbell-stats") {
-                self.stats.cq_mmio += 1;
-            }
+        let counts = (&mut self.stats.cq_shadow, &mut self.stats.cq_mmio);
+        if needs_mmio(self.shadow_cq.as_ref(), new, self.cq_rung, counts) {
             // SAFETY: the new head only gives back entries `advance_cq` consumed; the CQ ring
             // is this queue's and stays allocated until the queue is deleted or the
             // controller disabled (or is leaked). `cq_db` was made from the register file of

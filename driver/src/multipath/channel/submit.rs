@@ -11,7 +11,7 @@ use crate::multipath::error::ChannelError;
 use crate::multipath::paths::MAX_PATHS;
 use crate::namespace::Namespace;
 use crate::platform::Platform;
-use crate::queue::{Data, Op, Request, Target};
+use crate::queue::{Data, Op, Request, RequestData, Target};
 use vfnvme_hal::{DmaBuffer, DmaSpan};
 
 impl<P: Platform> IoChannel<P> {
@@ -24,8 +24,7 @@ impl<P: Platform> IoChannel<P> {
         buf: DmaBuffer,
         tag: u64,
     ) -> Result<(), ChannelSubmitError> {
-        let len = buf.len();
-        self.submit_io(Op::Read, lba, blocks, len, Data::Owned(buf), tag)
+        self.submit_io(Op::Read, lba, blocks, buf, tag)
     }
 
     /// Queues a write of `blocks` blocks at `lba` from `buf`.
@@ -37,8 +36,7 @@ impl<P: Platform> IoChannel<P> {
         buf: DmaBuffer,
         tag: u64,
     ) -> Result<(), ChannelSubmitError> {
-        let len = buf.len();
-        self.submit_io(Op::Write, lba, blocks, len, Data::Owned(buf), tag)
+        self.submit_io(Op::Write, lba, blocks, buf, tag)
     }
 
     /// Queues a read (`write` false) or write of `blocks` blocks at `lba` on borrowed memory
@@ -60,7 +58,7 @@ impl<P: Platform> IoChannel<P> {
         tag: u64,
     ) -> Result<(), ChannelSubmitError> {
         let op = if write { Op::Write } else { Op::Read };
-        self.submit_io(op, lba, blocks, span.len(), Data::Span(span), tag)
+        self.submit_io(op, lba, blocks, span, tag)
     }
 
     /// Queues a flush.
@@ -84,16 +82,16 @@ impl<P: Platform> IoChannel<P> {
     ///
     /// With [`Data::Span`], the caller upholds [`submit_raw`](Self::submit_raw)'s contract.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    fn submit_io(
+    fn submit_io<D: RequestData>(
         &mut self,
         op: Op,
         lba: u64,
         blocks: u32,
-        len: usize,
-        data: Data<'static>,
+        data: D,
         tag: u64,
     ) -> Result<(), ChannelSubmitError> {
+        let len = data.byte_len();
+        let data = data.into_data();
         let whole = Tag {
             user: tag,
             lba,
