@@ -63,8 +63,12 @@ pub enum Data<'a> {
 pub trait RequestData {
     /// Its length in bytes.
     fn byte_len(&self) -> usize;
+    /// The span, if the data is borrowed.
+    fn span(&self) -> Option<DmaSpan>;
     /// As a request's data.
     fn into_data(self) -> Data<'static>;
+    /// The owned buffer, if any (what a refused submission hands back).
+    fn into_buffer(self) -> Option<DmaBuffer>;
 }
 
 impl RequestData for DmaBuffer {
@@ -73,8 +77,16 @@ impl RequestData for DmaBuffer {
         DmaBuffer::len(self)
     }
     #[inline(always)]
+    fn span(&self) -> Option<DmaSpan> {
+        None
+    }
+    #[inline(always)]
     fn into_data(self) -> Data<'static> {
         Data::Owned(self)
+    }
+    #[inline(always)]
+    fn into_buffer(self) -> Option<DmaBuffer> {
+        Some(self)
     }
 }
 
@@ -84,8 +96,16 @@ impl RequestData for DmaSpan {
         DmaSpan::len(self)
     }
     #[inline(always)]
+    fn span(&self) -> Option<DmaSpan> {
+        Some(*self)
+    }
+    #[inline(always)]
     fn into_data(self) -> Data<'static> {
         Data::Span(self)
+    }
+    #[inline(always)]
+    fn into_buffer(self) -> Option<DmaBuffer> {
+        None
     }
 }
 

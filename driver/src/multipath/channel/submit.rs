@@ -91,19 +91,9 @@ impl<P: Platform> IoChannel<P> {
         tag: u64,
     ) -> Result<(), ChannelSubmitError> {
         let len = data.byte_len();
-        let data = data.into_data();
-        let whole = Tag {
-            user: tag,
-            lba,
-            blocks,
-            op,
-            failovers: 0,
-            _reserved: 0,
-            span: match &data {
-                Data::Span(s) => Some(*s),
-                _ => None,
-            },
-        };
+        let span = data.span();
+        // The request's record is made where it goes (into the tracker, or a refusal's path):
+        // made here and kept, it would cost the fast path a copy.
         let refused = 'refused: {
             if let Some(d) = self.direct.as_mut() {
                 // The namespace's word stands for the head's generation (see `direct.rs`).
@@ -114,20 +104,33 @@ impl<P: Platform> IoChannel<P> {
                         },
                         data.into_buffer(),
                     );
-                    break 'refused self.after_direct_refusal(whole, e);
+                    break 'refused self
+                        .after_direct_refusal(Tag::new(tag, lba, blocks, op, span), e);
                 }
                 if let Err(kind) = d.target.check_rw(lba, blocks, len) {
                     let e = SubmitError::new(kind, data.into_buffer());
                     break 'refused self.stash(|_| Err(invalid(e)));
                 }
                 // SAFETY: checked above; owned data, or the caller's contract of `submit_raw`.
-                let req = unsafe { Request::checked(op, d.target, lba, blocks, data, whole) };
+                let req = unsafe {
+                    Request::checked(
+                        op,
+                        d.target,
+                        lba,
+                        blocks,
+                        data.into_data(),
+                        Tag::new(tag, lba, blocks, op, span),
+                    )
+                };
                 match d.qp.submit(req) {
                     Ok(_) => {
                         d.sent += 1;
                         return Ok(());
                     }
-                    Err(e) => break 'refused self.after_direct_refusal(whole, e),
+                    Err(e) => {
+                        break 'refused self
+                            .after_direct_refusal(Tag::new(tag, lba, blocks, op, span), e)
+                    }
                 }
             }
             if self.head.paths.generation() == self.generation {
@@ -137,7 +140,9 @@ impl<P: Platform> IoChannel<P> {
                         (self.qpairs[i].as_mut(), self.namespaces[i].as_deref())
                     else {
                         let buf = data.into_buffer();
-                        break 'refused self.stash(move |ch| ch.open_and_send(i, whole, buf));
+                        break 'refused self.stash(move |ch| {
+                            ch.open_and_send(i, Tag::new(tag, lba, blocks, op, span), buf)
+                        });
                     };
                     let sent = match Target::of(ns) {
                         Ok(t) => {
@@ -147,7 +152,16 @@ impl<P: Platform> IoChannel<P> {
                             }
                             // SAFETY: checked above; owned data, or the caller's contract of
                             // `submit_raw`.
-                            qp.submit(unsafe { Request::checked(op, t, lba, blocks, data, whole) })
+                            qp.submit(unsafe {
+                                Request::checked(
+                                    op,
+                                    t,
+                                    lba,
+                                    blocks,
+                                    data.into_data(),
+                                    Tag::new(tag, lba, blocks, op, span),
+                                )
+                            })
                         }
                         Err(kind) => Err(SubmitError::new(kind, data.into_buffer())),
                     };
@@ -158,13 +172,15 @@ impl<P: Platform> IoChannel<P> {
                             return Ok(());
                         }
                         Err(e) => {
-                            break 'refused self.stash(move |ch| ch.after_refusal(i, whole, e));
+                            break 'refused self.stash(move |ch| {
+                                ch.after_refusal(i, Tag::new(tag, lba, blocks, op, span), e)
+                            });
                         }
                     }
                 }
             }
             let buf = data.into_buffer();
-            self.stash(move |ch| ch.submit_slow(whole, buf))
+            self.stash(move |ch| ch.submit_slow(Tag::new(tag, lba, blocks, op, span), buf))
         };
         match refused {
             false => Ok(()),

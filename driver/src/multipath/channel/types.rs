@@ -51,6 +51,28 @@ pub(crate) struct Tag {
     pub(super) span: Option<DmaSpan>,
 }
 
+impl Tag {
+    /// The record of a request the user submitted (not failed over yet).
+    #[inline(always)]
+    pub(super) fn new(
+        user: u64,
+        lba: u64,
+        blocks: u32,
+        op: crate::queue::Op,
+        span: Option<DmaSpan>,
+    ) -> Tag {
+        Tag {
+            user,
+            lba,
+            blocks,
+            op,
+            failovers: 0,
+            _reserved: 0,
+            span,
+        }
+    }
+}
+
 /// A request waiting for a path (or for a free slot on its path), or, for a moment during a
 /// poll, one that just failed on a path and waits to be triaged (failed over or delivered).
 #[derive(Debug)]
