@@ -8,6 +8,7 @@ use crate::namespace::Namespace;
 use crate::platform::Platform;
 use crate::platform::RegisterIo;
 use crate::queue::deliver::{ByClosure, Deliver};
+use crate::queue::request::not_rw;
 use crate::queue::tracker::Overdue;
 use crate::queue::{DoorbellStats, IoCompletion, IoQueue, Op, Request, RequestData, Target};
 use crate::quirks::Quirks;
@@ -322,7 +323,7 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         let data = data.into_data();
         let target = match Target::of(ns) {
             Ok(t) if matches!(op, Op::Read | Op::Write) => t,
-            Ok(_) => return Err(SubmitError::new(not_rw(), data.into_buffer())),
+            Ok(_) => return Err(SubmitError::new(not_rw(op), data.into_buffer())),
             Err(kind) => return Err(SubmitError::new(kind, data.into_buffer())),
         };
         if let Err(kind) = target.check_rw(lba, blocks, len) {
@@ -793,12 +794,4 @@ fn create_commands<T: Copy + Default>(qid: u16, io: &IoQueue<T>) -> (Command, Co
     cq.cdw10 = u32::from(qid) | (qsize << 16);
     sq.cdw10 = u32::from(qid) | (qsize << 16);
     (cq, sq)
-}
-
-/// A queue pair's `submit_data` given an operation other than a read or write.
-#[cold]
-fn not_rw() -> SubmitErrorKind {
-    SubmitErrorKind::InvalidRequest {
-        what: "submit_data takes reads and writes; make other requests with `Request`",
-    }
 }

@@ -439,14 +439,15 @@ impl Data<'_> {
     }
 }
 
-/// A read or write without data, or data given to an operation that takes none.
+/// A read or write without data, or data given to an operation that takes none (the
+/// read-and-write entry points: `Request::rw`, `QueuePair::submit_data`).
 #[cold]
 #[inline(never)]
-fn not_rw(op: Op) -> SubmitErrorKind {
+pub(crate) fn not_rw(op: Op) -> SubmitErrorKind {
     match op {
         Op::Read | Op::Write => SubmitErrorKind::BufferTooSmall { needed: 1, len: 0 },
         _ => SubmitErrorKind::InvalidRequest {
-            what: "only reads and writes are made with `Request::rw`",
+            what: "only reads and writes take data here; make other requests with `Request`",
         },
     }
 }

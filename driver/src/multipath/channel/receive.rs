@@ -72,42 +72,6 @@ impl<F: FnMut(ChannelCompletion)> Deliver<Tag> for ToUser<'_, F> {
     }
 }
 
-/// How the out-of-line path sorts what it finishes: a success goes to the outbox, a failure
-/// to `pending`.
-struct SortLater<'a> {
-    path: usize,
-    pending: &'a mut VecDeque<Pending>,
-    outbox: &'a mut VecDeque<ChannelCompletion>,
-}
-
-impl Deliver<Tag> for SortLater<'_> {
-    fn finished(
-        &mut self,
-        tag: Tag,
-        status: Status,
-        cdw0: u32,
-        slot: u16,
-        buffer: &mut Option<DmaBuffer>,
-    ) {
-        self.completion(IoCompletion {
-            tag,
-            status,
-            cdw0,
-            slot,
-            buffer: buffer.take(),
-            memory_held: false,
-        });
-    }
-
-    fn completion(&mut self, c: IoCompletion<Tag>) {
-        if c.status.is_success() {
-            self.outbox.push_back(succeeded(c, self.path));
-        } else {
-            park(c, self.pending);
-        }
-    }
-}
-
 /// A request that succeeded on path `path`, as delivered.
 #[inline(always)]
 fn succeeded(c: IoCompletion<Tag>, path: usize) -> ChannelCompletion {
@@ -142,12 +106,12 @@ pub(super) fn reap_rest<P: Platform>(
     pending: &mut VecDeque<Pending>,
     outbox: &mut VecDeque<ChannelCompletion>,
 ) {
-    qp.poll_into(
-        max,
-        &mut SortLater {
-            path: i,
-            pending,
-            outbox,
-        },
-    );
+    // A success goes to the outbox, a failure to `pending`.
+    qp.poll(max, |c: IoCompletion<Tag>| {
+        if c.status.is_success() {
+            outbox.push_back(succeeded(c, i));
+        } else {
+            park(c, pending);
+        }
+    });
 }
