@@ -9,7 +9,7 @@
 use crate::backend::IoCmd;
 use crate::ctrl::{deref, Ctrl};
 use crate::dma::DmaDomain;
-use crate::driver_ops::AnyQpair;
+use crate::driver_ops::{each, refused, AnyQpair};
 use crate::error::{guard, FfiError, FfiResult, Status};
 use crate::requests::Requests;
 use crate::types::{Callback, Completion, Cpl, QpairOpts, Range};
@@ -18,6 +18,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use vfnvme::hal::DmaRegion;
 use vfnvme::namespace::Namespace;
+use vfnvme::queue::Op;
 
 /// Largest queue depth accepted by vfnvme_qpair_alloc.
 const MAX_DEPTH: u32 = 65536;
@@ -81,9 +82,12 @@ impl Qpair {
         })
     }
 
-    /// Submits `req` on namespace `nsid`. The cached namespace is borrowed by moving it out
-    /// and back (no reference-count traffic per command); a miss, or a namespace the driver
-    /// refuses as not active, asks the controller for its current one (once).
+    /// Submits `req` on namespace `nsid`: the one path of every C submit function. The cached
+    /// namespace is borrowed by moving it out and back (no reference-count traffic per
+    /// command). The buffer is translated once, a request record taken (marking the buffer),
+    /// and the request handed to the driver's queue pair, which checks the namespace, the range
+    /// and the buffer's length. A namespace the driver refuses as not active is looked up
+    /// again (once): the controller may have attached another object under `nsid`.
     #[inline(always)]
     fn submit(
         &mut self,
@@ -97,87 +101,82 @@ impl Qpair {
             Some(ns) => ns,
             None => self.namespace(nsid)?,
         };
-        let mut r = self.submit_on(&ns, req, cb, arg);
-        if matches!(&r, Err(e) if e.status == Status::VfnvmeErrNotFound) {
-            r = self.submit_fresh(nsid, &mut ns, req, cb, arg, r);
-        }
+        let mut looked_again = false;
+        let r = loop {
+            let dma: &DmaDomain = &self.ctrl().dma;
+            let Qpair {
+                qp,
+                requests,
+                region,
+                ..
+            } = &mut *self;
+            let r: FfiResult<()> = 'hand_over: {
+                let (r, rec) = match req {
+                    Req::Rw {
+                        write,
+                        buf,
+                        lba,
+                        blocks,
+                    } => {
+                        let span = match dma.span(region, buf, u64::from(blocks) << ns.lba_shift())
+                        {
+                            Ok(s) => s,
+                            Err(e) => break 'hand_over Err(e),
+                        };
+                        let Some(rec) = requests.take(cb, arg, buf) else {
+                            break 'hand_over Err(no_record());
+                        };
+                        let op = if write { Op::Write } else { Op::Read };
+                        // SAFETY: `span` lies inside a live allocation of this controller's
+                        // pool (checked just now); the C caller keeps it allocated and
+                        // untouched until the completion (header contract), and
+                        // vfnvme_dma_free refuses it while the record's mark is set.
+                        let r = each!(qp, q => unsafe {
+                            q.submit_data(op, &ns, lba, blocks, span, rec)
+                        });
+                        (r.map_err(|e| refused(&ns, &e.kind)), rec)
+                    }
+                    Req::Cmd(cmd) => {
+                        let Some(rec) = requests.take(cb, arg, std::ptr::null()) else {
+                            break 'hand_over Err(no_record());
+                        };
+                        (qp.submit(&ns, cmd, rec), rec)
+                    }
+                };
+                if r.is_err() {
+                    requests.end(rec, false);
+                }
+                r
+            };
+            match r {
+                Err(e) if e.status == Status::VfnvmeErrNotFound && !looked_again => {
+                    looked_again = true;
+                    match self.replacement(nsid, &ns) {
+                        Some(now) => ns = now,
+                        None => break Err(e),
+                    }
+                }
+                r => break r,
+            }
+        };
         if idx < 4096 {
             if self.ns_cache.len() <= idx {
                 self.ns_cache.resize(idx + 1, None);
             }
             self.ns_cache[idx] = Some(ns);
         }
-        r
+        r.map(|()| 0)
     }
 
-    /// The driver refused `ns` as not active: submits again on the controller's current
-    /// namespace `nsid` if that is another object (re-attached), else returns `r`.
+    /// The controller's current namespace `nsid` if it is another object than `ns` (detached
+    /// and attached again), after the driver refused `ns` as not active.
     #[cold]
     #[inline(never)]
-    fn submit_fresh(
-        &mut self,
-        nsid: u32,
-        ns: &mut Arc<Namespace>,
-        req: Req<'_>,
-        cb: Callback,
-        arg: *mut c_void,
-        r: FfiResult<i32>,
-    ) -> FfiResult<i32> {
-        match self.ctrl().ops.namespace(nsid) {
-            Some(now) if !Arc::ptr_eq(&now, ns) => {
-                *ns = now;
-                self.submit_on(ns, req, cb, arg)
-            }
-            _ => r,
-        }
-    }
-
-    /// Translates the buffer (once), takes a request record (marking the buffer) and hands the
-    /// request to the driver, which checks the namespace, the range and the buffer's length.
-    #[inline(always)]
-    fn submit_on(
-        &mut self,
-        ns: &Namespace,
-        req: Req<'_>,
-        cb: Callback,
-        arg: *mut c_void,
-    ) -> FfiResult<i32> {
-        let dma: &DmaDomain = &self.ctrl().dma;
-        let Qpair {
-            qp,
-            requests,
-            region,
-            ..
-        } = self;
-        let (r, rec) = match req {
-            Req::Rw {
-                write,
-                buf,
-                lba,
-                blocks,
-            } => {
-                let span = dma.span(region, buf, u64::from(blocks) << ns.lba_shift())?;
-                let rec = requests.take(cb, arg, buf).ok_or_else(no_record)?;
-                // SAFETY: `span` lies inside a live allocation of this controller's pool
-                // (checked just now); the C caller keeps it allocated and untouched until the
-                // completion (header contract), and vfnvme_dma_free refuses it while the
-                // record's mark is set.
-                (
-                    unsafe { qp.submit_rw(ns, write, lba, blocks, span, rec) },
-                    rec,
-                )
-            }
-            Req::Cmd(cmd) => {
-                let rec = requests
-                    .take(cb, arg, std::ptr::null())
-                    .ok_or_else(no_record)?;
-                (qp.submit(ns, cmd, rec), rec)
-            }
-        };
-        if r.is_err() {
-            requests.end(rec, false);
-        }
-        r.map(|()| 0)
+    fn replacement(&self, nsid: u32, ns: &Arc<Namespace>) -> Option<Arc<Namespace>> {
+        self.ctrl()
+            .ops
+            .namespace(nsid)
+            .filter(|now| !Arc::ptr_eq(now, ns))
     }
 }
 
@@ -316,35 +315,6 @@ pub unsafe extern "C" fn vfnvme_qpair_free(qp: *mut Qpair) -> i32 {
     })
 }
 
-/// The body of vfnvme_qpair_read (`WRITE` false) and vfnvme_qpair_write (`WRITE` true). A
-/// const parameter, so that each keeps its own instance with the direction fixed, as when the
-/// two were written out.
-#[inline(always)]
-fn submit_rw<const WRITE: bool>(
-    qp: *mut Qpair,
-    nsid: u32,
-    buf: *const c_void,
-    lba: u64,
-    blocks: u32,
-    cb: Callback,
-    arg: *mut c_void,
-) -> i32 {
-    let name = if WRITE {
-        "vfnvme_qpair_write"
-    } else {
-        "vfnvme_qpair_read"
-    };
-    guard(name, || {
-        let req = Req::Rw {
-            write: WRITE,
-            buf,
-            lba,
-            blocks,
-        };
-        qp_mut(qp)?.submit(nsid, req, cb, arg)
-    })
-}
-
 /// Queues a read of `blocks` blocks at `lba` of namespace `nsid` into `buf` (which must lie in
 /// DMA memory from vfnvme_dma_alloc and hold blocks * lba_size bytes). The command reaches the
 /// device at the next vfnvme_qpair_commit or vfnvme_qpair_process_completions; `cb(arg, cpl)`
@@ -364,7 +334,15 @@ pub unsafe extern "C" fn vfnvme_qpair_read(
     cb: Callback,
     arg: *mut c_void,
 ) -> i32 {
-    submit_rw::<false>(qp, nsid, buf, lba, blocks, cb, arg)
+    guard("vfnvme_qpair_read", || {
+        let req = Req::Rw {
+            write: false,
+            buf,
+            lba,
+            blocks,
+        };
+        qp_mut(qp)?.submit(nsid, req, cb, arg)
+    })
 }
 
 /// Queues a write of `blocks` blocks at `lba` of namespace `nsid` from `buf`; otherwise as
@@ -384,7 +362,15 @@ pub unsafe extern "C" fn vfnvme_qpair_write(
     cb: Callback,
     arg: *mut c_void,
 ) -> i32 {
-    submit_rw::<true>(qp, nsid, buf, lba, blocks, cb, arg)
+    guard("vfnvme_qpair_write", || {
+        let req = Req::Rw {
+            write: true,
+            buf,
+            lba,
+            blocks,
+        };
+        qp_mut(qp)?.submit(nsid, req, cb, arg)
+    })
 }
 
 /// Queues a flush of namespace `nsid` (the volatile write cache); otherwise as vfnvme_qpair_read.

@@ -9,7 +9,7 @@ use vfnvme::hal::DmaPool;
 use vfnvme::namespace::Namespace;
 
 /// One data-less I/O command as the ABI layer hands it to a queue pair (reads and writes have
-/// their own path, [`AnyQpair::submit_rw`]).
+/// their own path in `Qpair::submit`, straight into the driver's `QueuePair::submit_data`).
 #[derive(Debug, Clone, Copy)]
 pub enum IoCmd<'a> {
     /// Flush the volatile write cache.

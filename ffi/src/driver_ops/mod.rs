@@ -9,11 +9,10 @@ use self::backend::{CtrlOps, IoCmd};
 use crate::error::{FfiError, FfiResult, Status};
 use crate::types::{copy_cstr, Completion, Cpl, CtrlInfo, MpFail};
 use std::sync::Arc;
-use vfnvme::hal::{DmaPool, DmaSpan};
+use vfnvme::hal::DmaPool;
 use vfnvme::multipath::ChannelError;
 use vfnvme::namespace::Namespace;
 use vfnvme::platform::Platform;
-use vfnvme::queue::Op;
 use vfnvme::spec::command::DsmRange;
 use vfnvme::vfio_platform::VfioPlatform;
 use vfnvme::{Controller, Error, QpairOptions, QueuePair, SubmitErrorKind};
@@ -90,7 +89,7 @@ pub(crate) fn refusal(status: Status, what: &dyn std::fmt::Display) -> FfiError 
 /// A submission the driver's queue pair refused.
 #[cold]
 #[inline(never)]
-fn refused(ns: &Namespace, k: &SubmitErrorKind) -> FfiError {
+pub(crate) fn refused(ns: &Namespace, k: &SubmitErrorKind) -> FfiError {
     refusal(
         status_of_submit(k),
         &format_args!("submit on namespace {}: {k}", ns.nsid()),
@@ -235,31 +234,9 @@ macro_rules! each {
         }
     };
 }
+pub(crate) use each;
 
 impl AnyQpair {
-    /// Queues a read (`write` false) or write of `blocks` blocks at `lba` of `ns` on `span`,
-    /// for record `rec`. The driver checks the namespace, the range and the span's length.
-    ///
-    /// # Safety
-    /// `span` is a range of a live allocation of this controller's pool, which the C caller
-    /// keeps allocated and leaves alone until the completion (the header's contract), and
-    /// whose free the request's mark refuses until then.
-    #[inline(always)]
-    pub unsafe fn submit_rw(
-        &mut self,
-        ns: &Namespace,
-        write: bool,
-        lba: u64,
-        blocks: u32,
-        span: DmaSpan,
-        rec: u32,
-    ) -> FfiResult<()> {
-        let op = if write { Op::Write } else { Op::Read };
-        // SAFETY: the caller's contract, passed on.
-        each!(self, q => unsafe { q.submit_data(op, ns, lba, blocks, span, rec) })
-            .map_err(|e| refused(ns, &e.kind))
-    }
-
     /// Queues the data-less command `cmd` on `ns` for record `rec`.
     pub fn submit(&mut self, ns: &Namespace, cmd: IoCmd<'_>, rec: u32) -> FfiResult<()> {
         let r = match cmd {
