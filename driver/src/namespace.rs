@@ -1,13 +1,7 @@
 //! One namespace as the driver knows it: identity, format, size and state. A leaf value type:
 //! queues use it without the registry, scan and events of [`crate::namespaces`].
 
-// The state word is loom's under `--cfg loom`, so that the route stamp's ordering against the
-// head's generation is model-checked (`multipath/paths_loom.rs`).
-#[cfg(loom)]
-use loom::sync::atomic::AtomicU32;
-#[cfg(not(loom))]
-use std::sync::atomic::AtomicU32;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// What identifies a namespace across rescans. If any of it changes, the namespace is treated as
 /// removed and a new one added (a format or identity change is not a resize).
@@ -121,12 +115,8 @@ pub struct Namespace {
     nsid: u32,
     identity: NamespaceIdentity,
     blocks: AtomicU64,
-    /// Low byte: the [`NamespaceState`], plus [`REFUSED_BIT`] when I/O is refused for the
-    /// format, so that the I/O path checks both with one load and one compare
-    /// ([`Namespace::io_ready`]). Above it: the route stamp, bumped by the multipath head whose
-    /// path this namespace is each time the head's paths or options change, so that a channel
-    /// sending every request down this one path checks the namespace and the head with the
-    /// same load ([`Namespace::io_word`]).
+    /// The [`NamespaceState`], plus [`REFUSED_BIT`] when I/O is refused for the format, so
+    /// that the I/O path checks both with one load and one compare ([`Namespace::io_ready`]).
     state: AtomicU32,
     /// `!identity.io_supported()`.
     io_refused: bool,
@@ -134,10 +124,6 @@ pub struct Namespace {
 
 /// Set in a namespace's state byte when its format takes no I/O.
 const REFUSED_BIT: u32 = 0x80;
-/// The state byte of [`Namespace::state`]'s word; the route stamp is above it.
-const STATE_MASK: u32 = 0xff;
-/// One step of the route stamp.
-const STAMP_STEP: u32 = 0x100;
 
 impl Namespace {
     /// A namespace with `blocks` logical blocks of `1 << identity.lba_shift` bytes.
@@ -176,23 +162,7 @@ impl Namespace {
     /// Whether I/O may be submitted: active, and a format without metadata (one load).
     #[inline(always)]
     pub fn io_ready(&self) -> bool {
-        self.state.load(Ordering::Acquire) & STATE_MASK == NamespaceState::Active as u32
-    }
-    /// The state word (one Acquire load): the state byte of [`io_ready`](Self::io_ready) and
-    /// the route stamp above it. Equal to a word read earlier while the namespace was ready:
-    /// still ready, and its multipath head unchanged since (the stamp wraps after 2^24 bumps).
-    #[inline(always)]
-    pub(crate) fn io_word(&self) -> u32 {
-        self.state.load(Ordering::Acquire)
-    }
-    /// Whether a word from [`io_word`](Self::io_word) says the namespace takes I/O.
-    #[inline(always)]
-    pub(crate) fn word_ready(word: u32) -> bool {
-        word & STATE_MASK == NamespaceState::Active as u32
-    }
-    /// Bumps the route stamp (the multipath head, after it published a change).
-    pub(crate) fn bump_route_stamp(&self) {
-        self.state.fetch_add(STAMP_STEP, Ordering::AcqRel);
+        self.state.load(Ordering::Acquire) == NamespaceState::Active as u32
     }
     /// The LBA data size in bytes.
     #[inline]
@@ -221,7 +191,7 @@ impl Namespace {
     /// The current state.
     #[inline]
     pub fn state(&self) -> NamespaceState {
-        match self.state.load(Ordering::Acquire) & STATE_MASK & !REFUSED_BIT {
+        match self.state.load(Ordering::Acquire) & !REFUSED_BIT {
             0 => NamespaceState::Active,
             1 => NamespaceState::Removing,
             _ => NamespaceState::Removed,
@@ -231,11 +201,6 @@ impl Namespace {
     pub fn set_state(&self, state: NamespaceState) {
         let refused = if self.io_refused { REFUSED_BIT } else { 0 };
         let byte = state as u32 | refused;
-        // The stamp above the state byte is the head's: kept.
-        let _ = self
-            .state
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-                Some(w & !STATE_MASK | byte)
-            });
+        self.state.store(byte, Ordering::Release);
     }
 }

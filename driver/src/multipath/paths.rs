@@ -115,9 +115,8 @@ impl PathList {
 pub(crate) struct PathCell {
     list: Atomic<PathList>,
     /// Bumped (Release) after every swap and every change of the head's options, so that a
-    /// channel that reads it (Acquire) and finds it unchanged knows its cached view is current.
-    /// Each bump is followed by one of the route stamp of every namespace of the list (both
-    /// lists for a swap): see [`Namespace::io_word`].
+    /// channel that reads it (Acquire) and finds it unchanged knows its cached view is current:
+    /// the head's route stamp, which a channel checks before each submission.
     generation: AtomicUsize,
 }
 
@@ -151,8 +150,6 @@ impl PathCell {
     /// Marks the head changed without a new list (options changed, head removed).
     pub fn bump(&self) {
         self.generation.fetch_add(1, Ordering::AcqRel);
-        let guard = pin();
-        self.read(&guard, stamp);
     }
 
     /// Runs `f` on the current list under `guard`.
@@ -173,25 +170,13 @@ impl PathCell {
             .list
             .swap(Owned::new(list).into_shared(guard), Ordering::AcqRel, guard);
         self.generation.fetch_add(1, Ordering::AcqRel);
-        // After the generation: a channel that sees a new stamp sees the new generation.
-        self.read(guard, stamp);
         if !old.is_null() {
             // SAFETY: `old` was just unlinked by this swap (writers are serialised by the
             // subsystem's writer lock), so nothing else frees it; readers that may still hold
             // it are covered by the grace period `retire` waits for.
             let old = unsafe { old.into_owned() };
-            stamp(&old);
             garbage.push(old);
         }
-    }
-}
-
-/// Bumps the route stamp of every namespace of `list`: a channel sending every request down
-/// one of them (direct mode) sees the head's change with the namespace check of its next
-/// submission, instead of a load of the generation of its own.
-fn stamp(list: &PathList) {
-    for p in &list.paths {
-        p.namespace.bump_route_stamp();
     }
 }
 
@@ -237,21 +222,18 @@ mod tests {
     }
 
     #[test]
-    fn every_change_stamps_the_namespaces_of_the_lists_before_and_after_it() {
+    fn every_change_moves_the_heads_stamp_and_leaves_its_namespaces_alone() {
         let (a, b, c) = (path(0), path(1), path(2));
         let cell = PathCell::new(PathList {
             paths: vec![a.clone(), b.clone()],
         });
-        let words = |p: &[&Path]| p.iter().map(|p| p.namespace.io_word()).collect::<Vec<_>>();
-        let before = words(&[&a, &b, &c]);
+        let states = |p: &[&Path]| p.iter().map(|p| p.namespace.state()).collect::<Vec<_>>();
+        let before = states(&[&a, &b, &c]);
         let generation = cell.generation();
-        // Options change: the current list's namespaces.
+        // Options change.
         cell.bump();
-        let after_bump = words(&[&a, &b, &c]);
-        assert_ne!(after_bump[0], before[0]);
-        assert_ne!(after_bump[1], before[1]);
-        assert_eq!(after_bump[2], before[2], "not a path of this head");
-        // A swap from [a, b] to [b, c]: a (gone), b and c (new) are all stamped.
+        assert_eq!(cell.generation(), generation + 1);
+        // A swap from [a, b] to [b, c].
         let guard = pin();
         let mut garbage = Vec::new();
         cell.publish(
@@ -262,14 +244,18 @@ mod tests {
             &mut garbage,
         );
         retire(garbage, &guard);
-        let after_swap = words(&[&a, &b, &c]);
-        for (i, (x, y)) in after_bump.iter().zip(&after_swap).enumerate() {
-            assert_ne!(x, y, "path {i} stamped by the swap");
-            assert!(
-                Namespace::word_ready(*y),
-                "stamps leave the state byte alone"
-            );
-        }
         assert_eq!(cell.generation(), generation + 2);
+        assert_eq!(
+            states(&[&a, &b, &c]),
+            before,
+            "the head writes no namespace"
+        );
+        assert!([&a, &b, &c].iter().all(|p| p.namespace.io_ready()));
+        cell.read(&guard, |l| {
+            assert_eq!(
+                l.paths.iter().map(|p| p.controller).collect::<Vec<_>>(),
+                [1, 2]
+            )
+        });
     }
 }

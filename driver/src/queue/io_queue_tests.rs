@@ -836,22 +836,3 @@ fn retries_resend_the_command_as_queued_even_if_the_reset_came_before_its_doorbe
     assert!(sent.iter().all(|c| c.cdw0 & 0xff == 0x01), "writes");
     assert_eq!(q.retries(), 3);
 }
-
-#[test]
-fn the_state_word_moves_with_the_route_stamp_and_the_state() {
-    let n = ns(9, 1000);
-    let word = n.io_word();
-    assert!(Namespace::word_ready(word));
-    // The head moved: the stamp changes, the namespace stays ready.
-    n.bump_route_stamp();
-    assert!(n.io_ready());
-    assert_eq!(n.state(), NamespaceState::Active);
-    assert_ne!(n.io_word(), word);
-    let word = n.io_word();
-    // A state change keeps the stamp and is seen in the word.
-    n.set_state(NamespaceState::Removing);
-    assert_eq!(n.io_word() & !0xff, word & !0xff, "the stamp is kept");
-    assert!(!Namespace::word_ready(n.io_word()));
-    n.set_state(NamespaceState::Active);
-    assert_eq!(n.io_word(), word, "active again, same stamp");
-}

@@ -4,10 +4,9 @@
 //! and namespace sit in [`Direct`], outside the per-path arrays, so that a submission and a
 //! poll reach them without the route, the per-path loop or the busy mask.
 //!
-//! The submission checks the namespace's state word against the one read as direct mode
-//! began: the head stamps the word of its paths' namespaces after each change (policy, ANA,
-//! paths; see `PathCell::publish`), so that one compare stands for both the namespace's state
-//! and the head's generation.
+//! The submission checks that the namespace still takes I/O and that the head's generation
+//! (its route stamp, moved after each change of policy, ANA states or paths; see
+//! `PathCell::publish`) is the one the route was chosen with.
 //!
 //! Every cold entry point (slow submission, refusal, a poll with something to settle, a
 //! failed completion) first puts the queue pair back in its slot ([`IoChannel::undirect`]),
@@ -30,9 +29,6 @@ pub(super) struct Direct<P: Platform> {
     pub(super) path: usize,
     /// Commands sent on it since direct mode began (added to the per-path count on leaving).
     pub(super) sent: u64,
-    /// The namespace's state word as direct mode began ([`Namespace::io_word`]): every
-    /// submission is checked against it, which stands for the head's generation check too.
-    pub(super) word: u32,
     /// The namespace as requests' target, read as direct mode began.
     pub(super) target: Target,
     /// Polls since direct mode began (mod 256): every 256th looks at the head.
@@ -82,10 +78,7 @@ impl<P: Platform> IoChannel<P> {
         let Some(ns) = self.namespaces[i].clone() else {
             return;
         };
-        // The word first, the generation after: a word stamped by a change the channel has not
-        // seen yet comes with a generation that says so (see `PathCell::publish`).
-        let word = ns.io_word();
-        if !Namespace::word_ready(word) || self.head.paths.generation() != self.generation {
+        if !ns.io_ready() || self.head.paths.generation() != self.generation {
             return;
         }
         let Ok(target) = Target::of(&ns) else {
@@ -100,7 +93,6 @@ impl<P: Platform> IoChannel<P> {
             ns,
             path: i,
             sent: 0,
-            word,
             target,
             polls: 0,
         });

@@ -76,8 +76,8 @@ impl<P: Platform> IoChannel<P> {
     /// Queues a read or write on the path the head's policy picks, or in the channel's queue
     /// if no path is usable and the head queues. Nothing reaches the device before
     /// [`commit`](Self::commit) or [`poll`](Self::poll). The fast path (head unchanged, a path
-    /// usable, its queue pair open) costs a generation check (in direct mode, the namespace's
-    /// state word, see `direct.rs`), the route, the request's checks and the queue pair's
+    /// usable, its queue pair open) costs a generation check (in direct mode, with the
+    /// namespace's state, see `direct.rs`), the route, the request's checks and the queue pair's
     /// submission.
     ///
     /// With [`Data::Span`], the caller upholds [`submit_raw`](Self::submit_raw)'s contract.
@@ -96,8 +96,9 @@ impl<P: Platform> IoChannel<P> {
         // made here and kept, it would cost the fast path a copy.
         let refused = 'refused: {
             if let Some(d) = self.direct.as_mut() {
-                // The namespace's word stands for the head's generation (see `direct.rs`).
-                if d.ns.io_word() != d.word {
+                // The namespace still takes I/O, and the head is as direct mode began (see
+                // `direct.rs`).
+                if !d.ns.io_ready() || self.head.paths.generation() != self.generation {
                     let e = SubmitError::new(
                         SubmitErrorKind::PathsChanged {
                             nsid: d.target.nsid,
