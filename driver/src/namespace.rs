@@ -24,6 +24,9 @@ pub struct NamespaceIdentity {
     pub metadata_extended: bool,
     /// End-to-end protection information type in use (DPS bits 2:0; 0 = none).
     pub protection_type: u8,
+    /// The protection information is in the first 8 bytes of the metadata (DPS bit 3);
+    /// otherwise in the last 8.
+    pub protection_first: bool,
     /// ANA group (Identify Namespace ANAGRPID; 0 when the controller reports no ANA).
     pub anagrpid: u32,
     /// The namespace may be attached to several controllers of its subsystem (Identify
@@ -41,13 +44,33 @@ impl NamespaceIdentity {
 
     /// The format's metadata (displays as e.g. `no metadata`, `8 B metadata per block
     /// (extended LBA)`, `16 B metadata per block (separate buffer), protection information
-    /// type 1`).
+    /// type 1`, `..., protection information type 1 (first 8 bytes)`).
     pub fn metadata_format(&self) -> MetadataFormat {
         MetadataFormat {
             size: self.metadata_size,
             extended: self.metadata_extended,
             protection_type: self.protection_type,
+            protection_first: self.protection_first,
         }
+    }
+
+    /// The LBA format as storage engineers write it: `512`, `4096+8`, `4096+8, PI type 1,
+    /// first` (the protection information's place in the metadata), `4096+64 separate`.
+    pub fn format_label(&self) -> String {
+        let block = 1u64 << self.lba_shift.min(63);
+        let md = self.metadata_format();
+        if md.size == 0 && md.protection_type == 0 {
+            return block.to_string();
+        }
+        let mut s = format!("{block}+{}", md.size);
+        if !md.extended {
+            s.push_str(" separate");
+        }
+        if md.protection_type != 0 {
+            let place = if md.protection_first { "first" } else { "last" };
+            s.push_str(&format!(", PI type {}, {place}", md.protection_type));
+        }
+        s
     }
 }
 
@@ -60,10 +83,13 @@ pub struct MetadataFormat {
     pub extended: bool,
     /// Protection information type (0 = none).
     pub protection_type: u8,
+    /// The protection information is in the first 8 bytes of the metadata (else the last).
+    pub protection_first: bool,
 }
 
 impl MetadataFormat {
-    /// A short form for tables: `none`, `8 ext`, `16 sep`, `8 ext pi1`.
+    /// A short form for tables: `none`, `8 ext`, `16 sep`, `8 ext pi1`, `8 ext pi1f` (PI in
+    /// the first bytes).
     pub fn short(&self) -> String {
         if self.size == 0 && self.protection_type == 0 {
             return "none".into();
@@ -71,7 +97,10 @@ impl MetadataFormat {
         let layout = if self.extended { "ext" } else { "sep" };
         match self.protection_type {
             0 => format!("{} {layout}", self.size),
-            t => format!("{} {layout} pi{t}", self.size),
+            t => {
+                let first = if self.protection_first { "f" } else { "" };
+                format!("{} {layout} pi{t}{first}", self.size)
+            }
         }
     }
 }
@@ -89,6 +118,9 @@ impl std::fmt::Display for MetadataFormat {
         write!(f, "{} B metadata per block ({layout})", self.size)?;
         if self.protection_type != 0 {
             write!(f, ", protection information type {}", self.protection_type)?;
+            if self.protection_first {
+                f.write_str(" (first 8 bytes)")?;
+            }
         }
         Ok(())
     }
@@ -202,5 +234,56 @@ impl Namespace {
         let refused = if self.io_refused { REFUSED_BIT } else { 0 };
         let byte = state as u32 | refused;
         self.state.store(byte, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(lba_shift: u8, ms: u16, extended: bool, pi: u8, first: bool) -> NamespaceIdentity {
+        NamespaceIdentity {
+            lba_shift,
+            metadata_size: ms,
+            metadata_extended: extended,
+            protection_type: pi,
+            protection_first: first,
+            ..NamespaceIdentity::default()
+        }
+    }
+
+    #[test]
+    fn formats_are_labelled_as_storage_engineers_write_them() {
+        assert_eq!(id(9, 0, false, 0, false).format_label(), "512");
+        assert_eq!(id(12, 8, true, 0, false).format_label(), "4096+8");
+        assert_eq!(
+            id(12, 64, false, 0, false).format_label(),
+            "4096+64 separate"
+        );
+        assert_eq!(
+            id(12, 8, true, 1, true).format_label(),
+            "4096+8, PI type 1, first"
+        );
+        assert_eq!(
+            id(9, 16, false, 3, false).format_label(),
+            "512+16 separate, PI type 3, last"
+        );
+        assert_eq!(
+            id(12, 8, true, 2, true).metadata_format().short(),
+            "8 ext pi2f"
+        );
+        assert_eq!(
+            id(12, 8, true, 2, false).metadata_format().short(),
+            "8 ext pi2"
+        );
+        assert_eq!(
+            id(12, 8, true, 1, true).metadata_format().to_string(),
+            "8 B metadata per block (extended LBA), protection information type 1 (first 8 bytes)"
+        );
+        // A device's out-of-range block size does not overflow the label.
+        assert_eq!(
+            id(200, 0, false, 0, false).format_label(),
+            (1u64 << 63).to_string()
+        );
     }
 }

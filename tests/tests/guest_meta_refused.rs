@@ -58,6 +58,8 @@ fn expected_metadata() -> Vec<(u32, MetadataFormat)> {
                 size: f[1] as u16,
                 extended: f[2] == 1,
                 protection_type: f[3] as u8,
+                // QEMU's `pil` is off by default: PI in the last bytes.
+                protection_first: false,
             };
             (f[0], md)
         })

@@ -73,6 +73,7 @@ fn kernel_view(paths: &SysPaths, addr: &PciAddress, v: &mut Value) {
             "lba_size": lba,
             "metadata_size": null,
             "metadata": null,
+            "format": null,
             "io_refused": null,
             "driven_by": format!("kernel nvme: /dev/{}", d.name),
         }));
@@ -130,6 +131,7 @@ pub fn describe_controller<P: Platform>(
                 "lba_size": n.lba_size(),
                 "metadata_size": ident.metadata_size,
                 "metadata": md.short(),
+                "format": ident.format_label(),
                 "io_refused": refused,
                 "driven_by": driven_by,
                 "unique_id": uid,

@@ -218,6 +218,7 @@ fn parse_namespace(page: &[u8]) -> Result<Option<(NamespaceIdentity, u64)>, Erro
         metadata_size: fmt.ms,
         metadata_extended: fmt.ms != 0 && id.metadata_extended(),
         protection_type: id.dps & 0x7,
+        protection_first: id.dps & 0x7 != 0 && id.dps & 0x8 != 0,
         anagrpid: id.anagrpid,
         shared: id.nmic & 1 != 0,
     };
