@@ -13,9 +13,11 @@ pub mod error;
 pub mod model;
 pub mod mp;
 pub mod open;
+mod opts;
 pub mod qpair;
 mod requests;
 pub mod types;
+pub mod version;
 
 pub use driver_ops::backend;
 pub use error::Status;
@@ -32,6 +34,8 @@ mod abi_handle_kind_tests;
 mod abi_model_support;
 #[cfg(all(test, feature = "model"))]
 mod abi_mp_tests;
+#[cfg(all(test, feature = "model"))]
+mod abi_opts_tests;
 #[cfg(all(test, feature = "model"))]
 mod abi_recovery_tests;
 #[cfg(all(test, feature = "model"))]
