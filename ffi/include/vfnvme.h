@@ -12,6 +12,11 @@
  * the last failure on the calling thread is vfnvme_last_error(). No Rust panic crosses this ABI:
  * a panic inside vfnvme becomes VFNVME_ERR_INTERNAL. Callbacks must not unwind (no C++ exception,
  * no longjmp out of a callback).
+ *
+ * ABI: libvfnvme.so.0, every function in symbol version VFNVME_0; vfnvme_version() tells the
+ * library's version. Options structs begin with `uint32_t size`: set it to sizeof(struct ...)
+ * (the library reads only the fields inside it, so the structs can grow; 0 is refused).
+ * Link: cc app.c $(pkg-config --cflags --libs vfnvme) (docs/c-library.md).
  */
 
 #ifndef VFNVME_H
