@@ -1,4 +1,5 @@
-//! Generates the C header `vfnvme.h` with cbindgen.
+//! Generates the C header `vfnvme.h` with cbindgen, and gives cargo's cdylib the soname
+//! libvfnvme.so.0.
 //!
 //! The header goes to `$OUT_DIR/vfnvme.h`, or to `$VFNVME_HEADER_OUT` when set (that is how
 //! `ffi/check-header.sh` regenerates it to compare with the committed `ffi/include/vfnvme.h`).
@@ -6,8 +7,10 @@
 use std::path::PathBuf;
 
 fn main() {
-    // The product is libvfnvme.so (ffi/build-lib.sh copies cargo's libvfnvme_capi.so to it).
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libvfnvme.so");
+    // The product is libvfnvme.so.0, which ffi/build-lib.sh links from the static library with
+    // the symbol versions of ffi/vfnvme.map (a version script given here would not take: rustc
+    // passes the cdylib its own). Cargo's libvfnvme_capi.so carries the same soname.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libvfnvme.so.0");
     println!("cargo:rerun-if-changed=src");
     println!("cargo:rerun-if-changed=cbindgen.toml");
     println!("cargo:rerun-if-env-changed=VFNVME_HEADER_OUT");

@@ -89,7 +89,10 @@ if [ "$guest_only" -eq 0 ]; then
             cargo test --workspace --all-features --release
         prune target/release
     fi
-    check "C ABI: the product library exports no model symbol (nm -D)" ffi/check-product-symbols.sh
+    check "C ABI: the product library: soname libvfnvme.so.0, the header's functions in VFNVME_0, nothing else exported" \
+        ffi/check-product-symbols.sh
+    check "C ABI: installed (ffi/install.sh), a C program builds with pkg-config, dynamic and static" \
+        ffi/check-install.sh
     check "docs: every crate documents (no collision, no broken link)" \
         env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --all-features
     if [ "$full" -eq 1 ]; then

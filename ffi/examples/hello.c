@@ -56,7 +56,8 @@ int main(int argc, char **argv)
 	}
 	struct vfnvme_ctrl *ctrl = NULL;
 	if (!strcmp(argv[1], "--model")) {
-		struct vfnvme_model_opts mo = { .namespaces = 2, .lba_size = 4096, .blocks = 1024 };
+		struct vfnvme_model_opts mo = { .size = sizeof(mo), .namespaces = 2, .lba_size = 4096,
+						.blocks = 1024 };
 		CHECK(vfnvme_ctrl_open_model(&mo, &ctrl));
 	} else {
 		CHECK(vfnvme_ctrl_open(argv[1], NULL, &ctrl));

@@ -242,6 +242,7 @@ static int vf_apply_options(const struct vf_options *o, struct vf_target *t)
 static int vf_parse_filename(const char *name, const struct vf_options *o, struct vf_target *t)
 {
 	memset(t, 0, sizeof(*t));
+	t->mopts.size = sizeof(t->mopts);
 	t->nsid = 1;
 	snprintf(t->id, sizeof(t->id), "0");
 	if (vf_apply_options(o, t))
@@ -323,7 +324,8 @@ static struct vf_ctrl *vf_ctrl_get(const struct vf_target *t)
 		return NULL;
 	}
 	struct vfnvme_ctrl *ctrl = NULL;
-	struct vfnvme_ctrl_opts copts = { .admin_timeout_ms = t->admin_timeout_ms,
+	struct vfnvme_ctrl_opts copts = { .size = sizeof(copts),
+					  .admin_timeout_ms = t->admin_timeout_ms,
 					  .io_timeout_ms = t->io_timeout_ms,
 					  .io_retries = t->io_retries };
 	int rc = t->model ? vfnvme_ctrl_open_model(&t->mopts, &ctrl)
@@ -760,6 +762,7 @@ static int vf_init(struct thread_data *td)
 		/* The driver batches doorbells (see the top of this file). */
 		const struct vf_options *o = td->eo;
 		struct vfnvme_qpair_opts qo = {
+			.size = sizeof(qo),
 			.depth = (uint32_t)qd,
 			.defer_sq_doorbell = !o || o->defer_sq_doorbell,
 		};

@@ -244,10 +244,12 @@ static struct vf_sub *vf_sub_get(const struct vf_target *t, const struct vf_opti
 		return NULL;
 	}
 	struct vfnvme_subsys_opts so = {
+		.size = sizeof(so),
 		.fail_if_no_path = o && !o->mp_queue_if_no_path,
 		.delayed_removal_ms = o ? o->mp_delayed_removal_ms : 0,
 	};
-	struct vfnvme_ctrl_opts copts = { .admin_timeout_ms = t->admin_timeout_ms,
+	struct vfnvme_ctrl_opts copts = { .size = sizeof(copts),
+					  .admin_timeout_ms = t->admin_timeout_ms,
 					  .io_timeout_ms = t->io_timeout_ms,
 					  .io_retries = t->io_retries };
 	struct vfnvme_subsys *s = NULL;
@@ -255,6 +257,7 @@ static struct vf_sub *vf_sub_get(const struct vf_target *t, const struct vf_opti
 	if (t->model) {
 #if defined(VFNVME_MODEL)
 		struct vfnvme_model_subsys_opts mo = {
+			.size = sizeof(mo),
 			.controllers = t->model_paths,
 			.namespaces = t->mopts.namespaces,
 			.lba_size = t->mopts.lba_size,
@@ -384,6 +387,7 @@ int vf_mp_init(struct thread_data *td, struct vf_thread *vt)
 		 * the driver caps it at what each controller allows). */
 		unsigned int ring = 2 * vt->depth + 1;
 		struct vfnvme_channel_opts co = {
+			.size = sizeof(co),
 			.qpair_depth = ring < VF_MIN_RING ? VF_MIN_RING : ring,
 			.capacity = vt->depth,
 		};

@@ -12,6 +12,11 @@
  * the last failure on the calling thread is vfnvme_last_error(). No Rust panic crosses this ABI:
  * a panic inside vfnvme becomes VFNVME_ERR_INTERNAL. Callbacks must not unwind (no C++ exception,
  * no longjmp out of a callback).
+ *
+ * ABI: libvfnvme.so.0, every function in symbol version VFNVME_0; vfnvme_version() tells the
+ * library's version. Options structs begin with `uint32_t size`: set it to sizeof(struct ...)
+ * (the library reads only the fields inside it, so the structs can grow; 0 is refused).
+ * Link: cc app.c $(pkg-config --cflags --libs vfnvme) (docs/c-library.md).
  */
 
 #ifndef VFNVME_H
@@ -201,8 +206,13 @@ struct vfnvme_qpair;
 // (opaque). Thread-safe: share it between threads freely.
 struct vfnvme_subsys;
 
-// Options for `vfnvme_ctrl_open`. Zero-initialise, then set what you need; NULL means defaults.
+// Options for `vfnvme_ctrl_open`. Zero-initialise, set `size = sizeof(struct vfnvme_ctrl_opts)`,
+// then set what you need; NULL means defaults.
 struct vfnvme_ctrl_opts {
+  // Set it to `sizeof(struct vfnvme_ctrl_opts)`. The library reads only the fields inside `size`
+  // (defaults for the rest: a program built against an older header keeps working) and refuses 0
+  // (VFNVME_ERR_INVALID_ARGUMENT).
+  uint32_t size;
   // Number of I/O queue pairs to request from the controller (0: the driver default).
   uint32_t io_queues;
   // Back DMA memory with 4 KiB pages instead of 2 MiB hugepages (slower; for machines without
@@ -287,8 +297,13 @@ struct vfnvme_ctrl_event {
 };
 
 #if defined(VFNVME_MODEL)
-// Options of the in-memory controller model (testing and benchmarks). NULL means defaults.
+// Options of the in-memory controller model (testing and benchmarks). Zero-initialise, set
+// `size = sizeof(struct vfnvme_model_opts)`, then set what you need; NULL means defaults.
 struct vfnvme_model_opts {
+  // Set it to `sizeof(struct vfnvme_model_opts)`. The library reads only the fields inside
+  // `size` (defaults for the rest: a program built against an older header keeps working) and
+  // refuses 0 (VFNVME_ERR_INVALID_ARGUMENT).
+  uint32_t size;
   // Number of namespaces (0: 1).
   uint32_t namespaces;
   // Logical block size of every namespace in bytes: 512 or 4096 (0: 4096).
@@ -331,9 +346,13 @@ struct vfnvme_model_stats {
 };
 #endif
 
-// Options for `vfnvme_channel_open`. Zero-initialise, then set what you need; NULL means
-// defaults.
+// Options for `vfnvme_channel_open`. Zero-initialise, set
+// `size = sizeof(struct vfnvme_channel_opts)`, then set what you need; NULL means defaults.
 struct vfnvme_channel_opts {
+  // Set it to `sizeof(struct vfnvme_channel_opts)`. The library reads only the fields inside
+  // `size` (defaults for the rest: a program built against an older header keeps working) and
+  // refuses 0 (VFNVME_ERR_INVALID_ARGUMENT).
+  uint32_t size;
   // Entries of each path's queue pair (0: 256).
   uint32_t qpair_depth;
   // Requests the channel holds at most, in flight and queued (0: 1024; at most 1048576).
@@ -408,9 +427,13 @@ struct vfnvme_channel_stats {
 };
 
 #if defined(VFNVME_MODEL)
-// Options of a model subsystem (`vfnvme_subsys_open_model`). Zero-initialise, then set what
-// you need; NULL means defaults.
+// Options of a model subsystem (`vfnvme_subsys_open_model`). Zero-initialise, set
+// `size = sizeof(struct vfnvme_model_subsys_opts)`, then set what you need; NULL means defaults.
 struct vfnvme_model_subsys_opts {
+  // Set it to `sizeof(struct vfnvme_model_subsys_opts)`. The library reads only the fields
+  // inside `size` (defaults for the rest: a program built against an older header keeps working)
+  // and refuses 0 (VFNVME_ERR_INVALID_ARGUMENT).
+  uint32_t size;
   // Controllers (0: 2; at most 32).
   uint32_t controllers;
   // Namespaces shared by every controller, nsid 1..=n, namespace n in ANA group n
@@ -427,10 +450,15 @@ struct vfnvme_model_subsys_opts {
 };
 #endif
 
-// Options for opening a subsystem. Zero-initialise, then set what you need; NULL means
-// defaults. They become the options of every head; change them per head later with
-// vfnvme_subsys_set_policy and friends.
+// Options for opening a subsystem. Zero-initialise, set
+// `size = sizeof(struct vfnvme_subsys_opts)`, then set what you need; NULL means defaults. They
+// become the options of every head; change them per head later with vfnvme_subsys_set_policy
+// and friends.
 struct vfnvme_subsys_opts {
+  // Set it to `sizeof(struct vfnvme_subsys_opts)`. The library reads only the fields inside
+  // `size` (defaults for the rest: a program built against an older header keeps working) and
+  // refuses 0 (VFNVME_ERR_INVALID_ARGUMENT).
+  uint32_t size;
   // Path policy of every head (0: numa).
   uint32_t policy;
   // Fail requests at once while a head has no usable path, instead of queueing them in
@@ -492,8 +520,13 @@ struct vfnvme_mp_event {
   uint32_t count;
 };
 
-// Options for `vfnvme_qpair_alloc_opts`. Zero-initialise, then set what you need.
+// Options for `vfnvme_qpair_alloc_opts`. Zero-initialise, set
+// `size = sizeof(struct vfnvme_qpair_opts)`, then set what you need; NULL means defaults.
 struct vfnvme_qpair_opts {
+  // Set it to `sizeof(struct vfnvme_qpair_opts)`. The library reads only the fields inside
+  // `size` (defaults for the rest: a program built against an older header keeps working) and
+  // refuses 0 (VFNVME_ERR_INVALID_ARGUMENT).
+  uint32_t size;
   // Entries per ring, 2..=65536 (commands in flight at most: `depth - 1` and 1024, as for
   // vfnvme_qpair_alloc; 0: 256).
   uint32_t depth;
@@ -1141,6 +1174,21 @@ int32_t vfnvme_qpair_poll_completions(struct vfnvme_qpair *qp, uint32_t max, str
 // # Safety
 // Every pointer argument is NULL (where allowed) or valid as described above.
 uint32_t vfnvme_qpair_outstanding(const struct vfnvme_qpair *qp);
+
+// Returns the version of the library, e.g. "0.1.0", as a static NUL-terminated string. Never
+// NULL, never fails.
+//
+// Thread safety: thread-safe.
+const char *vfnvme_version(void);
+
+// Stores the major, minor and patch numbers of the library's version in `*major`, `*minor`
+// and `*patch`; any of them may be NULL (not stored). Returns VFNVME_OK.
+//
+// Thread safety: thread-safe.
+//
+// # Safety
+// Each pointer is NULL or valid for writing a uint32_t.
+int32_t vfnvme_version_info(uint32_t *major, uint32_t *minor, uint32_t *patch);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -598,6 +598,7 @@ fn qpair_opts_defer_sq_doorbell_batches_commits() {
         let bad = QpairOpts {
             depth: 1,
             defer_sq_doorbell: true,
+            ..QpairOpts::default()
         };
         assert_eq!(
             vfnvme_qpair_alloc_opts(ctrl, &bad, &mut qp),
@@ -609,6 +610,7 @@ fn qpair_opts_defer_sq_doorbell_batches_commits() {
         let opts = QpairOpts {
             depth: 16,
             defer_sq_doorbell: true,
+            ..QpairOpts::default()
         };
         assert_eq!(vfnvme_qpair_alloc_opts(ctrl, &opts, &mut qp), OK);
         let before = sq_writes();

@@ -114,8 +114,8 @@ pub unsafe extern "C" fn vfnvme_ctrl_open(
                 "pci_addr is not UTF-8; pass e.g. \"0000:00:10.0\"",
             )
         })?;
-        // SAFETY: NULL or a valid CtrlOpts (header contract).
-        let opts = unsafe { opts.as_ref() }.copied().unwrap_or_default();
+        // SAFETY: NULL or a valid CtrlOpts of `size` bytes (header contract).
+        let opts = unsafe { crate::opts::read(opts, "opts") }?;
         let addr = vfnvme::hal::PciAddress::parse(addr).map_err(|e| {
             FfiError::new(Status::VfnvmeErrInvalidArgument, format!("pci_addr: {e}"))
         })?;

@@ -5,14 +5,20 @@ use crate::backend::CtrlOps;
 use crate::ctrl::{deref, out_ptr, publish, Ctrl};
 use crate::driver_ops::ffi_error;
 use crate::error::{guard, FfiError, FfiResult, Status};
+use crate::opts::growing_opts;
 use std::sync::Arc;
 use vfnvme::{Controller, ControllerOptions};
 use vfnvme_model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform, Stall};
 
-/// Options of the in-memory controller model (testing and benchmarks). NULL means defaults.
+/// Options of the in-memory controller model (testing and benchmarks). Zero-initialise, set
+/// `size = sizeof(struct vfnvme_model_opts)`, then set what you need; NULL means defaults.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct ModelOpts {
+    /// Set it to `sizeof(struct vfnvme_model_opts)`. The library reads only the fields inside
+    /// `size` (defaults for the rest: a program built against an older header keeps working) and
+    /// refuses 0 (VFNVME_ERR_INVALID_ARGUMENT).
+    pub size: u32,
     /// Number of namespaces (0: 1).
     pub namespaces: u32,
     /// Logical block size of every namespace in bytes: 512 or 4096 (0: 4096).
@@ -38,6 +44,8 @@ pub struct ModelOpts {
     /// I/O command retries (at most 255), as `vfnvme_ctrl_opts.io_retries`.
     pub io_retries: u32,
 }
+
+growing_opts!(ModelOpts, "struct vfnvme_model_opts", first_last_field: io_retries: u32);
 
 /// Counters of an in-memory controller model (`vfnvme_ctrl_model_stats`): what the driver made the
 /// model do, to check doorbell batching and the like in tests and benchmarks.
@@ -68,8 +76,8 @@ pub unsafe extern "C" fn vfnvme_ctrl_open_model(
 ) -> i32 {
     guard("vfnvme_ctrl_open_model", || {
         let out = out_ptr(out, "out")?;
-        // SAFETY: NULL or a valid ModelOpts (header contract).
-        let opts = unsafe { opts.as_ref() }.copied().unwrap_or_default();
+        // SAFETY: NULL or a valid ModelOpts of `size` bytes (header contract).
+        let opts = unsafe { crate::opts::read(opts, "opts") }?;
         let ops = open_model(&opts)?;
         Ok(publish(ops, out))
     })

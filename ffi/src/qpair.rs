@@ -216,7 +216,7 @@ pub unsafe extern "C" fn vfnvme_qpair_alloc(
 ) -> i32 {
     let opts = QpairOpts {
         depth,
-        defer_sq_doorbell: false,
+        ..QpairOpts::default()
     };
     // SAFETY: the caller's pointers, valid as the header requires.
     guard("vfnvme_qpair_alloc", || unsafe { alloc(ctrl, opts, out) })
@@ -237,8 +237,8 @@ pub unsafe extern "C" fn vfnvme_qpair_alloc_opts(
     out: *mut *mut Qpair,
 ) -> i32 {
     guard("vfnvme_qpair_alloc_opts", || {
-        // SAFETY: NULL or a valid QpairOpts (header contract).
-        let mut opts = unsafe { opts.as_ref() }.copied().unwrap_or_default();
+        // SAFETY: NULL or a valid QpairOpts of `size` bytes (header contract).
+        let mut opts = unsafe { crate::opts::read(opts, "opts") }?;
         if opts.depth == 0 {
             opts.depth = 256;
         }

@@ -1,5 +1,6 @@
 //! Plain C structs and callback types of the ABI.
 
+use crate::opts::growing_opts;
 use std::ffi::c_void;
 
 /// The completion of one command, passed to its callback.
@@ -210,10 +211,15 @@ pub struct Range {
     pub blocks: u32,
 }
 
-/// Options for `vfnvme_ctrl_open`. Zero-initialise, then set what you need; NULL means defaults.
+/// Options for `vfnvme_ctrl_open`. Zero-initialise, set `size = sizeof(struct vfnvme_ctrl_opts)`,
+/// then set what you need; NULL means defaults.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct CtrlOpts {
+    /// Set it to `sizeof(struct vfnvme_ctrl_opts)`. The library reads only the fields inside `size`
+    /// (defaults for the rest: a program built against an older header keeps working) and refuses 0
+    /// (VFNVME_ERR_INVALID_ARGUMENT).
+    pub size: u32,
     /// Number of I/O queue pairs to request from the controller (0: the driver default).
     pub io_queues: u32,
     /// Back DMA memory with 4 KiB pages instead of 2 MiB hugepages (slower; for machines without
@@ -236,10 +242,17 @@ pub struct CtrlOpts {
     pub io_retries: u32,
 }
 
-/// Options for `vfnvme_qpair_alloc_opts`. Zero-initialise, then set what you need.
+growing_opts!(CtrlOpts, "struct vfnvme_ctrl_opts", first_last_field: io_retries: u32);
+
+/// Options for `vfnvme_qpair_alloc_opts`. Zero-initialise, set
+/// `size = sizeof(struct vfnvme_qpair_opts)`, then set what you need; NULL means defaults.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct QpairOpts {
+    /// Set it to `sizeof(struct vfnvme_qpair_opts)`. The library reads only the fields inside
+    /// `size` (defaults for the rest: a program built against an older header keeps working) and
+    /// refuses 0 (VFNVME_ERR_INVALID_ARGUMENT).
+    pub size: u32,
     /// Entries per ring, 2..=65536 (commands in flight at most: `depth - 1` and 1024, as for
     /// vfnvme_qpair_alloc; 0: 256).
     pub depth: u32,
@@ -250,6 +263,8 @@ pub struct QpairOpts {
     /// always rings. Off: vfnvme_qpair_commit always rings.
     pub defer_sq_doorbell: bool,
 }
+
+growing_opts!(QpairOpts, "struct vfnvme_qpair_opts", first_last_field: defer_sq_doorbell: bool);
 
 /// What a controller reported at bring-up.
 #[repr(C)]

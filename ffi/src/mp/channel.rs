@@ -122,8 +122,8 @@ pub unsafe extern "C" fn vfnvme_channel_open(
     guard("vfnvme_channel_open", || {
         let s = sub(subsys)?;
         let out = out_ptr(out, "out")?;
-        // SAFETY: NULL or a valid ChannelOpts (header contract).
-        let o = unsafe { opts.as_ref() }.copied().unwrap_or_default();
+        // SAFETY: NULL or a valid ChannelOpts of `size` bytes (header contract).
+        let o = unsafe { crate::opts::read(opts, "opts") }?;
         let head = s.ops.head(nsid).ok_or_else(|| no_head(s, nsid))?;
         let lba_shift = head
             .paths()

@@ -7,6 +7,7 @@ use super::types::{MpPathState, SubsysOpts};
 use crate::ctrl::out_ptr;
 use crate::driver_ops::ffi_error;
 use crate::error::{guard, FfiError, FfiResult, Status};
+use crate::opts::growing_opts;
 use std::sync::Arc;
 use vfnvme::multipath::{HeadOptions, Subsystem};
 use vfnvme::{Controller, ControllerOptions};
@@ -15,11 +16,15 @@ use vfnvme_model::{
     ModelSubsystem, ModelSubsystemConfig,
 };
 
-/// Options of a model subsystem (`vfnvme_subsys_open_model`). Zero-initialise, then set what
-/// you need; NULL means defaults.
+/// Options of a model subsystem (`vfnvme_subsys_open_model`). Zero-initialise, set
+/// `size = sizeof(struct vfnvme_model_subsys_opts)`, then set what you need; NULL means defaults.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct ModelSubsysOpts {
+    /// Set it to `sizeof(struct vfnvme_model_subsys_opts)`. The library reads only the fields
+    /// inside `size` (defaults for the rest: a program built against an older header keeps working)
+    /// and refuses 0 (VFNVME_ERR_INVALID_ARGUMENT).
+    pub size: u32,
     /// Controllers (0: 2; at most 32).
     pub controllers: u32,
     /// Namespaces shared by every controller, nsid 1..=n, namespace n in ANA group n
@@ -34,6 +39,8 @@ pub struct ModelSubsysOpts {
     /// ANA Transition Time in seconds (0: 10).
     pub anatt_secs: u8,
 }
+
+growing_opts!(ModelSubsysOpts, "struct vfnvme_model_subsys_opts", first_last_field: anatt_secs: u8);
 
 /// Opens a model NVM subsystem (in-memory controllers on one virtual clock and one DMA pool,
 /// with ANA, every group optimized at start) and its heads; `opts` and `sopts` may be NULL.
@@ -50,9 +57,9 @@ pub unsafe extern "C" fn vfnvme_subsys_open_model(
 ) -> i32 {
     guard("vfnvme_subsys_open_model", || {
         let out = out_ptr(out, "out")?;
-        // SAFETY: NULL or a valid ModelSubsysOpts (header contract).
-        let opts = unsafe { opts.as_ref() }.copied().unwrap_or_default();
-        let heads = head_options(sopts)?;
+        // SAFETY: NULL or a valid ModelSubsysOpts of `size` bytes (header contract).
+        let opts = unsafe { crate::opts::read(opts, "opts") }?;
+        let heads = head_options(sopts, "sopts")?;
         let model = model_subsystem(&opts, "nqn.2024-01.io.vfnvme:model-subsystem")?;
         let sub = open_controllers(&model, heads)?;
         Ok(publish(Box::new(Sub::new(sub)?), out))

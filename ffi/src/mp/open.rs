@@ -107,9 +107,9 @@ pub unsafe extern "C" fn vfnvme_subsys_open(
                 })
             })
             .collect::<FfiResult<Vec<_>>>()?;
-        let heads = head_options(opts)?;
-        // SAFETY: NULL or a valid CtrlOpts (header contract).
-        let copts = unsafe { ctrl_opts.as_ref() }.copied().unwrap_or_default();
+        let heads = head_options(opts, "opts")?;
+        // SAFETY: NULL or a valid CtrlOpts of `size` bytes (header contract).
+        let copts = unsafe { crate::opts::read(ctrl_opts, "ctrl_opts") }?;
         form(bring_up(&addrs, &copts)?, heads, out)
     })
 }
@@ -155,9 +155,9 @@ pub unsafe extern "C" fn vfnvme_subsys_open_nqn(
     guard("vfnvme_subsys_open_nqn", || {
         let out = out_ptr(out, "out")?;
         let nqn = c_str(nqn, "nqn")?;
-        let heads = head_options(opts)?;
-        // SAFETY: NULL or a valid CtrlOpts (header contract).
-        let copts = unsafe { ctrl_opts.as_ref() }.copied().unwrap_or_default();
+        let heads = head_options(opts, "opts")?;
+        // SAFETY: NULL or a valid CtrlOpts of `size` bytes (header contract).
+        let copts = unsafe { crate::opts::read(ctrl_opts, "ctrl_opts") }?;
         let all = vfio_nvme_controllers()?;
         if all.is_empty() {
             return Err(FfiError::new(

@@ -29,10 +29,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The head options of `SubsysOpts` (NULL: defaults).
-pub(crate) fn head_options(opts: *const SubsysOpts) -> FfiResult<HeadOptions> {
-    // SAFETY: NULL or a valid SubsysOpts (header contract).
-    let opts = unsafe { opts.as_ref() }.copied().unwrap_or_default();
+/// The head options of `SubsysOpts` (NULL: defaults); `arg` names the argument in messages.
+pub(crate) fn head_options(opts: *const SubsysOpts, arg: &str) -> FfiResult<HeadOptions> {
+    // SAFETY: NULL or a valid SubsysOpts of `size` bytes (header contract).
+    let opts = unsafe { crate::opts::read(opts, arg) }?;
     let policy = MpPolicy::from_raw(opts.policy).ok_or_else(|| bad_policy(opts.policy))?;
     Ok(HeadOptions {
         policy: policy.to_driver(),

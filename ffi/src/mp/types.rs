@@ -1,6 +1,7 @@
 //! The C types of the multipath ABI: options, policies, path states, events, completions and
 //! counters.
 
+use crate::opts::growing_opts;
 pub use crate::types::MpFail;
 use vfnvme::multipath::{PathPolicy, PathState};
 
@@ -85,12 +86,17 @@ impl MpPathState {
     }
 }
 
-/// Options for opening a subsystem. Zero-initialise, then set what you need; NULL means
-/// defaults. They become the options of every head; change them per head later with
-/// vfnvme_subsys_set_policy and friends.
+/// Options for opening a subsystem. Zero-initialise, set
+/// `size = sizeof(struct vfnvme_subsys_opts)`, then set what you need; NULL means defaults. They
+/// become the options of every head; change them per head later with vfnvme_subsys_set_policy
+/// and friends.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct SubsysOpts {
+    /// Set it to `sizeof(struct vfnvme_subsys_opts)`. The library reads only the fields inside
+    /// `size` (defaults for the rest: a program built against an older header keeps working) and
+    /// refuses 0 (VFNVME_ERR_INVALID_ARGUMENT).
+    pub size: u32,
     /// Path policy of every head (0: numa).
     pub policy: u32,
     /// Fail requests at once while a head has no usable path, instead of queueing them in
@@ -101,6 +107,8 @@ pub struct SubsysOpts {
     /// VFNVME_MP_FAIL_NO_PATH_TIMEOUT. 0: for ever.
     pub delayed_removal_ms: u64,
 }
+
+growing_opts!(SubsysOpts, "struct vfnvme_subsys_opts", first_last_field: delayed_removal_ms: u64);
 
 /// What one head looks like now (`vfnvme_subsys_head_info`).
 #[repr(C)]
@@ -199,11 +207,15 @@ impl MpEvent {
     }
 }
 
-/// Options for `vfnvme_channel_open`. Zero-initialise, then set what you need; NULL means
-/// defaults.
+/// Options for `vfnvme_channel_open`. Zero-initialise, set
+/// `size = sizeof(struct vfnvme_channel_opts)`, then set what you need; NULL means defaults.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct ChannelOpts {
+    /// Set it to `sizeof(struct vfnvme_channel_opts)`. The library reads only the fields inside
+    /// `size` (defaults for the rest: a program built against an older header keeps working) and
+    /// refuses 0 (VFNVME_ERR_INVALID_ARGUMENT).
+    pub size: u32,
     /// Entries of each path's queue pair (0: 256).
     pub qpair_depth: u32,
     /// Requests the channel holds at most, in flight and queued (0: 1024; at most 1048576).
@@ -214,6 +226,8 @@ pub struct ChannelOpts {
     /// Whether `numa_node` is set.
     pub numa_known: bool,
 }
+
+growing_opts!(ChannelOpts, "struct vfnvme_channel_opts", first_last_field: numa_known: bool);
 
 /// Counters of a channel (`vfnvme_channel_stats`).
 #[repr(C)]
