@@ -145,26 +145,16 @@ impl<P: Platform> IoChannel<P> {
                             ch.open_and_send(i, Tag::new(tag, lba, blocks, op, span), buf)
                         });
                     };
-                    let sent = match Target::of(ns) {
-                        Ok(t) => {
-                            if let Err(kind) = t.check_rw(lba, blocks, len) {
-                                let e = SubmitError::new(kind, data.into_buffer());
-                                break 'refused self.stash(|_| Err(invalid(e)));
-                            }
-                            // SAFETY: checked above; owned data, or the caller's contract of
-                            // `submit_raw`.
-                            qp.submit(unsafe {
-                                Request::checked(
-                                    op,
-                                    t,
-                                    lba,
-                                    blocks,
-                                    data.into_data(),
-                                    Tag::new(tag, lba, blocks, op, span),
-                                )
-                            })
-                        }
-                        Err(kind) => Err(SubmitError::new(kind, data.into_buffer())),
+                    // SAFETY: owned data, or the caller's contract of `submit_raw`.
+                    let sent = unsafe {
+                        qp.submit_data(
+                            op,
+                            ns,
+                            lba,
+                            blocks,
+                            data,
+                            Tag::new(tag, lba, blocks, op, span),
+                        )
                     };
                     match sent {
                         Ok(_) => {
