@@ -214,9 +214,10 @@ pub enum SubmitErrorKind {
         /// The namespace.
         nsid: u32,
     },
-    /// The namespace's LBA format has metadata or protection information, which vfnvme does not
-    /// transfer: the command would move the wrong number of bytes, or metadata to address 0.
-    #[error("namespace {nsid} is formatted with {metadata}: vfnvme does not transfer metadata or protection information, so I/O to it is refused (nothing was sent to the device); reformat the namespace to an LBA format without metadata (`vfnvme format BDF --nsid {nsid} --yes`, BDF being the controller's PCI address; this erases its data), or use another namespace")]
+    /// The namespace's LBA format has metadata or protection information, which a plain read
+    /// or write does not move: the command would move the wrong number of bytes, or metadata to
+    /// address 0.
+    #[error("namespace {nsid} is formatted with {metadata}: a plain read or write moves no metadata, so it is refused (nothing was sent to the device); send it with its metadata and protection options (`Request::with_metadata`; C: vfnvme_qpair_read_md/vfnvme_qpair_write_md), or reformat the namespace to an LBA format without metadata (`vfnvme format BDF --nsid {nsid} --yes`, BDF being the controller's PCI address; this erases its data)")]
     MetadataUnsupported {
         /// The namespace.
         nsid: u32,
@@ -245,6 +246,17 @@ pub enum SubmitErrorKind {
     InvalidRequest {
         /// What is wrong with it.
         what: &'static str,
+    },
+    /// The separate metadata of a request on a namespace formatted with it is missing, too
+    /// short or misaligned.
+    #[error("metadata buffer of {len} bytes for {needed} bytes of metadata: {why}")]
+    MetadataBuffer {
+        /// Bytes of metadata the request moves.
+        needed: u64,
+        /// Bytes given.
+        len: usize,
+        /// What is wrong.
+        why: &'static str,
     },
 }
 

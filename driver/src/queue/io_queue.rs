@@ -2,6 +2,7 @@
 //! controller (doorbell registers are passed in), so it can be tested against a fake CQ.
 
 use super::deliver::{ByClosure, Deliver};
+use super::protection::MetadataFields;
 use super::prp;
 use super::request::{Data, Op, Request, MAX_BLOCKS_PER_COMMAND, MAX_DSM_RANGES};
 use super::retry::RetryBook;
@@ -73,12 +74,14 @@ struct Rw {
     blocks: u32,
 }
 
-/// How a request is split at MDTS: blocks per command and the block size.
+/// How a request is split at MDTS: blocks per command, bytes per block in the data buffer, and
+/// the metadata and protection fields each command carries (advanced per command).
 #[derive(Debug, Clone, Copy)]
 struct Split {
     per_cmd: u32,
-    /// log2 of the block size.
-    shift: u8,
+    /// Bytes per block in the data (the block size, plus the metadata for extended LBAs).
+    elem: u64,
+    metadata: Option<MetadataFields>,
 }
 
 impl<T: Copy + Default> IoQueue<T> {
@@ -186,7 +189,10 @@ impl<T: Copy + Default> IoQueue<T> {
     #[inline(always)]
     pub(crate) fn submit(&mut self, req: Request<'_, T>) -> Result<u16, SubmitError> {
         match req.op {
-            Op::Read | Op::Write => self.submit_rw(req),
+            Op::Read | Op::Write => match req.protection.fields {
+                None => self.submit_rw(req),
+                Some(f) => self.submit_rw_metadata(req, f),
+            },
             Op::Flush => self.submit_flush(req),
             Op::WriteZeroes => self.submit_zeroes(req),
             Op::Deallocate => self.submit_deallocate(req),
@@ -216,7 +222,8 @@ impl<T: Copy + Default> IoQueue<T> {
                 ((self.max_transfer >> req.lba_shift) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND);
             let split = Split {
                 per_cmd,
-                shift: req.lba_shift,
+                elem: 1u64 << req.lba_shift,
+                metadata: None,
             };
             return self.submit_split(rw, split, Some(iova), buf, req.tag);
         }
@@ -245,6 +252,35 @@ impl<T: Copy + Default> IoQueue<T> {
         Ok(idx)
     }
 
+    /// A read or write with metadata or protection information: the fields go into every
+    /// command, which the split (at MDTS, counting extended LBAs' metadata) advances.
+    #[inline(never)]
+    fn submit_rw_metadata(
+        &mut self,
+        req: Request<'_, T>,
+        fields: MetadataFields,
+    ) -> Result<u16, SubmitError> {
+        let (iova, buf) = match req.data {
+            Data::Owned(b) => (b.iova(), Some(b)),
+            Data::Span(s) => (s.iova(), None),
+            Data::None | Data::Ranges(_) => (0, None),
+        };
+        let elem = u64::from(fields.elem.max(1));
+        let per_cmd = (self.max_transfer as u64 / elem).clamp(1, MAX_BLOCKS_PER_COMMAND.into());
+        let rw = Rw {
+            nsid: req.nsid,
+            opcode: req.op.opcode(),
+            lba: req.lba,
+            blocks: req.blocks,
+        };
+        let split = Split {
+            per_cmd: per_cmd as u32,
+            elem,
+            metadata: Some(fields),
+        };
+        self.submit_split(rw, split, Some(iova), buf, req.tag)
+    }
+
     #[inline]
     fn submit_flush(&mut self, req: Request<'_, T>) -> Result<u16, SubmitError> {
         let Some(idx) = self.trackers.alloc() else {
@@ -266,7 +302,8 @@ impl<T: Copy + Default> IoQueue<T> {
         };
         let split = Split {
             per_cmd: MAX_BLOCKS_PER_COMMAND,
-            shift: req.lba_shift,
+            elem: 1u64 << req.lba_shift,
+            metadata: None,
         };
         self.submit_split(rw, split, None, None, req.tag)
     }
@@ -355,7 +392,11 @@ impl<T: Copy + Default> IoQueue<T> {
         tag: T,
     ) -> Result<u16, SubmitError> {
         let (lba, blocks) = (rw.lba, rw.blocks);
-        let Split { per_cmd, shift } = split;
+        let Split {
+            per_cmd,
+            elem,
+            metadata,
+        } = split;
         let needed = blocks.div_ceil(per_cmd) as usize;
         if needed > self.trackers.capacity() {
             return Err(SubmitError::new(
@@ -384,9 +425,12 @@ impl<T: Copy + Default> IoQueue<T> {
             }
             let mut cmd = Command::rw_n(rw.opcode, rw.nsid, lba + done as u64, n);
             cmd.set_cid(self.trackers.cid(idx));
+            if let Some(f) = &metadata {
+                f.apply(&mut cmd, done);
+            }
             if let (Some(base), Some(t)) = (base, self.trackers.get_mut(idx)) {
-                let off = (done as u64) << shift;
-                let bytes = (n as usize) << shift;
+                let off = u64::from(done) * elem;
+                let bytes = (u64::from(n) * elem) as usize;
                 let list_iova = t.prp_list.iova();
                 match prp::build(base + off, bytes, t.prp_list.as_mut_slice(), list_iova) {
                     Ok((p1, p2)) => cmd.set_prps(p1, p2),

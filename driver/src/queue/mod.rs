@@ -3,6 +3,7 @@
 
 pub mod deliver;
 pub(crate) mod io_queue;
+pub mod protection;
 pub mod prp;
 pub mod request;
 pub(crate) mod retry;
@@ -15,6 +16,7 @@ mod io_queue_tests;
 pub use deliver::Deliver;
 pub use io_queue::IoCompletion;
 pub(crate) use io_queue::IoQueue;
-pub use request::{Data, Op, Protection, Request, RequestData, Target};
+pub use protection::{PiChecks, PiOptions, Protection};
+pub use request::{Data, Op, Request, RequestData, Target};
 pub use ring::DoorbellStats;
 pub use tracker::MAX_TRACKERS as MAX_IN_FLIGHT;

@@ -109,11 +109,7 @@ impl RequestData for DmaSpan {
     }
 }
 
-/// Metadata and protection information of a request. Empty while namespaces formatted with
-/// metadata are refused (a request for one is not made); the submission copies it into the
-/// command as it is.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Protection {}
+pub use super::protection::Protection;
 
 /// Where requests go: a namespace's identifier and geometry, read while it took I/O. A
 /// multipath head has one for all its paths.
