@@ -19,6 +19,8 @@
 //!   crate depends on the other.
 //! - [`vfio_platform`]: [`vfio_platform::VfioPlatform`], the platform over a real device bound
 //!   to vfio-pci (re-exported as `vfnvme::vfio_platform`).
+//! - [`pi`]: end-to-end protection information (T10 DIF guard, application and reference
+//!   tags): generation and checks shared by the driver and the model.
 //! - [`time`]: the coarse monotonic clock of the I/O path's periodic checks.
 //! - [`error`]: [`HalError`], the one error type of this layer.
 //!
@@ -28,6 +30,7 @@ pub mod error;
 pub mod iommu;
 pub mod mem;
 pub mod pci;
+pub mod pi;
 pub mod platform;
 pub mod time;
 pub mod vfio;

@@ -143,12 +143,13 @@ pub(super) fn sanitize_log(c: &CtrlState) -> Vec<u8> {
 /// and metadata, or `None` if the namespace doesn't offer it. Formats 0 (512 B) and 1 (4 KiB)
 /// have no metadata; 2 (512 B) and 3 (4 KiB) carry the namespace's offered metadata size
 /// (if any), extended (MSET) or separate, with protection information type `pi` (1..=3 needs at
-/// least 8 metadata bytes).
+/// least 8 metadata bytes), in the first 8 metadata bytes with `pil`, else the last.
 fn target_format(
     ns: &ModelNamespace,
     lbaf: u32,
     mset: bool,
     pi: u8,
+    pil: bool,
 ) -> Option<(u32, Option<ModelMetadata>)> {
     let lba_size = if lbaf & 1 == 0 { 512 } else { 4096 };
     match lbaf {
@@ -158,7 +159,8 @@ fn target_format(
             Some(ModelMetadata {
                 ms: ns.offered_ms,
                 extended: mset,
-                pi,
+                // DPS: PIL puts the PI first (only meaningful with a type).
+                pi: pi | if pil && pi != 0 { 1 << 3 } else { 0 },
             }),
         )),
         _ => None,
@@ -172,7 +174,11 @@ pub(super) fn format_nvm(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
     let cdw10 = sqe.cdw(10);
     let lbaf = (cdw10 & 0xf) | ((cdw10 >> 12) & 3) << 4;
     let mset = cdw10 & (1 << 4) != 0;
-    let (pi, ses) = (((cdw10 >> 5) & 7) as u8, (cdw10 >> 9) & 7);
+    let (pi, pil, ses) = (
+        ((cdw10 >> 5) & 7) as u8,
+        cdw10 & (1 << 8) != 0,
+        (cdw10 >> 9) & 7,
+    );
     if ses > 2 {
         return Status::INVALID_FIELD.into();
     }
@@ -188,7 +194,7 @@ pub(super) fn format_nvm(core: &Core, c: &mut CtrlState, sqe: &Sqe) -> Outcome {
     };
     let mut plans = Vec::with_capacity(targets.len());
     for ns in &targets {
-        match target_format(ns, lbaf, mset, pi) {
+        match target_format(ns, lbaf, mset, pi, pil) {
             Some(plan) => plans.push((ns.nsid, plan)),
             None => return Status::INVALID_FORMAT.into(),
         }

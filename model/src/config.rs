@@ -2,6 +2,7 @@
 
 use super::faults::FaultPlan;
 use thiserror::Error;
+use vfnvme_hal::pi::{PiFormat, PiLocation, PiType};
 
 /// Where a namespace's data lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,8 +52,62 @@ pub struct ModelMetadata {
     /// Metadata at the end of each block in the data buffer (FLBAS bit 4, extended LBA);
     /// otherwise in a separate buffer at the command's Metadata Pointer (MPTR).
     pub extended: bool,
-    /// Protection information type (DPS bits 2:0): 0 = none, 1..=3 = type 1..3.
+    /// Protection information as Identify Namespace reports it in DPS: bits 2:0 the type
+    /// (0 = none, 1..=3 = type 1..3), bit 3 set when the PI is in the first 8 bytes of the
+    /// metadata (clear: the last 8, QEMU's default). Build it with [`ModelMetadata::with_pi`]
+    /// or read it with [`ModelMetadata::pi_type`] and [`ModelMetadata::pi_location`].
     pub pi: u8,
+}
+
+/// DPS bit 3: PI in the first 8 bytes of the metadata.
+const DPS_FIRST: u8 = 1 << 3;
+
+impl ModelMetadata {
+    /// `ms` bytes of metadata per block, extended or separate, without protection information.
+    pub const fn new(ms: u16, extended: bool) -> Self {
+        ModelMetadata {
+            ms,
+            extended,
+            pi: 0,
+        }
+    }
+
+    /// The format with protection information of type `ty` at `location` (builder).
+    pub const fn with_pi(mut self, ty: PiType, location: PiLocation) -> Self {
+        self.pi = ty.code()
+            | match location {
+                PiLocation::First => DPS_FIRST,
+                PiLocation::Last => 0,
+            };
+        self
+    }
+
+    /// The protection information type (`None`: no PI).
+    pub const fn pi_type(&self) -> Option<PiType> {
+        PiType::from_code(self.pi & 7)
+    }
+
+    /// Where the PI sits in each block's metadata (meaningful only with a type).
+    pub const fn pi_location(&self) -> PiLocation {
+        if self.pi & DPS_FIRST != 0 {
+            PiLocation::First
+        } else {
+            PiLocation::Last
+        }
+    }
+
+    /// The format of `block_size`-byte blocks with this metadata, for [`vfnvme_hal::pi`].
+    pub const fn pi_format(&self, block_size: u32) -> PiFormat {
+        PiFormat {
+            block_size,
+            ms: self.ms,
+            extended: self.extended,
+            pi: match self.pi_type() {
+                Some(t) => Some((t, self.pi_location())),
+                None => None,
+            },
+        }
+    }
 }
 
 /// Everything the model can be configured with.
@@ -399,11 +454,16 @@ pub(crate) fn validate_metadata(md: ModelMetadata) -> Result<(), ModelError> {
             hint: "use 1..=128 metadata bytes per block",
         });
     }
-    if md.pi > 3 || (md.pi != 0 && md.ms < 8) {
+    // A type 1..=3, maybe with bit 3 (first); or 0 (no PI, no position).
+    let pi_bad = match md.pi_type() {
+        Some(_) => md.pi & !(DPS_FIRST | 7) != 0 || md.ms < 8,
+        None => md.pi != 0,
+    };
+    if pi_bad {
         return Err(ModelError::BadLimit {
             what: "namespace_metadata pi",
             value: md.pi.into(),
-            hint: "use 0..=3, and at least 8 metadata bytes with protection information",
+            hint: "use 0 or a type 1..=3 (| 8 for PI first), and at least 8 metadata bytes with protection information",
         });
     }
     Ok(())

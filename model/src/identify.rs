@@ -108,13 +108,13 @@ pub(crate) fn namespace(ns: &ModelNamespace) -> Vec<u8> {
     if ns.offered_ms != 0 {
         b[25] = 3; // NLBAF: four formats, 2 and 3 with metadata
         b[27] = 0b11; // MC: extended and separate metadata supported
-        b[28] = 0b1_0111; // DPC: types 1-3, PI in the first 8 bytes supported
+        b[28] = 0x1F; // DPC: types 1-3, PI in the first or the last 8 bytes (as QEMU)
         put32(&mut b, 136, 9 << 16 | u32::from(ns.offered_ms)); // LBAF2: 512 + ms
         put32(&mut b, 140, 12 << 16 | u32::from(ns.offered_ms)); // LBAF3: 4096 + ms
     }
     if let Some(md) = ns.metadata {
         b[26] = (2 + format) | u8::from(md.extended) << 4; // FLBAS: index, extended LBA
-        b[29] = md.pi; // DPS: the type in use, PI in the last 8 bytes
+        b[29] = md.pi; // DPS: the type in use, bit 3 for PI in the first 8 bytes
     }
     b[33] = 1 << 3 | 1; // DLFEAT: Write Zeroes may deallocate; deallocated reads zero
     if ns.anagrpid != 0 {

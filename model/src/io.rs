@@ -1,12 +1,16 @@
 //! NVM I/O commands: Flush, Write, Read, Write Zeroes, Dataset Management.
 
 use super::admin::max_transfer;
+use super::config::ModelMetadata;
 use super::core::Core;
 use super::dma_engine;
+use super::io_pi::{self, PrInfo, Transfer};
+use super::media::{Media, METADATA_BASE};
 use super::namespaces::ModelNamespace;
 use super::prp;
 use super::sqe::{Outcome, Sqe, Status};
 use std::sync::atomic::Ordering;
+use vfnvme_hal::pi::{Pi, PiFormat};
 
 /// NVM command set opcodes.
 pub(crate) mod op {
@@ -70,7 +74,10 @@ pub(crate) fn data_ranges(core: &Core, sqe: &Sqe, page: u64, out: &mut Vec<(u64,
                 return;
             };
             let block = 1u64 << ns.lba_shift;
+            // PRACT with 8-byte PI-only metadata moves no metadata.
+            let pract = ns.metadata.and_then(|m| m.pi_type()).is_some() && PrInfo::of(sqe).pract;
             match ns.metadata {
+                Some(m) if !io_pi::metadata_moves(m.ms, pract) => nlb * block,
                 Some(m) if m.extended => nlb * (block + u64::from(m.ms)),
                 Some(m) => {
                     out.push((sqe.mptr(), nlb * u64::from(m.ms)));
@@ -112,9 +119,6 @@ fn range(ns: &ModelNamespace, slba: u64, nlb: u64) -> Result<(u64, u64), Status>
     }
 }
 
-/// Where separately stored metadata lives in a namespace's sparse store (far past any data).
-const METADATA_BASE: u64 = 1 << 62;
-
 fn read_write(
     core: &Core,
     ns: &ModelNamespace,
@@ -124,6 +128,9 @@ fn read_write(
 ) -> Result<(), Status> {
     let nlb = u64::from(sqe.cdw(12) & 0xFFFF) + 1;
     let (mut start, mut len) = range(ns, sqe.slba(), nlb)?;
+    if let Some(md) = ns.metadata.filter(|m| m.pi_type().is_some()) {
+        return protected_read_write(core, ns, sqe, page, write, md, nlb);
+    }
     // Extended LBAs: each block carries its metadata inline, so the data buffer holds
     // `nlb * (block + ms)` bytes (and MDTS counts them).
     let extended = ns.metadata.filter(|m| m.extended).map(|m| u64::from(m.ms));
@@ -165,11 +172,82 @@ fn read_write(
     Ok(())
 }
 
+/// A read or write of a namespace with protection information (see [`io_pi`]).
+fn protected_read_write(
+    core: &Core,
+    ns: &ModelNamespace,
+    sqe: &Sqe,
+    page: u64,
+    write: bool,
+    md: ModelMetadata,
+    nlb: u64,
+) -> Result<(), Status> {
+    let info = PrInfo::of(sqe);
+    let Some(store) = ns.store.as_deref() else {
+        // Null backing: nothing moves; the MDTS check still applies.
+        let ms = if md.extended && io_pi::metadata_moves(md.ms, info.pract) {
+            u64::from(md.ms)
+        } else {
+            0
+        };
+        let len = nlb * ((1u64 << ns.lba_shift) + ms);
+        return match max_transfer(core) {
+            Some(m) if len > m => Err(Status::INVALID_FIELD),
+            _ => Ok(()),
+        };
+    };
+    let transfer = Transfer {
+        store,
+        format: PiFormat {
+            extended: false, // the bounce buffers are separate
+            ..md.pi_format(1 << ns.lba_shift)
+        },
+        extended: md.extended,
+        md_moves: io_pi::metadata_moves(md.ms, info.pract),
+        slba: sqe.slba(),
+        page,
+    };
+    if max_transfer(core).is_some_and(|m| transfer.host_len(nlb) > m) {
+        return Err(Status::INVALID_FIELD);
+    }
+    if write {
+        transfer.write(&core.iommu, sqe, nlb, &info)
+    } else {
+        transfer.read(&core.iommu, sqe, nlb, &info)
+    }
+}
+
+/// Write Zeroes: data and metadata zeroed (deallocated: PI reads back all FFh). With PI, PRCHK
+/// bits are refused (Invalid Protection Information) and PRACT writes PI for the zeroes (guard
+/// 0, the command's application tag and reference tags), as QEMU does.
 fn write_zeroes(ns: &ModelNamespace, sqe: &Sqe) -> Result<(), Status> {
     let nlb = u64::from(sqe.cdw(12) & 0xFFFF) + 1;
-    let (start, len) = range(ns, sqe.slba(), nlb)?;
-    if let Some(store) = ns.store.as_ref() {
-        store.zero(start, len);
+    let slba = sqe.slba();
+    range(ns, slba, nlb)?;
+    let pi = ns.metadata.and_then(|m| Some((m, m.pi_type()?)));
+    let info = PrInfo::of(sqe);
+    if pi.is_some() && info.checks.any() {
+        return Err(Status::INVALID_PROTECTION_INFO);
+    }
+    let Some(store) = ns.store.as_ref() else {
+        return Ok(());
+    };
+    let media = Media::of(ns);
+    media.zero(store, slba, nlb);
+    if let Some((md, ty)) = pi.filter(|_| info.pract) {
+        let format = md.pi_format(1 << ns.lba_shift);
+        let at = format.pi_offset();
+        let mut buf = vec![0u8; nlb as usize * usize::from(md.ms)];
+        for (i, m) in buf.chunks_exact_mut(md.ms.into()).enumerate() {
+            let pi = Pi {
+                guard: 0, // the CRC of zeroes
+                app: info.expected.app_tag,
+                reference: ty.ref_at(info.expected.ref_tag, i),
+            };
+            pi.write_to(&mut m[at..]);
+        }
+        media.save_md(store, slba, &buf);
+        Media::mark_written(store, slba, nlb);
     }
     Ok(())
 }
@@ -194,8 +272,10 @@ fn dataset_management(
     }
     if deallocate {
         if let Some(store) = ns.store.as_ref() {
+            let media = Media::of(ns);
             for &(start, len) in &checked[..nr] {
-                store.zero(start, len);
+                // Data and metadata of the blocks (`range` gave their data bytes).
+                media.zero(store, start >> ns.lba_shift, len >> ns.lba_shift);
             }
         }
     }

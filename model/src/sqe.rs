@@ -77,6 +77,11 @@ const fn specific(sc: u8) -> Status {
     Status(sc as u16 | 1 << 8 | DNR)
 }
 
+/// Media and data integrity status (SCT 2h), without DNR (as QEMU completes PI failures).
+pub(crate) const fn media(sc: u8) -> Status {
+    Status(sc as u16 | 2 << 8)
+}
+
 /// Path-related status (SCT 3h), retryable (DNR = 0): the host may retry on another path.
 const fn path(sc: u8) -> Status {
     Status(sc as u16 | 3 << 8)
@@ -105,6 +110,8 @@ impl Status {
     pub const INVALID_QUEUE_DELETION: Status = specific(0x0C);
     pub const NSID_UNAVAILABLE: Status = specific(0x16);
     pub const NS_ALREADY_ATTACHED: Status = specific(0x18);
+    /// Invalid Protection Information (1h/81h, DNR).
+    pub const INVALID_PROTECTION_INFO: Status = specific(0x81);
     pub const NS_NOT_ATTACHED: Status = specific(0x1A);
     pub const CONTROLLER_LIST_INVALID: Status = specific(0x1C);
 }

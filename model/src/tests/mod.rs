@@ -6,6 +6,7 @@ mod ana_tests;
 mod event_tests;
 mod fault_tests;
 mod io_tests;
+mod pi_tests;
 mod queue_tests;
 mod register_tests;
 mod robustness_tests;
