@@ -34,7 +34,7 @@ pub enum TridError {
         key: String,
     },
     /// A transport other than PCIe.
-    #[error("-r '{text}': trtype {trtype} is not supported: vfnvme drives PCIe controllers bound to vfio-pci only (trtype:PCIe); use spdk_nvme_perf or the kernel's nvme-{lower} for {trtype}", lower = trtype.to_ascii_lowercase())]
+    #[error("-r '{text}': trtype {trtype} is not supported: vfnvme drives PCIe controllers bound to vfio-pci only (trtype:PCIe); use spdk_nvme_perf (or the kernel's NVMe host drivers) for {trtype}")]
     Transport {
         /// The whole transport ID.
         text: String,
