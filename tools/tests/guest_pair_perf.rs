@@ -59,6 +59,10 @@ fn perf_two_devices_in_one_run() {
     }
     assert_eq!(v["total"]["ios"], 2000, "{v}");
     for b in &bdfs {
-        assert!(err.contains(&format!("{b} NSID 1 thread 0")), "{err}");
+        // spdk_nvme_perf's row: `PCIE (BDF) NSID 1 from core N:`.
+        assert!(
+            err.contains(&format!("PCIE ({b}) NSID 1 from core ")),
+            "{err}"
+        );
     }
 }

@@ -11,7 +11,10 @@ pub mod percentiles;
 pub mod progress;
 pub mod report;
 pub mod rows;
+pub mod spdk_args;
+pub mod spdk_text;
 pub mod transport_stats;
+pub mod trid;
 pub mod worker;
 pub mod zipf;
 
@@ -36,7 +39,8 @@ use vfnvme::{Controller, ControllerOptions, Namespace, QpairOptions, QueuePair};
 use vfnvme_model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
 use worker::{WorkerPlan, WorkerResult};
 
-/// Arguments of `vfnvme perf`.
+/// Arguments of `vfnvme perf`. spdk_nvme_perf's flags work too: its short flags are the
+/// short forms of the same options (`-q` is `--qd`), so giving both is refused as a duplicate.
 #[derive(Args, Debug, Clone)]
 pub struct PerfArgs {
     /// Controller(s) to measure, bound to vfio-pci (e.g. 0000:01:00.0); repeatable.
@@ -45,9 +49,16 @@ pub struct PerfArgs {
     /// Same as --device, given without the flag.
     #[arg(value_name = "BDF")]
     pub positional: Vec<String>,
+    /// spdk_nvme_perf's transport ID, e.g. 'trtype:PCIe traddr:0000:00:04.0' (ns:N picks the
+    /// namespace); PCIe only; repeatable. Same as --device BDF.
+    #[arg(short = 'r', long = "transport-id", alias = "transport", value_name = "TRID", value_parser = parse_trid_arg)]
+    pub trids: Vec<trid::TransportId>,
+    /// spdk_nvme_perf's allowed PCI address: same as --device BDF.
+    #[arg(short = 'b', long = "allowed-pci-addr", value_name = "BDF")]
+    pub allowed: Vec<String>,
     /// Measure the in-memory controller model (two null namespaces, 4 KiB LBAs) instead of a
     /// device.
-    #[arg(long, conflicts_with_all = ["devices", "positional"])]
+    #[arg(long, conflicts_with_all = ["devices", "positional", "trids", "allowed"])]
     pub model: bool,
     /// With --model: measure a multipath head of a model subsystem of N controllers (paths)
     /// sharing the namespaces, every path ANA optimized; the report adds the I/Os per path.
@@ -67,34 +78,46 @@ pub struct PerfArgs {
     /// its own threads and queue pairs.
     #[arg(long)]
     pub nsid: Vec<u32>,
-    /// I/Os kept outstanding per queue pair.
-    #[arg(long, default_value_t = 32)]
+    /// I/Os kept outstanding per queue pair (spdk_nvme_perf: -q, --io-depth).
+    #[arg(short = 'q', long, alias = "io-depth", default_value_t = 32)]
     pub qd: u32,
-    /// Bytes per I/O: a multiple of the LBA size; k/m suffixes (4k, 128k, 1m).
-    #[arg(long = "io-size", default_value = "4096", value_parser = parse_size_arg)]
+    /// Bytes per I/O: a multiple of the LBA size; k/m suffixes (4k, 128k, 1m)
+    /// (spdk_nvme_perf: -o).
+    #[arg(short = 'o', long = "io-size", default_value = "4096", value_parser = parse_size_arg)]
     pub io_size: u64,
-    /// Access pattern.
-    #[arg(long, value_enum, default_value_t = Pattern::Randread)]
+    /// Access pattern (spdk_nvme_perf: -w, --io-pattern).
+    #[arg(short = 'w', long, alias = "io-pattern", value_enum, default_value_t = Pattern::Randread)]
     pub pattern: Pattern,
-    /// Percentage of reads for --pattern randrw (default 50).
-    #[arg(long = "rwmix-read", value_name = "PCT")]
+    /// Percentage of reads for --pattern rw or randrw (default 50) (spdk_nvme_perf: -M,
+    /// --rwmixread).
+    #[arg(
+        short = 'M',
+        long = "rwmix-read",
+        alias = "rwmixread",
+        value_name = "PCT"
+    )]
     pub rwmix_read: Option<u8>,
-    /// Measured seconds.
-    #[arg(long, default_value_t = 5)]
+    /// Measured seconds (spdk_nvme_perf: -t).
+    #[arg(short = 't', long, default_value_t = 5)]
     pub time: u64,
-    /// Warm-up seconds before measuring.
-    #[arg(long, default_value_t = 0)]
+    /// Warm-up seconds before measuring (spdk_nvme_perf: -a, --warmup-time).
+    #[arg(short = 'a', long, alias = "warmup-time", default_value_t = 0)]
     pub ramp: u64,
     /// Threads per namespace, each with its own queue pair (default 1, or one per core of
     /// --cpus).
     #[arg(long)]
     pub threads: Option<u32>,
-    /// Cores to run the threads on, e.g. 0,1 or 0-3 (as spdk_nvme_perf's -c): thread i of
-    /// each namespace is pinned to the i-th core of the list.
+    /// Cores to run the threads on: a list (0,1 or 0-3,6), a list in brackets ([0-1]) or a
+    /// hex mask (0x3); thread i of each namespace is pinned to the i-th core.
     #[arg(long, value_name = "LIST", value_parser = parse_cpus_arg)]
     pub cpus: Option<cpus::CpuList>,
-    /// Latency percentiles (1% … 99.99999%) per row; give twice (-LL) for the whole histogram.
-    #[arg(short = 'L', long = "latency-percentiles", action = clap::ArgAction::Count)]
+    /// spdk_nvme_perf's core mask: hex with or without 0x (0x3 and 3 are cores 0 and 1) or a
+    /// list in brackets ([0-1]); otherwise as --cpus.
+    #[arg(short = 'c', long = "core-mask", value_name = "MASK", value_parser = parse_core_mask_arg, conflicts_with = "cpus")]
+    pub core_mask: Option<cpus::CpuList>,
+    /// Latency percentiles (1% … 99.99999%) per row; give twice (-LL) for the whole histogram
+    /// (spdk_nvme_perf: -L, -LL).
+    #[arg(short = 'L', long = "latency-percentiles", alias = "enable-sw-latency-tracking", action = clap::ArgAction::Count)]
     pub latency: u8,
     /// The whole latency histogram (bucket range, cumulative %, count), as -LL.
     #[arg(long)]
@@ -103,22 +126,27 @@ pub struct PerfArgs {
     /// queued requests, MMIO and shadow doorbell updates of SQ and CQ.
     #[arg(long = "transport-stats")]
     pub transport_stats: bool,
-    /// Stop each queue pair after N I/Os (the ramp's included), or at --time, whichever is first.
-    #[arg(long, value_name = "N")]
+    /// Stop each queue pair after N I/Os (the ramp's included), or at --time, whichever is
+    /// first (spdk_nvme_perf: -d, --number-ios).
+    #[arg(short = 'd', long, alias = "number-ios", value_name = "N")]
     pub ios: Option<u64>,
     /// Zipf-distributed random offsets with skew THETA (e.g. 1.2; > 0, not 1), as fio's
-    /// random_distribution=zipf.
-    #[arg(long, value_name = "THETA")]
+    /// random_distribution=zipf (spdk_nvme_perf: -F).
+    #[arg(short = 'F', long, value_name = "THETA")]
     pub zipf: Option<f64>,
     /// Count failed I/Os and keep going (exit status 0); without it the first failure ends
     /// the run with an error.
     #[arg(long = "continue-on-error")]
     pub continue_on_error: bool,
+    /// spdk_nvme_perf's -Q N: as --continue-on-error (vfnvme counts every failure and reports
+    /// the first; N, SPDK's logging interval, changes nothing).
+    #[arg(short = 'Q', value_name = "N", conflicts_with = "continue_on_error")]
+    pub continue_every: Option<u64>,
     /// Entries of each queue pair's rings (up to CAP.MQES+1), as many commands in flight at
     /// most (less one). Default: 1024 entries where it fits, with room for twice the I/Os in
     /// flight (at least 63 commands); fewer CQ head doorbell writes. Smaller than --qd + 1
     /// holds I/Os back until a slot frees (counted as queued requests).
-    #[arg(long = "queue-size", value_name = "N")]
+    #[arg(long = "queue-size", alias = "io-queue-size", value_name = "N")]
     pub queue_size: Option<u32>,
     /// Also write the results as JSON to this file ("-" = standard output).
     #[arg(long, value_name = "PATH")]
@@ -149,6 +177,16 @@ fn parse_cpus_arg(text: &str) -> Result<cpus::CpuList, String> {
     cpus::parse(text)
         .map(cpus::CpuList)
         .map_err(|e| e.to_string())
+}
+
+fn parse_core_mask_arg(text: &str) -> Result<cpus::CpuList, String> {
+    cpus::parse_core_mask(text)
+        .map(cpus::CpuList)
+        .map_err(|e| e.to_string())
+}
+
+fn parse_trid_arg(text: &str) -> Result<trid::TransportId, String> {
+    trid::parse(text).map_err(|e| e.to_string())
 }
 
 fn parse_size_arg(text: &str) -> Result<u64, String> {
@@ -390,6 +428,7 @@ fn prepare_jobs<P: Platform>(
                     nsid: ns.nsid(),
                     thread: t,
                     cpu,
+                    ran_on: None,
                 },
                 progress: Arc::default(),
             });
@@ -442,6 +481,7 @@ fn run_job<P: Platform>(mut j: Job<P>, clock: &Clock) -> Result<(RowId, WorkerRe
         &clock,
         Some(&j.progress),
     )?;
+    j.id.ran_on = j.id.cpu.or_else(cpus::current);
     Ok((j.id, r))
 }
 
@@ -513,6 +553,7 @@ pub fn model_config() -> ModelConfig {
 /// Runs `vfnvme perf`: prints the report, writes the JSON if asked. Fails on bad input, on
 /// device errors, and if any I/O failed (unless `--continue-on-error`).
 pub fn run(args: &PerfArgs) -> Result<()> {
+    let args = &spdk_args::resolve(args)?;
     let read_pct = check_args(args)?;
     if let Some(c) = &args.cpus {
         cpus::check(&c.0)?;

@@ -291,6 +291,7 @@ pub fn prepare<P: Platform>(
                     nsid,
                     thread: t,
                     cpu,
+                    ran_on: None,
                 },
                 depth,
                 progress: Arc::default(),
@@ -314,6 +315,7 @@ fn run_job<P: Platform>(mut j: HeadJob<P>, clock: &Clock) -> Result<(RowId, Work
         clock,
         Some(&j.progress),
     )?;
+    j.id.ran_on = j.id.cpu.or_else(super::cpus::current);
     Ok((j.id, r))
 }
 

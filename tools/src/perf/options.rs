@@ -27,6 +27,9 @@ pub enum Pattern {
     Write,
     /// Random mix of reads and writes (`--rwmix-read` percent reads).
     Randrw,
+    /// Sequential mix of reads and writes (`--rwmix-read` percent reads), as spdk_nvme_perf's
+    /// `-w rw`.
+    Rw,
 }
 
 impl Pattern {
@@ -43,7 +46,7 @@ impl Pattern {
         match self {
             Pattern::Randread | Pattern::Read => 100,
             Pattern::Randwrite | Pattern::Write => 0,
-            Pattern::Randrw => rwmix_read,
+            Pattern::Randrw | Pattern::Rw => rwmix_read,
         }
     }
 
@@ -55,6 +58,7 @@ impl Pattern {
             Pattern::Read => "read",
             Pattern::Write => "write",
             Pattern::Randrw => "randrw",
+            Pattern::Rw => "rw",
         }
     }
 }
@@ -185,8 +189,8 @@ pub enum PerfInputError {
         /// The value given.
         pct: u8,
     },
-    /// `--rwmix-read` with a pattern other than randrw.
-    #[error("--rwmix-read only applies to --pattern randrw (the pattern is {pattern})")]
+    /// `--rwmix-read` with a pattern other than rw or randrw.
+    #[error("--rwmix-read (-M) only applies to --pattern rw or randrw (the pattern is {pattern}): drop it, or use -w rw / -w randrw")]
     RwmixWithoutRandrw {
         /// The pattern given.
         pattern: &'static str,
@@ -386,7 +390,7 @@ pub fn check_memory(qd: u32, size: u64) -> Result<(), PerfInputError> {
 pub fn check_rwmix(pattern: Pattern, rwmix_read: Option<u8>) -> Result<u8, PerfInputError> {
     match (pattern, rwmix_read) {
         (_, Some(pct)) if pct > 100 => Err(PerfInputError::BadRwmix { pct }),
-        (Pattern::Randrw, pct) => Ok(pct.unwrap_or(50)),
+        (Pattern::Randrw | Pattern::Rw, pct) => Ok(pct.unwrap_or(50)),
         (p, Some(_)) => Err(PerfInputError::RwmixWithoutRandrw { pattern: p.name() }),
         (p, None) => Ok(p.read_percent(0)),
     }
@@ -519,6 +523,9 @@ mod tests {
         ));
         assert_eq!(check_rwmix(Pattern::Randrw, None), Ok(50));
         assert_eq!(check_rwmix(Pattern::Randrw, Some(70)), Ok(70));
+        assert_eq!(check_rwmix(Pattern::Rw, Some(30)), Ok(30));
+        assert_eq!(check_rwmix(Pattern::Rw, None), Ok(50));
+        assert!(!Pattern::Rw.is_random());
         assert_eq!(check_rwmix(Pattern::Randread, None), Ok(100));
         assert_eq!(check_rwmix(Pattern::Write, None), Ok(0));
         assert_eq!(

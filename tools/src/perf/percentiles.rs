@@ -52,28 +52,6 @@ pub fn buckets(h: &Histogram<u64>, ns_per_unit: f64) -> Vec<Bucket> {
         .collect()
 }
 
-/// The percentile list as text (µs), one line each, as `-L` prints it.
-pub fn percentiles_text(list: &[(f64, f64)]) -> String {
-    list.iter()
-        .map(|(p, ns)| format!("  {:>10.5}% : {:>12.3} us\n", p, ns / 1000.0))
-        .collect()
-}
-
-/// The histogram as text (µs): range, cumulative percentage, count.
-pub fn buckets_text(list: &[Bucket]) -> String {
-    let mut s = String::from("       Range in us     Cumulative    IO count\n");
-    for b in list {
-        s += &format!(
-            "  {:>10.3} - {:>10.3}: {:>9.4}%  ({:>9})\n",
-            b.low_ns / 1000.0,
-            b.high_ns / 1000.0,
-            b.cumulative_pct,
-            b.count
-        );
-    }
-    s
-}
-
 /// The percentile list as JSON: `[{"percentile": p, "ns": v}, …]`.
 pub fn percentiles_json(list: &[(f64, f64)]) -> Value {
     Value::Array(
@@ -115,8 +93,6 @@ mod tests {
         assert_eq!(b.iter().map(|b| b.count).sum::<u64>(), 10_000);
         assert!((b.last().unwrap().cumulative_pct - 100.0).abs() < 1e-9);
         assert!(b.iter().all(|b| b.low_ns <= b.high_ns));
-        assert!(buckets_text(&b).lines().count() == b.len() + 1);
-        assert!(percentiles_text(&p).contains("99.99999%"));
         assert!(percentiles(&Histogram::new(3).unwrap(), 1.0).is_empty());
     }
 }

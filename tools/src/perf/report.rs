@@ -2,7 +2,8 @@
 
 use super::path_counts::PathCounts;
 use super::percentiles;
-use super::rows::{self, Detail, Line, Row, RowId};
+use super::rows::{Detail, Line, Row, RowId};
+use super::spdk_text;
 use super::worker::WorkerResult;
 use anyhow::Result;
 use hdrhistogram::Histogram;
@@ -140,37 +141,36 @@ impl Summary {
         }
     }
 
-    /// The table (a row per namespace and thread, and the Total), then each row's details.
+    /// spdk_nvme_perf's block (the table with a row per namespace and thread, the Total, the
+    /// `-L`/`-LL` sections), then what vfnvme adds: the percentiles of all I/Os, the I/Os per
+    /// path, the transport statistics.
     pub fn table(&self) -> String {
-        let mut s = rows::header();
-        for r in &self.rows {
-            s += &Line::of(&r.result, self.time_s, self.io_size, self.ns_per_unit)
-                .text(&r.id.label());
-        }
-        s += &self.total_line().text("Total");
-        for r in &self.rows {
-            s += &r.detail_text(self.ns_per_unit, self.detail);
-        }
-        if self.detail.latency >= 1 && self.rows.len() > 1 {
-            s += "
-Summary latency data for Total:
-";
-            s += &percentiles::percentiles_text(&percentiles::percentiles(
+        let mut s = spdk_text::Table::new(
+            &self.rows,
+            self.total_line(),
+            self.time_s,
+            self.io_size,
+            self.ns_per_unit,
+        )
+        .text(self.ns_per_unit, self.detail);
+        if self.detail.latency >= 1 && self.rows.len() > 1 && !self.latency.is_empty() {
+            s += "Latency percentiles of all I/Os (us):\n";
+            s += &spdk_text::percentile_lines(&percentiles::percentiles(
                 &self.latency,
                 self.ns_per_unit,
             ));
+            s += "\n";
         }
         if let Some(p) = &self.paths {
-            s += "\n";
             s += &p.text();
+            s += "\n";
         }
         if self.detail.transport {
-            s += "
-PCIE transport statistics (per queue pair, whole run):
-";
+            s += "PCIE transport statistics (per queue pair, whole run):\n";
             for r in &self.rows {
                 s += &r.result.transport.text(&r.id.label());
             }
+            s += "\n";
         }
         s
     }
@@ -213,8 +213,7 @@ PCIE transport statistics (per queue pair, whole run):
             }
         };
         format!(
-            "{table}
-{summary}",
+            "{table}{summary}",
             table = self.table(),
             summary = self.text_summary(&options)
         )
@@ -425,6 +424,7 @@ mod tests {
             nsid: 1,
             thread,
             cpu: None,
+            ran_on: None,
         };
         let s = summary()
             .merge(vec![(id(0), w.clone()), (id(1), w)])
@@ -444,7 +444,7 @@ mod tests {
         assert_eq!(j["total"]["iops"].as_f64(), Some(4.0));
         let t = s.text();
         assert!(
-            t.contains("model NSID 1 thread 1") && t.contains("\nTotal "),
+            t.contains("model NSID 1 thread 1 from core  0: ") && t.contains("\nTotal "),
             "{t}"
         );
     }

@@ -1,5 +1,5 @@
-//! The per-namespace, per-thread rows of the report and their Total row, as spdk_nvme_perf
-//! prints them.
+//! The per-namespace, per-thread rows of the report and their Total row (laid out by
+//! `spdk_text`).
 
 use super::percentiles;
 use super::worker::WorkerResult;
@@ -16,10 +16,13 @@ pub struct RowId {
     pub thread: u32,
     /// The core the thread was pinned to (`--cpus`).
     pub cpu: Option<usize>,
+    /// The core the thread ran on when it finished (the pinned one, or where the scheduler
+    /// last put it); what the spdk_nvme_perf-format report prints after "from core".
+    pub ran_on: Option<usize>,
 }
 
 impl RowId {
-    /// The row's label, e.g. `model NSID 1 thread 0 (core 1)`.
+    /// The row's label in vfnvme's own sections, e.g. `model NSID 1 thread 0 core 1`.
     pub fn label(&self) -> String {
         let core = self.cpu.map(|c| format!(" core {c}")).unwrap_or_default();
         format!(
@@ -84,18 +87,6 @@ impl Line {
         }
     }
 
-    /// The table line under `label`.
-    pub fn text(&self, label: &str) -> String {
-        format!(
-            "{label:<44}: {:>12.2} {:>10.2} {:>12.2} {:>10.2} {:>10.2}\n",
-            self.iops,
-            self.mib_per_s,
-            self.mean_ns / 1000.0,
-            self.min_ns / 1000.0,
-            self.max_ns / 1000.0
-        )
-    }
-
     /// The JSON fields of the line.
     pub fn json(&self) -> Value {
         json!({
@@ -105,14 +96,6 @@ impl Line {
             "latency_ns": {"mean": self.mean_ns, "min": self.min_ns, "max": self.max_ns},
         })
     }
-}
-
-/// The table header.
-pub fn header() -> String {
-    format!(
-        "{:<44}: {:>12} {:>10} {:>12} {:>10} {:>10}\n",
-        "Device Information", "IOPS", "MiB/s", "Average(us)", "min(us)", "max(us)"
-    )
 }
 
 /// What the report shows beyond the table.
@@ -133,6 +116,7 @@ impl Row {
         v["nsid"] = json!(self.id.nsid);
         v["thread"] = json!(self.id.thread);
         v["cpu"] = json!(self.id.cpu);
+        v["ran_on"] = json!(self.id.ran_on);
         v["reads"] = json!(r.reads);
         v["writes"] = json!(r.writes);
         v["errors"] = json!(r.errors);
@@ -149,21 +133,5 @@ impl Row {
             v["transport"] = r.transport.json();
         }
         v
-    }
-
-    /// The row's details as text (percentiles, histogram, transport statistics).
-    pub fn detail_text(&self, ns_per_unit: f64, detail: Detail) -> String {
-        let label = self.id.label();
-        let h = &self.result.latency;
-        let mut s = String::new();
-        if detail.latency >= 1 {
-            s += &format!("\nSummary latency data for {label}:\n");
-            s += &percentiles::percentiles_text(&percentiles::percentiles(h, ns_per_unit));
-        }
-        if detail.latency >= 2 {
-            s += &format!("\nLatency histogram for {label}:\n");
-            s += &percentiles::buckets_text(&percentiles::buckets(h, ns_per_unit));
-        }
-        s
     }
 }
