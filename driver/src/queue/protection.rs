@@ -17,25 +17,7 @@ use crate::namespace::{Namespace, NamespaceState};
 use crate::spec::Command;
 use vfnvme_hal::{DmaBuffer, DmaSpan};
 
-/// Which protection information fields the controller checks (PRCHK, CDW12 bits 28:26).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PiChecks {
-    /// The guard (CRC-16 T10-DIF of the block's data).
-    pub guard: bool,
-    /// The application tag, under [`PiOptions::app_mask`].
-    pub app: bool,
-    /// The reference tag (types 1 and 2; type 3 has none to check).
-    pub reference: bool,
-}
-
-impl PiChecks {
-    /// Every field the format has: guard, application and reference tag.
-    pub const ALL: PiChecks = PiChecks {
-        guard: true,
-        app: true,
-        reference: true,
-    };
-}
+pub use vfnvme_hal::pi::PiChecks;
 
 /// How a request uses its namespace's protection information.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -128,6 +110,7 @@ impl<'a, T> Request<'a, T> {
     /// and, for a format with separate metadata, the metadata at `metadata_offset` of the same
     /// buffer (`blocks * ms` bytes, 4-byte aligned, after the data). `pi` says how the
     /// protection information is used. The buffer comes back in the completion or the error.
+    #[allow(clippy::too_many_arguments)]
     pub fn with_metadata(
         op: Op,
         ns: &Namespace,
@@ -335,7 +318,7 @@ fn check(
         (false, None) => (0, 0),
     };
     let pi_type = id.protection_type;
-    let checks = pi.check.guard || pi.check.app || pi.check.reference;
+    let checks = pi.check.any();
     if pi_type == 0 && (pi.act || checks) {
         return Err(invalid(
             "this namespace's format has no protection information: PRACT and PRCHK need one",
