@@ -42,6 +42,15 @@
 // disabled and the buffer stays held), nothing more will complete on this controller.
 #define VFNVME_SC_CONTROLLER_LOST 112
 
+// PRCHK bit of `vfnvme_pi_opts.check`: the controller checks the guard (CRC-16 T10-DIF).
+#define VFNVME_PI_CHECK_GUARD 4
+
+// PRCHK bit: the controller checks the application tag under `app_mask`.
+#define VFNVME_PI_CHECK_APP 2
+
+// PRCHK bit: the controller checks the reference tag (types 1 and 2).
+#define VFNVME_PI_CHECK_REF 1
+
 // What happened to a controller (`vfnvme_ctrl_next_ctrl_event`).
 enum vfnvme_ctrl_event_kind {
   // No event (the value of an unfilled `vfnvme_ctrl_event`).
@@ -271,11 +280,13 @@ struct vfnvme_ns_info {
   // The metadata travels at the end of each block in the data buffer (extended LBA) rather
   // than in a separate buffer.
   bool metadata_extended;
-  // Whether vfnvme does I/O on this namespace. False when its format has metadata or
-  // protection information (not supported yet): every submission then fails with
-  // VFNVME_ERR_UNSUPPORTED before anything reaches the device; reformat the namespace to an
-  // LBA format without metadata to use it.
+  // Whether plain reads and writes (vfnvme_qpair_read, ...) work on this namespace. False
+  // when its format has metadata or protection information: those fail with
+  // VFNVME_ERR_UNSUPPORTED before anything reaches the device; use vfnvme_qpair_read_md and
+  // vfnvme_qpair_write_md, which move the metadata and take the PI options.
   bool io_supported;
+  // The protection information is in the first 8 bytes of the metadata (else the last).
+  bool protection_first;
 };
 
 // One namespace change, as `vfnvme_ctrl_next_event` reports it.
@@ -328,6 +339,17 @@ struct vfnvme_model_opts {
   uint32_t io_timeout_ms;
   // I/O command retries (at most 255), as `vfnvme_ctrl_opts.io_retries`.
   uint32_t io_retries;
+  // Must be 0 (keeps the fields below past the first version's struct).
+  uint32_t reserved0;
+  // Metadata bytes per block of every namespace's format (0: none; with PI at least 8).
+  uint16_t metadata_size;
+  // The metadata follows each block in the data buffer (extended LBA); else it has a buffer
+  // of its own.
+  bool metadata_extended;
+  // Protection information type of every namespace (0: none, 1..3).
+  uint8_t protection_type;
+  // The PI is in the first 8 bytes of the metadata (else the last).
+  bool protection_first;
 };
 #endif
 
@@ -543,6 +565,29 @@ struct vfnvme_qpair_opts {
 // commands on the same queue pair, but must not poll or free it, and must not unwind (no C++
 // exception or longjmp may leave it).
 typedef void (*vfnvme_cb)(void *arg, const struct vfnvme_cpl *cpl);
+
+// Protection information options of one request (vfnvme_qpair_read_md, vfnvme_qpair_write_md).
+// Zero-initialise, set `size = sizeof(struct vfnvme_pi_opts)`, then set what you need; NULL
+// means none (no PRACT, no checks).
+struct PiOpts {
+  // Set it to `sizeof(struct vfnvme_pi_opts)` (as for vfnvme_qpair_opts).
+  uint32_t size;
+  // PRACT: the controller inserts the PI on writes and checks and strips it on reads (with
+  // 8 bytes of metadata no metadata moves: pass md NULL).
+  bool act;
+  // What the controller checks: VFNVME_PI_CHECK_GUARD | VFNVME_PI_CHECK_APP |
+  // VFNVME_PI_CHECK_REF (the reference tag is refused for PI type 3).
+  uint8_t check;
+  // The application tag written (with `act`) or expected.
+  uint16_t app_tag;
+  // Which bits of the application tag are compared.
+  uint16_t app_mask;
+  // Use `ref_tag`; otherwise the reference tag of the first block is the LBA's low 32 bits
+  // (what PI type 1 requires).
+  bool has_ref_tag;
+  // The reference tag of the first block (type 2: counts up per block).
+  uint32_t ref_tag;
+};
 
 // One range of a deallocate (TRIM) command.
 struct vfnvme_range {
@@ -1109,6 +1154,29 @@ int32_t vfnvme_qpair_read(struct vfnvme_qpair *qp, uint32_t nsid, void *buf, uin
 // # Safety
 // Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_qpair_write(struct vfnvme_qpair *qp, uint32_t nsid, const void *buf, uint64_t lba, uint32_t blocks, vfnvme_cb cb, void *arg);
+
+// Queues a read of `blocks` blocks at `lba` of namespace `nsid`, a namespace formatted with
+// metadata: into `buf` the blocks (each followed by its metadata for extended LBAs; only the
+// data with PRACT and 8 bytes of metadata), and into `md` the separate metadata (`blocks * ms`
+// bytes; NULL when none moves separately). `pi` (NULL: none) sets PRACT, the checks and the
+// expected tags; a check failure completes with SCT 2h and SC 82h (guard), 83h (application
+// tag) or 84h (reference tag). Both buffers from vfnvme_dma_alloc; otherwise as
+// vfnvme_qpair_read.
+//
+// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_qpair_read_md(struct vfnvme_qpair *qp, uint32_t nsid, void *buf, void *md, uint64_t lba, uint32_t blocks, const struct PiOpts *pi, vfnvme_cb cb, void *arg);
+
+// Queues a write of `blocks` blocks at `lba` with their metadata; otherwise as
+// vfnvme_qpair_read_md. Don't modify `buf` or `md` until the completion.
+//
+// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_qpair_write_md(struct vfnvme_qpair *qp, uint32_t nsid, const void *buf, const void *md, uint64_t lba, uint32_t blocks, const struct PiOpts *pi, vfnvme_cb cb, void *arg);
 
 // Queues a flush of namespace `nsid` (the volatile write cache); otherwise as vfnvme_qpair_read.
 //

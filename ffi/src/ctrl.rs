@@ -180,6 +180,7 @@ fn info(ns: &vfnvme::namespace::Namespace) -> NsInfo {
         protection_type: ns.identity().protection_type,
         metadata_extended: ns.identity().metadata_extended,
         io_supported: !ns.io_refused(),
+        protection_first: ns.identity().protection_first,
     }
 }
 

@@ -32,6 +32,8 @@ mod abi_generator_tests;
 #[cfg(all(test, feature = "model"))]
 mod abi_handle_kind_tests;
 #[cfg(all(test, feature = "model"))]
+mod abi_metadata_tests;
+#[cfg(all(test, feature = "model"))]
 mod abi_model_support;
 #[cfg(all(test, feature = "model"))]
 mod abi_mp_tests;

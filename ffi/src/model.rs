@@ -8,7 +8,9 @@ use crate::error::{guard, FfiError, FfiResult, Status};
 use crate::opts::growing_opts;
 use std::sync::Arc;
 use vfnvme::{Controller, ControllerOptions};
-use vfnvme_model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform, Stall};
+use vfnvme_model::{
+    Backing, ModelConfig, ModelMetadata, ModelNamespaceConfig, ModelPlatform, Stall,
+};
 
 /// Options of the in-memory controller model (testing and benchmarks). Zero-initialise, set
 /// `size = sizeof(struct vfnvme_model_opts)`, then set what you need; NULL means defaults.
@@ -43,6 +45,17 @@ pub struct ModelOpts {
     pub io_timeout_ms: u32,
     /// I/O command retries (at most 255), as `vfnvme_ctrl_opts.io_retries`.
     pub io_retries: u32,
+    /// Must be 0 (keeps the fields below past the first version's struct).
+    pub reserved0: u32,
+    /// Metadata bytes per block of every namespace's format (0: none; with PI at least 8).
+    pub metadata_size: u16,
+    /// The metadata follows each block in the data buffer (extended LBA); else it has a buffer
+    /// of its own.
+    pub metadata_extended: bool,
+    /// Protection information type of every namespace (0: none, 1..3).
+    pub protection_type: u8,
+    /// The PI is in the first 8 bytes of the metadata (else the last).
+    pub protection_first: bool,
 }
 
 growing_opts!(ModelOpts, "struct vfnvme_model_opts", first_last_field: io_retries: u32);
@@ -122,6 +135,21 @@ fn open_model(opts: &ModelOpts) -> FfiResult<Arc<dyn CtrlOps>> {
     };
     if opts.latency_ns > 0 {
         config.io_latency_ns = u64::from(opts.latency_ns);
+    }
+    if opts.reserved0 != 0 {
+        return Err(FfiError::new(
+            Status::VfnvmeErrInvalidArgument,
+            "opts->reserved0 must be 0",
+        ));
+    }
+    if opts.metadata_size != 0 || opts.protection_type != 0 {
+        let md = ModelMetadata {
+            ms: opts.metadata_size,
+            extended: opts.metadata_extended,
+            // Identify Namespace DPS: the type, bit 3 for PI first (checked by the model).
+            pi: opts.protection_type | if opts.protection_first { 8 } else { 0 },
+        };
+        config.namespace_metadata = (1..=count).map(|nsid| (nsid, md)).collect();
     }
     if opts.seed != 0 {
         config.seed = opts.seed;

@@ -12,13 +12,16 @@ use crate::dma::DmaDomain;
 use crate::driver_ops::{each, refused, AnyQpair};
 use crate::error::{guard, FfiError, FfiResult, Status};
 use crate::requests::Requests;
-use crate::types::{Callback, Completion, Cpl, QpairOpts, Range};
+use crate::types::{
+    Callback, Completion, Cpl, PiOpts, QpairOpts, Range, VFNVME_PI_CHECK_APP,
+    VFNVME_PI_CHECK_GUARD, VFNVME_PI_CHECK_REF,
+};
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use vfnvme::hal::DmaRegion;
 use vfnvme::namespace::Namespace;
-use vfnvme::queue::Op;
+use vfnvme::queue::{metadata_transfer, Op, PiChecks, PiOptions, Request};
 
 /// Largest queue depth accepted by vfnvme_qpair_alloc.
 const MAX_DEPTH: u32 = 65536;
@@ -36,6 +39,16 @@ enum Req<'a> {
         buf: *const c_void,
         lba: u64,
         blocks: u32,
+    },
+    /// A read or write with metadata: the data at `buf`, the separate metadata at `md` (NULL:
+    /// none moves separately), and the protection information options.
+    RwMd {
+        write: bool,
+        buf: *const c_void,
+        md: *const c_void,
+        lba: u64,
+        blocks: u32,
+        pi: PiOptions,
     },
     /// A command without data.
     Cmd(IoCmd<'a>),
@@ -134,6 +147,42 @@ impl Qpair {
                         let r = each!(qp, q => unsafe {
                             q.submit_data(op, &ns, lba, blocks, span, rec)
                         });
+                        (r.map_err(|e| refused(&ns, &e.kind)), rec)
+                    }
+                    Req::RwMd {
+                        write,
+                        buf,
+                        md,
+                        lba,
+                        blocks,
+                        pi,
+                    } => {
+                        let (data_len, md_len) = metadata_transfer(&ns, blocks, &pi);
+                        let span = match dma.span(region, buf, data_len.max(1)) {
+                            Ok(s) => s,
+                            Err(e) => break 'hand_over Err(e),
+                        };
+                        let md_span = match md.is_null() {
+                            true => None,
+                            false => match dma.span(region, md, md_len.max(1)) {
+                                Ok(s) => Some(s),
+                                Err(e) => break 'hand_over Err(e),
+                            },
+                        };
+                        let Some(rec) = requests.take_with_metadata(cb, arg, buf, md) else {
+                            break 'hand_over Err(no_record());
+                        };
+                        let op = if write { Op::Write } else { Op::Read };
+                        // SAFETY: both spans lie inside live allocations of this controller's
+                        // pool (checked just now), which the C caller keeps allocated and
+                        // untouched until the completion (header contract); vfnvme_dma_free
+                        // refuses them while the record's marks are set.
+                        let made = unsafe {
+                            Request::borrowed_with_metadata(
+                                op, &ns, lba, blocks, span, md_span, pi, rec,
+                            )
+                        };
+                        let r = made.and_then(|req| each!(qp, q => q.submit(req)).map(drop));
                         (r.map_err(|e| refused(&ns, &e.kind)), rec)
                     }
                     Req::Cmd(cmd) => {
@@ -368,6 +417,107 @@ pub unsafe extern "C" fn vfnvme_qpair_write(
             buf,
             lba,
             blocks,
+        };
+        qp_mut(qp)?.submit(nsid, req, cb, arg)
+    })
+}
+
+/// The PI options at `pi` (NULL: none).
+///
+/// # Safety
+/// `pi` is NULL or a valid `struct vfnvme_pi_opts` (header contract).
+unsafe fn pi_options(pi: *const PiOpts) -> FfiResult<PiOptions> {
+    // SAFETY: the caller's contract, passed on.
+    let o = unsafe { crate::opts::read(pi, "pi") }?;
+    let all = VFNVME_PI_CHECK_GUARD | VFNVME_PI_CHECK_APP | VFNVME_PI_CHECK_REF;
+    if o.check & !all != 0 {
+        return Err(FfiError::new(
+            Status::VfnvmeErrInvalidArgument,
+            format!(
+                "pi->check is {:#x}: combine VFNVME_PI_CHECK_GUARD, VFNVME_PI_CHECK_APP and VFNVME_PI_CHECK_REF",
+                o.check
+            ),
+        ));
+    }
+    Ok(PiOptions {
+        act: o.act,
+        check: PiChecks::from_prchk(o.check),
+        app_tag: o.app_tag,
+        app_mask: o.app_mask,
+        ref_tag: o.has_ref_tag.then_some(o.ref_tag),
+    })
+}
+
+/// Queues a read of `blocks` blocks at `lba` of namespace `nsid`, a namespace formatted with
+/// metadata: into `buf` the blocks (each followed by its metadata for extended LBAs; only the
+/// data with PRACT and 8 bytes of metadata), and into `md` the separate metadata (`blocks * ms`
+/// bytes; NULL when none moves separately). `pi` (NULL: none) sets PRACT, the checks and the
+/// expected tags; a check failure completes with SCT 2h and SC 82h (guard), 83h (application
+/// tag) or 84h (reference tag). Both buffers from vfnvme_dma_alloc; otherwise as
+/// vfnvme_qpair_read.
+///
+/// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn vfnvme_qpair_read_md(
+    qp: *mut Qpair,
+    nsid: u32,
+    buf: *mut c_void,
+    md: *mut c_void,
+    lba: u64,
+    blocks: u32,
+    pi: *const PiOpts,
+    cb: Callback,
+    arg: *mut c_void,
+) -> i32 {
+    guard("vfnvme_qpair_read_md", || {
+        // SAFETY: NULL or a valid options struct (header contract).
+        let pi = unsafe { pi_options(pi) }?;
+        let req = Req::RwMd {
+            write: false,
+            buf,
+            md,
+            lba,
+            blocks,
+            pi,
+        };
+        qp_mut(qp)?.submit(nsid, req, cb, arg)
+    })
+}
+
+/// Queues a write of `blocks` blocks at `lba` with their metadata; otherwise as
+/// vfnvme_qpair_read_md. Don't modify `buf` or `md` until the completion.
+///
+/// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn vfnvme_qpair_write_md(
+    qp: *mut Qpair,
+    nsid: u32,
+    buf: *const c_void,
+    md: *const c_void,
+    lba: u64,
+    blocks: u32,
+    pi: *const PiOpts,
+    cb: Callback,
+    arg: *mut c_void,
+) -> i32 {
+    guard("vfnvme_qpair_write_md", || {
+        // SAFETY: NULL or a valid options struct (header contract).
+        let pi = unsafe { pi_options(pi) }?;
+        let req = Req::RwMd {
+            write: true,
+            buf,
+            md,
+            lba,
+            blocks,
+            pi,
         };
         qp_mut(qp)?.submit(nsid, req, cb, arg)
     })

@@ -21,8 +21,9 @@ struct Record {
 /// The request records of one queue pair or channel (preallocated when it is made).
 pub(crate) struct Requests {
     records: Box<[Record]>,
-    /// Per record: the data address of the request that holds it (0: free, or no data),
-    /// registered with the DMA domain so that its free function can refuse a buffer in use.
+    /// Per record, two marks: the data address and the separate metadata address of the
+    /// request that holds it (0: free, or none), registered with the DMA domain so that its
+    /// free function can refuse a buffer in use.
     marks: Arc<[AtomicUsize]>,
     /// Free records (a stack; never grows past its preallocated capacity, since a record is
     /// given back once per taking).
@@ -46,7 +47,7 @@ impl Requests {
         };
         Requests {
             records: vec![none; n].into_boxed_slice(),
-            marks: (0..n).map(|_| AtomicUsize::new(0)).collect(),
+            marks: (0..2 * n).map(|_| AtomicUsize::new(0)).collect(),
             // Popped from the end: record 0 first.
             free: (0..n as u32).rev().collect(),
             held: 0,
@@ -91,8 +92,26 @@ impl Requests {
         if !data.is_null() {
             // Marked before the submission, so that a free on another thread sees it. A free
             // record's mark is 0 already.
-            if let Some(m) = self.marks.get(i) {
+            if let Some(m) = self.marks.get(2 * i) {
                 m.store(data as usize, Ordering::Relaxed);
+            }
+        }
+        Some(rec)
+    }
+
+    /// [`take`](Self::take) for a request that also moves separate metadata at `metadata`
+    /// (NULL: none), marked too.
+    pub(crate) fn take_with_metadata(
+        &mut self,
+        cb: Callback,
+        arg: *mut c_void,
+        data: *const c_void,
+        metadata: *const c_void,
+    ) -> Option<u32> {
+        let rec = self.take(cb, arg, data)?;
+        if !metadata.is_null() {
+            if let Some(m) = self.marks.get(2 * rec as usize + 1) {
+                m.store(metadata as usize, Ordering::Relaxed);
             }
         }
         Some(rec)
@@ -112,7 +131,7 @@ impl Requests {
         if held {
             self.held += 1;
         } else {
-            if let Some(m) = self.marks.get(i) {
+            for m in self.marks.get(2 * i..2 * i + 2).into_iter().flatten() {
                 m.store(0, Ordering::Release);
             }
             self.free.push(rec);
@@ -163,20 +182,27 @@ mod tests {
     fn a_held_record_keeps_its_mark_and_is_not_reused() {
         let mut r = Requests::new(2);
         let arg = 0x10usize as *mut c_void;
-        let a = r.take(None, arg, 0x1000 as *const c_void).unwrap();
+        let a = r
+            .take_with_metadata(None, arg, 0x1000 as *const c_void, 0x1800 as *const c_void)
+            .unwrap();
         let b = r
             .take(None, std::ptr::null_mut(), 0x2000 as *const c_void)
             .unwrap();
         assert_eq!(r.end(a, true).1, arg, "the request's arg comes back");
         assert_eq!(r.held(), 1);
         assert_eq!(
-            r.marks()[a as usize].load(Ordering::Relaxed),
+            r.marks()[2 * a as usize].load(Ordering::Relaxed),
             0x1000,
             "still marked"
         );
+        assert_eq!(
+            r.marks()[2 * a as usize + 1].load(Ordering::Relaxed),
+            0x1800,
+            "its metadata too"
+        );
         r.end(b, false);
         assert_eq!(
-            r.marks()[b as usize].load(Ordering::Relaxed),
+            r.marks()[2 * b as usize].load(Ordering::Relaxed),
             0,
             "released: unmarked"
         );

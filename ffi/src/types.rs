@@ -134,11 +134,13 @@ pub struct NsInfo {
     /// The metadata travels at the end of each block in the data buffer (extended LBA) rather
     /// than in a separate buffer.
     pub metadata_extended: bool,
-    /// Whether vfnvme does I/O on this namespace. False when its format has metadata or
-    /// protection information (not supported yet): every submission then fails with
-    /// VFNVME_ERR_UNSUPPORTED before anything reaches the device; reformat the namespace to an
-    /// LBA format without metadata to use it.
+    /// Whether plain reads and writes (vfnvme_qpair_read, ...) work on this namespace. False
+    /// when its format has metadata or protection information: those fail with
+    /// VFNVME_ERR_UNSUPPORTED before anything reaches the device; use vfnvme_qpair_read_md and
+    /// vfnvme_qpair_write_md, which move the metadata and take the PI options.
     pub io_supported: bool,
+    /// The protection information is in the first 8 bytes of the metadata (else the last).
+    pub protection_first: bool,
 }
 
 /// What happened to a namespace.
@@ -243,6 +245,40 @@ pub struct CtrlOpts {
 }
 
 growing_opts!(CtrlOpts, "struct vfnvme_ctrl_opts", first_last_field: io_retries: u32);
+
+/// PRCHK bit of `vfnvme_pi_opts.check`: the controller checks the guard (CRC-16 T10-DIF).
+pub const VFNVME_PI_CHECK_GUARD: u8 = 4;
+/// PRCHK bit: the controller checks the application tag under `app_mask`.
+pub const VFNVME_PI_CHECK_APP: u8 = 2;
+/// PRCHK bit: the controller checks the reference tag (types 1 and 2).
+pub const VFNVME_PI_CHECK_REF: u8 = 1;
+
+/// Protection information options of one request (vfnvme_qpair_read_md, vfnvme_qpair_write_md).
+/// Zero-initialise, set `size = sizeof(struct vfnvme_pi_opts)`, then set what you need; NULL
+/// means none (no PRACT, no checks).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct PiOpts {
+    /// Set it to `sizeof(struct vfnvme_pi_opts)` (as for vfnvme_qpair_opts).
+    pub size: u32,
+    /// PRACT: the controller inserts the PI on writes and checks and strips it on reads (with
+    /// 8 bytes of metadata no metadata moves: pass md NULL).
+    pub act: bool,
+    /// What the controller checks: VFNVME_PI_CHECK_GUARD | VFNVME_PI_CHECK_APP |
+    /// VFNVME_PI_CHECK_REF (the reference tag is refused for PI type 3).
+    pub check: u8,
+    /// The application tag written (with `act`) or expected.
+    pub app_tag: u16,
+    /// Which bits of the application tag are compared.
+    pub app_mask: u16,
+    /// Use `ref_tag`; otherwise the reference tag of the first block is the LBA's low 32 bits
+    /// (what PI type 1 requires).
+    pub has_ref_tag: bool,
+    /// The reference tag of the first block (type 2: counts up per block).
+    pub ref_tag: u32,
+}
+
+growing_opts!(PiOpts, "struct vfnvme_pi_opts", first_last_field: ref_tag: u32);
 
 /// Options for `vfnvme_qpair_alloc_opts`. Zero-initialise, set
 /// `size = sizeof(struct vfnvme_qpair_opts)`, then set what you need; NULL means defaults.

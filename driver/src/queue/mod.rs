@@ -16,7 +16,7 @@ mod io_queue_tests;
 pub use deliver::Deliver;
 pub use io_queue::IoCompletion;
 pub(crate) use io_queue::IoQueue;
-pub use protection::{PiChecks, PiOptions, Protection};
+pub use protection::{metadata_transfer, PiChecks, PiOptions, Protection};
 pub use request::{Data, Op, Request, RequestData, Target};
 pub use ring::DoorbellStats;
 pub use tracker::MAX_TRACKERS as MAX_IN_FLIGHT;

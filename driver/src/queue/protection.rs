@@ -180,6 +180,20 @@ impl<'a, T> Request<'a, T> {
     }
 }
 
+/// The bytes a request with metadata of `blocks` blocks on `ns` with `pi` moves: in its data
+/// buffer (with extended LBAs' metadata), and in its separate metadata buffer (0 when none
+/// moves separately). What [`Request::borrowed_with_metadata`] checks the spans against.
+pub fn metadata_transfer(ns: &Namespace, blocks: u32, pi: &PiOptions) -> (u64, u64) {
+    let id = ns.identity();
+    let separate = !id.metadata_extended && metadata_moves(ns, pi);
+    let md = if separate {
+        metadata_bytes(ns, blocks)
+    } else {
+        0
+    };
+    (data_bytes(ns, blocks, pi), md)
+}
+
 /// Whether the metadata moves for a request with `pi` on `ns`: not with PRACT on a format whose
 /// metadata is the PI alone (8 bytes).
 fn metadata_moves(ns: &Namespace, pi: &PiOptions) -> bool {

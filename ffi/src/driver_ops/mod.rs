@@ -45,9 +45,9 @@ pub(crate) fn status_of_submit(k: &SubmitErrorKind) -> Status {
         SubmitErrorKind::ControllerStuck => Status::VfnvmeErrDevice,
         SubmitErrorKind::MetadataUnsupported { .. }
         | SubmitErrorKind::CommandUnsupported { .. } => Status::VfnvmeErrUnsupported,
-        SubmitErrorKind::BufferTooSmall { .. } | SubmitErrorKind::Prp(_) => {
-            Status::VfnvmeErrBadBuffer
-        }
+        SubmitErrorKind::BufferTooSmall { .. }
+        | SubmitErrorKind::MetadataBuffer { .. }
+        | SubmitErrorKind::Prp(_) => Status::VfnvmeErrBadBuffer,
         _ => Status::VfnvmeErrInvalidArgument,
     }
 }
