@@ -54,6 +54,25 @@ impl NamespaceIdentity {
         }
     }
 
+    /// Whether `other` has the same format: block size, metadata (size and place) and
+    /// protection information (type and place). The paths of one multipath head must agree on
+    /// it: the same LBA must mean the same bytes on every path.
+    pub fn same_format(&self, other: &NamespaceIdentity) -> bool {
+        (
+            self.lba_shift,
+            self.metadata_size,
+            self.metadata_extended,
+            self.protection_type,
+            self.protection_first,
+        ) == (
+            other.lba_shift,
+            other.metadata_size,
+            other.metadata_extended,
+            other.protection_type,
+            other.protection_first,
+        )
+    }
+
     /// The LBA format as storage engineers write it: `512`, `4096+8`, `4096+8, PI type 1,
     /// first` (the protection information's place in the metadata), `4096+64 separate`.
     pub fn format_label(&self) -> String {

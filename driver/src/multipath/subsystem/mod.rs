@@ -63,6 +63,8 @@ struct Writer {
     change_since: HashMap<(usize, u32), u64>,
     /// nsids already reported as having mismatched identifiers.
     mismatch_logged: BTreeSet<u32>,
+    /// (nsid, controller) paths reported once for a format other than their head's.
+    format_mismatch_logged: BTreeSet<(u32, usize)>,
     /// The ANA log page each controller had at the last rebuild (a page read by someone
     /// else's `process_admin_completions` is noticed by comparing).
     ana_seen: HashMap<usize, Arc<crate::spec::ana::AnaLog>>,

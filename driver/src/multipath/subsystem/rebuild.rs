@@ -65,6 +65,37 @@ impl<P: Platform> Subsystem<P> {
             }
         }
         w.change_since = changing;
+        // The paths of a head must agree on the format (block size, metadata, PI): a request
+        // made for one path must mean the same bytes on every other it may fail over to. The
+        // first usable path (lowest controller index) sets it; a path that disagrees is not
+        // used, and is reported once.
+        for ((nsid, _), paths) in found.iter_mut() {
+            let Some(reference) = paths
+                .iter()
+                .find(|p| p.state != PathState::Gone)
+                .or(paths.first())
+                .map(|p| (p.controller, *p.namespace.identity()))
+            else {
+                continue;
+            };
+            for p in paths.iter_mut() {
+                let id = p.namespace.identity();
+                if id.same_format(&reference.1) {
+                    continue;
+                }
+                if w.format_mismatch_logged.insert((*nsid, p.controller)) {
+                    log::warn!(
+                        "subsystem {}: namespace {nsid} is formatted {} on controller {} but {} on controller {}: that path is not used (the same LBA would mean other bytes there)",
+                        self.nqn,
+                        id.format_label(),
+                        p.controller,
+                        reference.1.format_label(),
+                        reference.0
+                    );
+                }
+                p.state = PathState::Gone;
+            }
+        }
         // Identifier mismatches under one nsid: separate heads, reported once.
         let mut by_nsid: BTreeMap<u32, usize> = BTreeMap::new();
         for (nsid, _) in found.keys() {
