@@ -25,7 +25,7 @@ use crate::error::Error;
 use crate::platform::Platform;
 use crate::queue::prp::{self, PAGE_SIZE};
 use crate::spec::admin_command::UNKNOWN_TRANSFER_MAX;
-use crate::spec::admin_command::{AdminCommand, AdminCommandError, DataTransfer};
+use crate::spec::admin_command::{AdminCommand, AdminCommandError, DataTransfer, FormatSettings};
 use crate::spec::identify::{parse_active_ns_list, IdentifyController, IdentifyNamespace};
 use crate::spec::status::{generic, sct};
 use crate::spec::Completion;
@@ -394,10 +394,33 @@ impl<P: Platform> Controller<P> {
     /// Settings `ses` (0 none, 1 user data erase, 2 cryptographic erase). For a single
     /// namespace, `lbaf` is first checked against the formats Identify Namespace lists.
     pub fn format_nvm(&self, nsid: u32, lbaf: u8, ses: u8) -> Result<(), Error> {
+        self.format_nvm_with(
+            nsid,
+            FormatSettings {
+                lbaf,
+                ses,
+                ..FormatSettings::default()
+            },
+        )
+    }
+
+    /// Format NVM of `nsid` with `s`: an LBA format, secure erase, and for a format with
+    /// metadata its place (extended LBAs or a separate buffer) and protection information (type
+    /// and place). For a single namespace, the format is first checked against what Identify
+    /// Namespace lists: the index, the metadata capabilities (MC), and PI (DPC, at least 8
+    /// bytes of metadata).
+    pub fn format_nvm_with(&self, nsid: u32, s: FormatSettings) -> Result<(), Error> {
         let opcode = crate::spec::admin_command::opcode::FORMAT_NVM;
         let bad = |what| Err(AdminCommandError::BadField { opcode, what }.into());
-        if lbaf > 63 || ses > 2 {
-            return bad("the LBA format index is 0..=63 and the secure erase setting 0..=2");
+        let FormatSettings {
+            lbaf,
+            ses,
+            pi,
+            pi_first,
+            extended,
+        } = s;
+        if lbaf > 63 || ses > 2 || pi > 3 {
+            return bad("the LBA format index is 0..=63, the secure erase setting 0..=2 and the PI type 0..=3");
         }
         if nsid != u32::MAX {
             let id = match self.identify_namespace(nsid) {
@@ -415,8 +438,21 @@ impl<P: Platform> Controller<P> {
             if lbaf > id.nlbaf {
                 return bad("the LBA format index is above the namespace's NLBAF: pick one that Identify Namespace lists");
             }
+            let ms = id.lbaf.get(usize::from(lbaf)).map_or(0, |f| f.ms);
+            if ms != 0 && id.mc & if extended { 1 } else { 2 } == 0 {
+                return bad("the namespace can't keep metadata that way (Identify Namespace MC): choose the other of extended and separate");
+            }
+            if pi != 0 {
+                if ms < 8 {
+                    return bad("protection information needs an LBA format with at least 8 bytes of metadata");
+                }
+                let place = if pi_first { 1 << 3 } else { 1 << 4 };
+                if id.dpc & (1 << (pi - 1)) == 0 || id.dpc & place == 0 {
+                    return bad("the namespace does not offer that PI type or place (Identify Namespace DPC)");
+                }
+            }
         }
-        self.admin(AdminCommand::format_nvm(nsid, lbaf, ses))?;
+        self.admin(AdminCommand::format_nvm_with(nsid, s))?;
         Ok(())
     }
 }

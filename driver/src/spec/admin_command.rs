@@ -213,6 +213,22 @@ impl TryFrom<Command> for AdminCommand {
     }
 }
 
+/// The settings of a Format NVM command.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FormatSettings {
+    /// LBA format index (0..=63).
+    pub lbaf: u8,
+    /// Secure Erase Settings: 0 none, 1 user data erase, 2 cryptographic erase.
+    pub ses: u8,
+    /// Protection information type (0 none, 1..=3).
+    pub pi: u8,
+    /// The PI in the first 8 bytes of the metadata (PIL); else the last.
+    pub pi_first: bool,
+    /// Metadata after each block in the data buffer (MSET: extended LBAs); else a buffer of
+    /// its own.
+    pub extended: bool,
+}
+
 impl AdminCommand {
     /// A command with only the opcode set.
     pub const fn new(opcode: u8) -> Self {
@@ -317,10 +333,27 @@ impl AdminCommand {
     /// Format NVM of `nsid` with LBA format `lbaf` (0..=63) and Secure Erase Settings `ses`
     /// (0 none, 1 user data erase, 2 cryptographic erase); no protection information.
     pub fn format_nvm(nsid: u32, lbaf: u8, ses: u8) -> Self {
+        Self::format_nvm_with(
+            nsid,
+            FormatSettings {
+                lbaf,
+                ses,
+                ..FormatSettings::default()
+            },
+        )
+    }
+    /// Format NVM of `nsid` with `s` (LBA format, secure erase, PI type and place, extended
+    /// LBAs): CDW10 as the specification lays it out.
+    pub fn format_nvm_with(nsid: u32, s: FormatSettings) -> Self {
         let mut c = Self::new(opcode::FORMAT_NVM);
         c.nsid = nsid;
-        let lbaf = u32::from(lbaf & 0x3f);
-        c.cdw10 = (lbaf & 0xf) | (u32::from(ses & 0x7) << 9) | ((lbaf >> 4) << 12);
+        let lbaf = u32::from(s.lbaf & 0x3f);
+        c.cdw10 = (lbaf & 0xf)
+            | u32::from(s.extended) << 4
+            | u32::from(s.pi & 0x7) << 5
+            | u32::from(s.pi_first) << 8
+            | u32::from(s.ses & 0x7) << 9
+            | (lbaf >> 4) << 12;
         c
     }
     /// Firmware Image Download of `len` bytes (a multiple of 4) at byte `offset` (a multiple
@@ -444,6 +477,23 @@ impl AdminCommand {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn format_settings_land_in_their_cdw10_bits() {
+        let c = AdminCommand::format_nvm_with(
+            1,
+            FormatSettings {
+                lbaf: 0x13,
+                ses: 2,
+                pi: 3,
+                pi_first: true,
+                extended: true,
+            },
+        );
+        // LBAF low nibble 3:0, MSET 4, PI 7:5, PIL 8, SES 11:9, LBAF high bits 13:12.
+        assert_eq!(c.cdw10, 0x3 | 1 << 4 | 3 << 5 | 1 << 8 | 2 << 9 | 1 << 12);
+        assert_eq!(AdminCommand::format_nvm(1, 2, 0).cdw10, 2);
+    }
 
     #[test]
     fn builders_match_the_raw_encodings_without_pointers() {

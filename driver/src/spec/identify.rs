@@ -238,6 +238,11 @@ pub struct IdentifyNamespace {
     pub nlbaf: u8,
     /// Formatted LBA size, raw.
     pub flbas: u8,
+    /// Metadata capabilities (bit 0: extended LBAs, bit 1: a separate buffer).
+    pub mc: u8,
+    /// End-to-end data protection capabilities (bits 0..2: types 1..3; bits 3, 4: PI in the
+    /// first, last bytes of the metadata).
+    pub dpc: u8,
     /// Data protection settings.
     pub dps: u8,
     /// Multi-path I/O and namespace sharing capabilities.
@@ -286,6 +291,8 @@ impl IdentifyNamespace {
             nsfeat: f.u8(24),
             nlbaf,
             flbas: f.u8(26),
+            mc: f.u8(27),
+            dpc: f.u8(28),
             dps: f.u8(29),
             nmic: f.u8(30),
             dlfeat: f.u8(33),

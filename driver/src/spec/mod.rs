@@ -11,7 +11,7 @@ pub mod log;
 pub mod registers;
 pub mod status;
 
-pub use admin_command::{AdminCommand, AdminCommandError, DataTransfer};
+pub use admin_command::{AdminCommand, AdminCommandError, DataTransfer, FormatSettings};
 pub use command::Command;
 pub use completion::Completion;
 pub use status::Status;

@@ -5,7 +5,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use vfnvme::platform::Platform;
 use vfnvme::spec::identify::IdentifyNamespace;
-use vfnvme::spec::AdminCommand;
+use vfnvme::spec::{AdminCommand, FormatSettings};
 use vfnvme::{Controller, Error};
 
 /// Arguments of `format`.
@@ -17,9 +17,21 @@ pub struct FormatArgs {
     #[arg(short = 'n', long = "namespace-id", visible_alias = "nsid", value_parser = super::num_u32)]
     pub nsid: u32,
     /// LBA format index (see `vfnvme id-ns`); default: the one with the current block size and
-    /// no metadata. Formats with metadata are refused (vfnvme does no I/O on them).
+    /// no metadata. A format with metadata takes reads and writes with metadata
+    /// (`Request::with_metadata`, vfnvme_qpair_read_md); plain ones are refused on it.
     #[arg(short = 'l', long = "lbaf")]
     pub lbaf: Option<u8>,
+    /// Protection information type, 0 (none) to 3; needs a format with at least 8 bytes of
+    /// metadata.
+    #[arg(short = 'i', long = "pi", default_value = "0", value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub pi: u8,
+    /// Where the PI is in the metadata: 1 the first 8 bytes, 0 the last.
+    #[arg(short = 'p', long = "pil", default_value = "0", value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub pil: u8,
+    /// Metadata settings: 1 after each block in the data buffer (extended LBAs), 0 a buffer of
+    /// its own.
+    #[arg(short = 'm', long = "ms", default_value = "0", value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub ms: u8,
     /// Secure erase: 0 none, 1 user data erase, 2 cryptographic erase.
     #[arg(short = 's', long = "ses", default_value = "0", value_parser = clap::value_parser!(u8).range(0..=2))]
     pub ses: u8,
@@ -72,8 +84,9 @@ fn formats(id: &IdentifyNamespace) -> String {
 }
 
 /// The LBA format to use: `lbaf` if given, else the one with the current block size and no
-/// metadata (or any without metadata). Refuses a format with metadata or one that doesn't exist.
-fn target_format(nsid: u32, id: &IdentifyNamespace, lbaf: Option<u8>) -> Result<u8> {
+/// metadata (or any without metadata). Refuses one that doesn't exist, and PI on a format with
+/// less than 8 bytes of metadata.
+fn target_format(nsid: u32, id: &IdentifyNamespace, lbaf: Option<u8>, pi: u8) -> Result<u8> {
     let current = id.lbaf.get(id.format_index()).map(|f| f.lbads);
     let target = match lbaf {
         Some(i) => usize::from(i),
@@ -99,9 +112,9 @@ fn target_format(nsid: u32, id: &IdentifyNamespace, lbaf: Option<u8>) -> Result<
             id.nlbaf
         );
     };
-    if fmt.ms != 0 {
+    if pi != 0 && fmt.ms < 8 {
         bail!(
-            "LBA format {target} has {} B of metadata per block, which vfnvme does not transfer (I/O to it would be refused): choose one without metadata ({})",
+            "--pi {pi} needs an LBA format with at least 8 B of metadata per block; format {target} has {}: choose another ({})",
             fmt.ms,
             formats(id)
         );
@@ -116,26 +129,45 @@ pub fn format<P: Platform>(ctrl: &Controller<P>, a: &FormatArgs, io: &mut Io) ->
     let id = ctrl
         .identify_namespace(a.nsid)
         .map_err(|e| failed(e, "Identify Namespace"))?;
-    let lbaf = target_format(a.nsid, &id, a.lbaf)?;
+    let lbaf = target_format(a.nsid, &id, a.lbaf, a.pi)?;
+    let settings = FormatSettings {
+        lbaf,
+        ses: a.ses,
+        pi: a.pi,
+        pi_first: a.pil == 1,
+        extended: a.ms == 1,
+    };
     let before = ctrl
         .namespace(a.nsid)
         .map(|n| n.identity().metadata_format());
-    let to = id
+    let (to, ms) = id
         .lbaf
         .get(usize::from(lbaf))
-        .map_or(0, |f| 1u64 << f.lbads.min(63));
+        .map_or((0, 0), |f| (1u64 << f.lbads.min(63), f.ms));
+    let md = match (ms, a.pi) {
+        (0, _) => "no metadata".to_string(),
+        (ms, 0) => format!(
+            "{ms} B metadata {}",
+            if a.ms == 1 { "extended" } else { "separate" }
+        ),
+        (ms, pi) => format!(
+            "{ms} B metadata {}, PI type {pi} {}",
+            if a.ms == 1 { "extended" } else { "separate" },
+            if a.pil == 1 { "first" } else { "last" }
+        ),
+    };
     confirm(
         io,
         a.yes,
         &format!(
-            "Format NVM of namespace {:#x} (LBA format {} -> {lbaf}: {to} B blocks, no metadata; secure erase {})",
+            "Format NVM of namespace {:#x} (LBA format {} -> {lbaf}: {to} B blocks, {md}; secure erase {})",
             a.nsid,
             id.format_index(),
             a.ses
         ),
         "all its data will be lost",
     )?;
-    match ctrl.format_nvm(a.nsid, lbaf, a.ses) {
+    match ctrl.format_nvm_with(a.nsid, settings) {
         Ok(()) => {}
         Err(Error::NoSuchNamespace { nsid }) => bail!("namespace {nsid} does not exist"),
         Err(e) => return Err(failed(e, "Format NVM")),

@@ -281,7 +281,11 @@ fn format_takes_a_metadata_namespace_to_its_block_size_without_metadata() {
         c.namespace(2).unwrap().io_refused(),
         "nothing done without --yes"
     );
-    fails(&c, "format --nsid 2 --lbaf 3 --yes", "16 B of metadata");
+    fails(
+        &c,
+        "format --nsid 2 --lbaf 1 --pi 1 --yes",
+        "at least 8 B of metadata",
+    );
     let out = run(&c, "format --nsid 2 --yes");
     assert!(
         out.contains(
@@ -296,4 +300,31 @@ fn format_takes_a_metadata_namespace_to_its_block_size_without_metadata() {
     let buf = c.dma().alloc(4096).unwrap();
     qp.write_sync(&ns, 0, 1, buf)
         .expect("I/O works after the format");
+    // And to a format with metadata and PI, as nvme-cli's flags say.
+    let out = run(&c, "format --nsid 2 --lbaf 3 --pi 1 --pil 1 --ms 1 --yes");
+    assert!(out.contains("now 16384 blocks of 4096 B, 16 B metadata per block (extended LBA), protection information type 1 (first 8 bytes)"), "{out}");
+    let ns = c.namespace(2).unwrap();
+    assert_eq!(ns.identity().format_label(), "4096+16, PI type 1, first");
+    let pi = vfnvme::queue::PiOptions {
+        act: true,
+        check: vfnvme::queue::PiChecks::ALL,
+        ..Default::default()
+    };
+    let req = vfnvme::queue::Request::with_metadata(
+        vfnvme::queue::Op::Write,
+        &ns,
+        0,
+        1,
+        c.dma().alloc(4096 + 16).unwrap(),
+        None,
+        pi,
+        0u64,
+    )
+    .expect("a request with metadata");
+    qp.submit(req).expect("submitted");
+    let mut ok = None;
+    while ok.is_none() {
+        qp.poll(usize::MAX, |c| ok = Some(c.is_ok()));
+    }
+    assert_eq!(ok, Some(true));
 }
