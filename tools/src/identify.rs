@@ -156,7 +156,7 @@ pub fn text(v: &Value) -> String {
         ));
         if ns["io_supported"] == Value::Bool(false) {
             out.push_str(&format!(
-                "    I/O refused: vfnvme does not transfer metadata; reformat to an LBA format without metadata (`{}`, erases the data)\n",
+                "    plain I/O refused: reads and writes must carry the metadata (Request::with_metadata, vfnvme_qpair_read_md, fio's md_per_io_size; `vfnvme perf` does); or reformat to an LBA format without metadata (`{}`, erases the data)\n",
                 crate::admin::reformat_command(&s("device"), f("nsid"))
             ));
         }

@@ -104,10 +104,10 @@ pub fn describe_controller<P: Platform>(
         .map(|n| {
             let ident = n.identity();
             let md = ident.metadata_format();
-            // A format with metadata: listed, but vfnvme refuses I/O to it.
+            // A format with metadata: plain reads and writes are refused (they must carry it).
             let refused = n.io_refused().then(|| {
                 format!(
-                    "formatted with {md}, which vfnvme does not transfer; reformat with `{}` (erases its data)",
+                    "formatted with {md}: plain reads and writes are refused, requests must carry the metadata; or reformat with `{}` (erases its data)",
                     crate::admin::reformat_command(device, n.nsid())
                 )
             });
@@ -305,7 +305,7 @@ pub fn table(list: &[Value]) -> String {
                 // I/O refused for the format's metadata: say so, and how to reformat.
                 let refused = match (&ns["io_refused"], &ns["nsid"]) {
                     (Value::String(_), nsid) => format!(
-                        "; no I/O: metadata {}; reformat with {}",
+                        "; plain I/O refused: metadata {}; reformat with {}",
                         s(&ns["metadata"]),
                         crate::admin::reformat_command(&s(&d["address"]), s(nsid))
                     ),
@@ -412,12 +412,12 @@ mod tests {
         ];
         let t = table(&md);
         let lines: Vec<&str> = t.lines().collect();
-        assert!(!lines[2].contains("no I/O"), "{t}");
+        assert!(!lines[2].contains("I/O refused"), "{t}");
         assert!(
             lines[3].contains("ns 2")
                 && lines[3].contains("LBA 512 B + 8 B metadata")
                 && lines[3].ends_with(
-                    "vfnvme (vfio-pci); no I/O: metadata 8 ext; reformat with vfnvme format 0000:00:10.0 --nsid 2 --yes"
+                    "vfnvme (vfio-pci); plain I/O refused: metadata 8 ext; reformat with vfnvme format 0000:00:10.0 --nsid 2 --yes"
                 ),
             "{t}"
         );

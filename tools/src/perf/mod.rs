@@ -306,10 +306,10 @@ fn pick_namespaces<P: Platform>(
     name: &str,
     nsids: &[u32],
 ) -> Result<Vec<Arc<Namespace>>, PerfInputError> {
-    // Refused before any command is sent (a metadata format would otherwise move the wrong
-    // number of bytes, or metadata to address 0, on every I/O).
+    // Refused before any command is sent: a format vfnvme can't read or write (its metadata is
+    // moved as it is; a block size or PI the driver refuses shows here).
     let usable = |ns: Arc<Namespace>| {
-        if ns.io_refused() {
+        if ns.io_refused() && ns.identity().metadata_size == 0 {
             return Err(PerfInputError::NamespaceRefused {
                 device: name.to_string(),
                 reason: vfnvme::SubmitErrorKind::MetadataUnsupported {
@@ -321,7 +321,7 @@ fn pick_namespaces<P: Platform>(
         Ok(ns)
     };
     if nsids.is_empty() {
-        // The first namespace that takes I/O; if none does, the first one (refused).
+        // The first namespace without metadata; if none, the first one.
         let all = ctrl.namespaces();
         let ns = all
             .iter()
@@ -405,8 +405,11 @@ fn prepare_jobs<P: Platform>(
                         n + 1
                     )
                 })?;
+            // A format with metadata: room for it after the data (extended LBAs interleave it,
+            // a separate buffer's metadata goes after the data: the same length either way).
+            let buf_len = io_size + worker::metadata_bytes(ns, io_size);
             let buffers = (0..args.qd)
-                .map(|_| ctrl.dma().alloc(io_size))
+                .map(|_| ctrl.dma().alloc(buf_len))
                 .collect::<Result<Vec<_>, _>>()
                 .with_context(|| {
                     format!(
@@ -800,17 +803,13 @@ mod namespace_tests {
     }
 
     #[test]
-    fn metadata_namespaces_are_refused_and_skipped_by_default() {
+    fn metadata_namespaces_run_when_asked_for_and_are_skipped_by_default() {
         let c = ctrl();
         let picked = pick_namespaces(&c, "model", &[]).unwrap();
         assert_eq!(picked.iter().map(|n| n.nsid()).collect::<Vec<_>>(), [2]);
         for nsids in [&[1u32][..], &[2, 1]] {
-            let e = pick_namespaces(&c, "model", nsids).unwrap_err().to_string();
-            assert!(
-                e.contains("namespace 1 is formatted with 8 B metadata per block")
-                    && e.contains("vfnvme format BDF --nsid 1 --yes"),
-                "{e}"
-            );
+            let picked = pick_namespaces(&c, "model", nsids).unwrap();
+            assert_eq!(picked.iter().map(|n| n.nsid()).collect::<Vec<_>>(), nsids);
         }
     }
 }

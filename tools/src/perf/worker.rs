@@ -19,6 +19,7 @@ use std::time::Duration;
 use vfnvme::hal::DmaBuffer;
 use vfnvme::multipath::ChannelError;
 use vfnvme::platform::Platform;
+use vfnvme::queue::{Op, PiOptions, Request};
 use vfnvme::spec::Status;
 use vfnvme::SubmitErrorKind;
 use vfnvme::{DoorbellStats, Namespace, QueuePair};
@@ -149,6 +150,33 @@ struct QpTarget<'a, P: Platform> {
     ns: &'a Namespace,
 }
 
+/// Bytes of metadata an I/O of `io_size` data bytes moves on `ns` (0 without metadata).
+pub fn metadata_bytes(ns: &Namespace, io_size: usize) -> usize {
+    (io_size >> ns.lba_shift()) * usize::from(ns.identity().metadata_size)
+}
+
+/// A read or write of a namespace formatted with metadata: the metadata moves as the buffer
+/// holds it, after each block (extended LBAs) or after the data (a separate buffer); no PI
+/// action or check (spdk_nvme_perf's default).
+#[cold]
+#[inline(never)]
+fn with_metadata<P: Platform>(
+    qp: &mut QueuePair<P>,
+    ns: &Namespace,
+    read: bool,
+    lba: u64,
+    blocks: u32,
+    buf: DmaBuffer,
+    tag: u64,
+) -> Result<(), vfnvme::SubmitError> {
+    let op = if read { Op::Read } else { Op::Write };
+    let data = (blocks as usize) << ns.lba_shift();
+    let md_offset = (!ns.identity().metadata_extended).then_some(data);
+    let pi = PiOptions::default();
+    let req = Request::with_metadata(op, ns, lba, blocks, buf, md_offset, pi, tag)?;
+    qp.submit(req).map(drop)
+}
+
 impl<P: Platform> IoTarget for QpTarget<'_, P> {
     #[inline]
     fn submit(
@@ -159,7 +187,9 @@ impl<P: Platform> IoTarget for QpTarget<'_, P> {
         buf: DmaBuffer,
         tag: u64,
     ) -> Result<Option<DmaBuffer>> {
-        let r = if read {
+        let r = if self.ns.io_refused() {
+            with_metadata(self.qp, self.ns, read, lba, blocks, buf, tag)
+        } else if read {
             self.qp.read(self.ns, lba, blocks, buf, tag)
         } else {
             self.qp.write(self.ns, lba, blocks, buf, tag)
@@ -632,6 +662,45 @@ mod tests {
             r.measured_units
         );
         assert_eq!(r.errors, 0);
+    }
+
+    #[test]
+    fn metadata_formats_run_with_their_metadata_moved() {
+        use vfnvme::{Controller, ControllerOptions, QpairOptions};
+        use vfnvme_model::{ModelMetadata, ModelPlatform};
+        let mut cfg = super::super::model_config();
+        cfg.mdts = 1;
+        cfg.namespace_metadata = vec![
+            (1, ModelMetadata::new(8, true)),
+            (2, ModelMetadata::new(64, false)),
+        ];
+        let platform = ModelPlatform::new(cfg).unwrap();
+        let ctrl = Controller::new(platform.clone(), ControllerOptions::default()).unwrap();
+        for ns in ctrl.namespaces() {
+            assert!(
+                ns.io_refused(),
+                "plain I/O refused: the worker moves the metadata"
+            );
+            let mut qp = ctrl.alloc_qpair(QpairOptions::default()).unwrap();
+            // 16 KiB I/Os: split at MDTS (8 KiB), metadata included.
+            let len = 16384 + metadata_bytes(&ns, 16384);
+            let buffers = (0..4).map(|_| ctrl.dma().alloc(len).unwrap()).collect();
+            let plan = WorkerPlan {
+                qd: 4,
+                io_size: 16384,
+                time: Duration::from_secs(3600),
+                ios_limit: 400,
+                ..plan(Pattern::Randrw, 50)
+            };
+            let clock = Clock::start(super::super::clock::ClockKind::Instant);
+            let before = platform.stats().io_completed.values().sum::<u64>();
+            let r = run(&mut qp, &ns, buffers, &plan, &clock, None).unwrap();
+            assert_eq!(r.errors, 0, "{:?}", r.first_error);
+            assert!(r.reads > 0 && r.writes > 0);
+            let commands = platform.stats().io_completed.values().sum::<u64>() - before;
+            assert!(commands >= 2 * (r.reads + r.writes), "split: {commands}");
+            assert_eq!(platform.iommu().fault_count(), 0);
+        }
     }
 
     fn model_qpair(
