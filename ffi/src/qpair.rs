@@ -448,6 +448,36 @@ unsafe fn pi_options(pi: *const PiOpts) -> FfiResult<PiOptions> {
     })
 }
 
+/// The body of vfnvme_qpair_read_md (`write` false) and vfnvme_qpair_write_md.
+#[allow(clippy::too_many_arguments)]
+fn submit_md(
+    name: &'static str,
+    write: bool,
+    qp: *mut Qpair,
+    nsid: u32,
+    buf: *const c_void,
+    md: *const c_void,
+    lba: u64,
+    blocks: u32,
+    pi: *const PiOpts,
+    cb: Callback,
+    arg: *mut c_void,
+) -> i32 {
+    guard(name, || {
+        // SAFETY: NULL or a valid options struct (the header contract of both callers).
+        let pi = unsafe { pi_options(pi) }?;
+        let req = Req::RwMd {
+            write,
+            buf,
+            md,
+            lba,
+            blocks,
+            pi,
+        };
+        qp_mut(qp)?.submit(nsid, req, cb, arg)
+    })
+}
+
 /// Queues a read of `blocks` blocks at `lba` of namespace `nsid`, a namespace formatted with
 /// metadata: into `buf` the blocks (each followed by its metadata for extended LBAs; only the
 /// data with PRACT and 8 bytes of metadata), and into `md` the separate metadata (`blocks * ms`
@@ -473,19 +503,19 @@ pub unsafe extern "C" fn vfnvme_qpair_read_md(
     cb: Callback,
     arg: *mut c_void,
 ) -> i32 {
-    guard("vfnvme_qpair_read_md", || {
-        // SAFETY: NULL or a valid options struct (header contract).
-        let pi = unsafe { pi_options(pi) }?;
-        let req = Req::RwMd {
-            write: false,
-            buf,
-            md,
-            lba,
-            blocks,
-            pi,
-        };
-        qp_mut(qp)?.submit(nsid, req, cb, arg)
-    })
+    submit_md(
+        "vfnvme_qpair_read_md",
+        false,
+        qp,
+        nsid,
+        buf,
+        md,
+        lba,
+        blocks,
+        pi,
+        cb,
+        arg,
+    )
 }
 
 /// Queues a write of `blocks` blocks at `lba` with their metadata; otherwise as
@@ -508,19 +538,19 @@ pub unsafe extern "C" fn vfnvme_qpair_write_md(
     cb: Callback,
     arg: *mut c_void,
 ) -> i32 {
-    guard("vfnvme_qpair_write_md", || {
-        // SAFETY: NULL or a valid options struct (header contract).
-        let pi = unsafe { pi_options(pi) }?;
-        let req = Req::RwMd {
-            write: true,
-            buf,
-            md,
-            lba,
-            blocks,
-            pi,
-        };
-        qp_mut(qp)?.submit(nsid, req, cb, arg)
-    })
+    submit_md(
+        "vfnvme_qpair_write_md",
+        true,
+        qp,
+        nsid,
+        buf,
+        md,
+        lba,
+        blocks,
+        pi,
+        cb,
+        arg,
+    )
 }
 
 /// Queues a flush of namespace `nsid` (the volatile write cache); otherwise as vfnvme_qpair_read.
