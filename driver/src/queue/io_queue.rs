@@ -242,7 +242,9 @@ impl<T: Copy + Default> IoQueue<T> {
 
     /// [`submit`](Self::submit) of a read or write. The common case fits one command: one
     /// tracker, PRPs built in place, the SQE written straight into the ring; a larger one is
-    /// split at MDTS.
+    /// split at MDTS, and so is every one on a queue pair that sends all with SGLs (one Data
+    /// Block per command). Lists of spans never come here ([`submit`](Self::submit) sends them
+    /// to the out-of-line `submit_described`).
     #[inline(always)]
     pub(crate) fn submit_rw(&mut self, req: Request<'_, T>) -> Result<u16, SubmitError> {
         let bytes = req.bytes();
@@ -260,7 +262,7 @@ impl<T: Copy + Default> IoQueue<T> {
                 blocks: req.blocks,
             };
             let split = self.plain_split(req.lba_shift);
-            return self.submit_large(rw, split, iova, buf, req.tag);
+            return self.submit_split(rw, split, Some(iova), buf, req.tag);
         }
         let Some((idx, t)) = self.trackers.alloc_mut() else {
             return Err(self.no_slot(buf));
@@ -304,20 +306,6 @@ impl<T: Copy + Default> IoQueue<T> {
             sgl: self.prefer_sgl,
         };
         self.submit_described(req, split)
-    }
-
-    /// [`submit_rw`](Self::submit_rw) of a request that takes more than one command, or any
-    /// request on a queue pair that sends every request with SGLs: out of line.
-    #[inline(never)]
-    fn submit_large(
-        &mut self,
-        rw: Rw,
-        split: Split,
-        iova: u64,
-        buf: Option<DmaBuffer>,
-        tag: T,
-    ) -> Result<u16, SubmitError> {
-        self.submit_split(rw, split, Some(iova), buf, tag)
     }
 
     /// How a plain read or write of blocks of `1 << lba_shift` bytes is split at MDTS.
