@@ -247,6 +247,37 @@ pub enum SubmitErrorKind {
         /// What is wrong with it.
         what: &'static str,
     },
+    /// A vectored request ([`Request::borrowed_vectored`](crate::queue::Request::borrowed_vectored))
+    /// with no spans, more than the driver takes, or an empty one.
+    #[error("{count} spans given (or one of them empty): pass 1 to {max} non-empty spans; join adjacent pieces, or split the I/O into several requests")]
+    BadSpanCount {
+        /// Spans given.
+        count: usize,
+        /// Spans one request takes at most.
+        max: usize,
+    },
+    /// A list of spans that PRPs can't describe, on a controller without SGL support
+    /// (Identify Controller SGLS bits 1:0 are 0).
+    #[error("span {index} at {iova:#x} {why}: this controller has no SGL support (Identify Controller SGLS), so PRPs must describe the list, and PRPs need the first span to start 4-byte aligned, every other span to start on a 4 KiB page boundary and every span but the last to end on one; align the pieces that way, or copy them into one buffer")]
+    NotPrpDescribable {
+        /// The span that breaks the rule (0-based).
+        index: usize,
+        /// Its device address.
+        iova: u64,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// A span that the controller's SGL support can't take: it reports SGLS bits 1:0 = 10b,
+    /// Data Blocks with dword alignment and granularity.
+    #[error("span {index} at {iova:#x} (a piece of {len} bytes) is not 4-byte aligned in address and length, which this controller's SGLs require (Identify Controller SGLS bits 1:0 = 10b): align the pieces to 4 bytes")]
+    SglMisaligned {
+        /// The span (0-based).
+        index: usize,
+        /// Device address of the piece.
+        iova: u64,
+        /// Length of the piece.
+        len: usize,
+    },
     /// The separate metadata of a request on a namespace formatted with it is missing, too
     /// short or misaligned.
     #[error("metadata buffer of {len} bytes for {needed} bytes of metadata: {why}")]

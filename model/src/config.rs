@@ -182,6 +182,10 @@ pub struct ModelConfig {
     pub version: u32,
     /// Optional NVM Command Support (ONCS): bit 2 Dataset Management, bit 3 Write Zeroes.
     pub oncs: u16,
+    /// Identify Controller SGLS = 0x1 (SGLs for NVM I/O commands, PSDT 01b, no alignment
+    /// requirement), as QEMU 7.2 reports; off: SGLS = 0, PRPs only (PSDT 01b is then Invalid
+    /// Field). Default on, like QEMU.
+    pub sgl: bool,
     /// Identify VWC bit 0: a volatile write cache is present.
     pub volatile_write_cache: bool,
     /// Virtual time from CC.EN=0 until CSTS.RDY reads 0.
@@ -243,6 +247,7 @@ impl Default for ModelConfig {
             timeout_units: 20,
             version: 0x0002_0000,
             oncs: 1 << 2 | 1 << 3,
+            sgl: true,
             volatile_write_cache: false,
             disable_delay_ns: 0,
             serial: "MODEL0001".into(),

@@ -77,6 +77,7 @@ pub(crate) fn controller(core: &Core, firmware: Option<[u8; 8]>) -> Vec<u8> {
     put16(&mut b, 266, 343); // WCTEMP (K)
     put32(&mut b, 328, 0x7); // SANICAP: crypto erase, block erase, overwrite
     put16(&mut b, 268, 373); // CCTEMP (K)
+    put32(&mut b, 536, u32::from(cfg.sgl)); // SGLS: 01b, SGLs without alignment rules
     b[512] = 0x66; // SQES
     b[513] = 0x44; // CQES
     put32(&mut b, 516, core.nn); // NN

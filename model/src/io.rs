@@ -4,10 +4,10 @@ use super::admin::max_transfer;
 use super::config::ModelMetadata;
 use super::core::Core;
 use super::dma_engine;
+use super::dptr;
 use super::io_pi::{self, PrInfo, Transfer};
 use super::media::{Media, METADATA_BASE};
 use super::namespaces::ModelNamespace;
-use super::prp;
 use super::sqe::{Outcome, Sqe, Status};
 use std::sync::atomic::Ordering;
 use vfnvme_hal::pi::{Pi, PiFormat};
@@ -23,8 +23,13 @@ pub(crate) mod op {
 
 /// Executes one I/O command (data moves now; the completion is posted at its due time).
 pub(crate) fn execute(core: &Core, sqe: &Sqe, page: u64) -> Outcome {
-    if sqe.psdt() != 0 || sqe.fuse() != 0 {
+    // PSDT 01b: SGLs for the data, when the model reports them (Identify SGLS).
+    let psdt_ok = sqe.psdt() == 0 || (sqe.psdt() == 1 && core.cfg.sgl);
+    if !psdt_ok || sqe.fuse() != 0 {
         return Status::INVALID_FIELD.into();
+    }
+    if sqe.psdt() == 1 {
+        core.counters.sgl_command();
     }
     let opcode = sqe.opcode();
     if opcode == op::FLUSH && sqe.nsid() == u32::MAX {
@@ -60,8 +65,8 @@ pub(crate) fn execute(core: &Core, sqe: &Sqe, page: u64) -> Outcome {
 }
 
 /// Appends to `out` the host memory (IOVA, length) that I/O command `sqe` transfers when it
-/// executes: its data (PRP1, PRP2 or the entries of its PRP lists), separate metadata at MPTR,
-/// and the PRP list entries themselves. Nothing is transferred: PRP lists are peeked (no
+/// executes: its data (PRP1, PRP2 or the entries of its PRP lists; or its SGL's Data Blocks),
+/// separate metadata at MPTR, and the PRP lists or SGL segments themselves. Nothing is transferred: PRP lists are peeked (no
 /// device access, no violation recorded), and a list that can't be read ends the walk there.
 /// Commands that move no data (Flush, Write Zeroes, a Null-backed namespace) add nothing.
 pub(crate) fn data_ranges(core: &Core, sqe: &Sqe, page: u64, out: &mut Vec<(u64, u64)>) {
@@ -93,13 +98,12 @@ pub(crate) fn data_ranges(core: &Core, sqe: &Sqe, page: u64, out: &mut Vec<(u64,
     let mut data = Vec::new();
     // A list that can't be read, or a malformed one, ends the walk: the command would fail
     // there too.
-    let _ = prp::walk_with(
+    let _ = dptr::walk_with(
         |iova, buf| {
             lists.push((iova, buf.len() as u64));
             dma_engine::peek(&core.iommu, iova, buf).map_err(|_| Status::DATA_TRANSFER_ERROR)
         },
-        sqe.prp1(),
-        sqe.prp2(),
+        sqe,
         len,
         page,
         |iova, n, _| {
@@ -148,7 +152,7 @@ fn read_write(
     };
     let iommu = &core.iommu;
     let fault = |_| Status::DATA_TRANSFER_ERROR;
-    prp::walk(iommu, sqe.prp1(), sqe.prp2(), len, page, |iova, n, off| {
+    dptr::walk(iommu, sqe, len, page, |iova, n, off| {
         if write {
             dma_engine::with_ref(iommu, iova, n, |host| store.write(start + off, host))
                 .map_err(fault)
@@ -262,7 +266,7 @@ fn dataset_management(
     let deallocate = sqe.cdw(11) & (1 << 2) != 0;
     let mut ranges = [0u8; 256 * 16];
     let bytes = &mut ranges[..nr * 16];
-    prp::read_in(&core.iommu, sqe.prp1(), sqe.prp2(), page, bytes)?;
+    dptr::read_in(&core.iommu, sqe, page, bytes)?;
     let mut checked = [(0u64, 0u64); 256];
     for (r, out) in bytes.chunks_exact(16).zip(checked.iter_mut()) {
         let nlb = u64::from(u32::from_le_bytes([r[4], r[5], r[6], r[7]]));

@@ -16,9 +16,9 @@
 //! The data and metadata go through a bounce buffer per command, as in QEMU.
 
 use super::dma_engine;
+use super::dptr;
 use super::iommu::ModelIommu;
 use super::media::Media;
-use super::prp;
 use super::sqe::{media, Sqe, Status};
 use super::storage::SparseStore;
 use vfnvme_hal::pi::{self, Pi, PiChecks, PiError, PiExpected, PiFormat, PiType, PI_BYTES};
@@ -149,10 +149,10 @@ impl Transfer<'_> {
         data: &mut [u8],
         md: &mut [u8],
     ) -> Result<(), Status> {
-        let (prp1, prp2, page) = (sqe.prp1(), sqe.prp2(), self.page);
+        let page = self.page;
         if self.extended && self.md_moves {
             let mut host = vec![0u8; data.len() + md.len()];
-            prp::read_in(iommu, prp1, prp2, page, &mut host)?;
+            dptr::read_in(iommu, sqe, page, &mut host)?;
             let (bs, ms) = self.sizes();
             let blocks = data.chunks_mut(bs).zip(md.chunks_mut(ms));
             for (element, (d, m)) in host.chunks(bs + ms).zip(blocks) {
@@ -161,7 +161,7 @@ impl Transfer<'_> {
             }
             return Ok(());
         }
-        prp::read_in(iommu, prp1, prp2, page, data)?;
+        dptr::read_in(iommu, sqe, page, data)?;
         if self.md_moves {
             dma_engine::read(iommu, sqe.mptr(), md).map_err(|_| Status::DATA_TRANSFER_ERROR)?;
         }
@@ -170,7 +170,7 @@ impl Transfer<'_> {
 
     /// Delivers the bounce buffers to the host.
     fn deliver(&self, iommu: &ModelIommu, sqe: &Sqe, data: &[u8], md: &[u8]) -> Result<(), Status> {
-        let (prp1, prp2, page) = (sqe.prp1(), sqe.prp2(), self.page);
+        let page = self.page;
         if self.extended && self.md_moves {
             let (bs, ms) = self.sizes();
             let mut host = Vec::with_capacity(data.len() + md.len());
@@ -178,9 +178,9 @@ impl Transfer<'_> {
                 host.extend_from_slice(d);
                 host.extend_from_slice(m);
             }
-            return prp::write_out(iommu, prp1, prp2, page, &host);
+            return dptr::write_out(iommu, sqe, page, &host);
         }
-        prp::write_out(iommu, prp1, prp2, page, data)?;
+        dptr::write_out(iommu, sqe, page, data)?;
         if self.md_moves {
             dma_engine::write(iommu, sqe.mptr(), md).map_err(|_| Status::DATA_TRANSFER_ERROR)?;
         }

@@ -51,6 +51,12 @@ impl Sqe {
     pub fn prp2(&self) -> u64 {
         self.u64_at(32)
     }
+    /// Bytes 24..40: the data pointer as one SGL descriptor (PSDT 01b).
+    pub fn dptr(&self) -> [u8; 16] {
+        let mut d = [0u8; 16];
+        d.copy_from_slice(&self.0[24..40]);
+        d
+    }
     /// Command dword 10..=15 (bytes 40..64).
     pub fn cdw(&self, n: usize) -> u32 {
         match n {
@@ -100,6 +106,14 @@ impl Status {
     pub const INVALID_NAMESPACE: Status = generic(0x0B, true);
     pub const COMMAND_SEQUENCE_ERROR: Status = generic(0x0C, true);
     pub const INVALID_PRP_OFFSET: Status = generic(0x13, true);
+    /// Invalid SGL Segment Descriptor.
+    pub const INVALID_SGL_SEGMENT: Status = generic(0x0D, true);
+    /// Invalid Number of SGL Descriptors.
+    pub const INVALID_SGL_DESCRIPTOR_COUNT: Status = generic(0x0E, true);
+    /// Data SGL Length Invalid.
+    pub const DATA_SGL_LENGTH_INVALID: Status = generic(0x0F, true);
+    /// SGL Descriptor Type Invalid.
+    pub const SGL_DESCRIPTOR_TYPE_INVALID: Status = generic(0x11, true);
     pub const LBA_OUT_OF_RANGE: Status = generic(0x80, true);
     pub const CQ_INVALID: Status = specific(0x00);
     pub const INVALID_QID: Status = specific(0x01);

@@ -23,6 +23,8 @@ pub struct ModelStats {
     pub io_completed: BTreeMap<u8, u64>,
     /// Identify commands received, by CNS (answered or rejected).
     pub identify_cns: BTreeMap<u8, u64>,
+    /// I/O commands received with an SGL data pointer (PSDT 01b).
+    pub sgl_commands: u64,
     /// Host (wall-clock) nanoseconds spent inside the model's doorbell, `before_poll` and
     /// `relax` handling; 0 unless [`crate::ModelConfig::measure_busy_time`] is set.
     pub busy_ns: u64,
@@ -67,6 +69,7 @@ pub(crate) struct Counters {
     admin: Box<[AtomicU64]>,
     io_other: Box<[AtomicU64]>,
     identify_cns: Box<[AtomicU64]>,
+    sgl_commands: AtomicU64,
 }
 
 /// What to count on a queue.
@@ -90,6 +93,7 @@ impl Counters {
             admin: (0..256).map(|_| AtomicU64::new(0)).collect(),
             io_other: (0..256).map(|_| AtomicU64::new(0)).collect(),
             identify_cns: (0..256).map(|_| AtomicU64::new(0)).collect(),
+            sgl_commands: AtomicU64::new(0),
         }
     }
 
@@ -117,6 +121,11 @@ impl Counters {
         if let Some(c) = self.identify_cns.get(usize::from(cns)) {
             bump(c);
         }
+    }
+
+    /// Counts an I/O command with an SGL data pointer.
+    pub fn sgl_command(&self) {
+        bump(&self.sgl_commands);
     }
 
     pub fn invalid_doorbell(&self) {
@@ -164,6 +173,7 @@ impl Counters {
             shadow_doorbell_reads: sum(|q| &q.shadow_reads),
             shadow_doorbell_updates: sum(|q| &q.shadow_updates),
             busy_ns: sum(|q| &q.busy_ns),
+            sgl_commands: load(&self.sgl_commands),
             admin_completed: self
                 .admin
                 .iter()

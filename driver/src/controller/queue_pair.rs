@@ -20,7 +20,7 @@ use std::cell::Cell;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
-use vfnvme_hal::DmaBuffer;
+use vfnvme_hal::{DmaBuffer, DmaSpan};
 
 /// Options of a new queue pair.
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +42,10 @@ pub struct QpairOptions {
     /// otherwise sit idle), and leaves it to a later `commit` or the next `poll` otherwise.
     /// Polling always rings. Off: `commit` always rings.
     pub defer_sq_doorbell: bool,
+    /// Send every read and write with SGLs (SPDK's `enable_sgl`) when the controller has them
+    /// (Identify Controller SGLS; [`QueuePair::sgl_supported`]); ignored without. Off (the
+    /// default): PRPs, and SGLs only for lists of spans PRPs can't describe.
+    pub prefer_sgl: bool,
 }
 
 impl Default for QpairOptions {
@@ -51,6 +55,7 @@ impl Default for QpairOptions {
             max_in_flight: 0,
             sync_timeout_ms: 30_000,
             defer_sq_doorbell: false,
+            prefer_sgl: false,
         }
     }
 }
@@ -136,6 +141,7 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
             }
         };
         io.enable_retries(shared.io_retries, shared.io_retry_count.clone());
+        io.set_sgl(info.identify.sgls, options.prefer_sgl);
         let (create_cq, create_sq) = create_commands(qid, &io);
         let epoch = shared.epoch();
         // A create command that timed out may still take effect: its queue may exist.
@@ -228,6 +234,16 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
     /// [`ControllerOptions::io_retries`](crate::ControllerOptions::io_retries)).
     pub fn retries(&self) -> u64 {
         self.io.retries()
+    }
+    /// Whether the controller takes SGLs for reads and writes (Identify Controller SGLS bits
+    /// 1:0): lists of spans PRPs can't describe then go with SGLs.
+    pub fn sgl_supported(&self) -> bool {
+        self.io.sgl_supported()
+    }
+    /// Whether every read and write goes with SGLs ([`QpairOptions::prefer_sgl`] on a
+    /// controller that has them).
+    pub fn prefers_sgl(&self) -> bool {
+        self.io.prefers_sgl()
     }
     /// Whether shadow doorbells are in use on this queue pair.
     pub fn uses_shadow_doorbells(&self) -> bool {
@@ -332,6 +348,46 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         // SAFETY: checked above; owned data, or the caller's contract for a span.
         let req = unsafe { Request::checked(op, target, lba, blocks, data, tag) };
         self.io.submit_rw(req).map(drop)
+    }
+
+    /// Queues a read of `blocks` blocks at `lba` into `spans`, in order
+    /// ([`Request::borrowed_vectored`] submitted).
+    ///
+    /// # Safety
+    /// Every span under [`submit_data`](Self::submit_data)'s contract: from this controller's
+    /// pool, its allocation allocated and untouched until the request completes or the queue
+    /// pair is dropped.
+    #[inline]
+    pub unsafe fn readv(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        spans: &[DmaSpan],
+        tag: T,
+    ) -> Result<(), SubmitError> {
+        // SAFETY: the caller's contract, passed on.
+        let req = unsafe { Request::borrowed_vectored(Op::Read, ns, lba, blocks, spans, tag) }?;
+        self.submit(req).map(drop)
+    }
+
+    /// Queues a write of `blocks` blocks at `lba` from `spans`, in order
+    /// ([`Request::borrowed_vectored`] submitted).
+    ///
+    /// # Safety
+    /// As for [`readv`](Self::readv).
+    #[inline]
+    pub unsafe fn writev(
+        &mut self,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        spans: &[DmaSpan],
+        tag: T,
+    ) -> Result<(), SubmitError> {
+        // SAFETY: the caller's contract, passed on.
+        let req = unsafe { Request::borrowed_vectored(Op::Write, ns, lba, blocks, spans, tag) }?;
+        self.submit(req).map(drop)
     }
 
     /// Queues a flush ([`Request::flush`] submitted).

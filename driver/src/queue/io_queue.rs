@@ -7,6 +7,7 @@ use super::prp;
 use super::request::{Data, Op, Request, MAX_BLOCKS_PER_COMMAND, MAX_DSM_RANGES};
 use super::retry::RetryBook;
 use super::ring::{Rings, ShadowBuffers};
+use super::sgl::SglSupport;
 use super::tracker::{Ended, Overdue, Trackers, Unfinished};
 use crate::error::{SubmitError, SubmitErrorKind};
 use crate::platform::RegisterIo;
@@ -63,11 +64,19 @@ pub struct IoQueue<T = u64> {
     spurious: u64,
     /// Copies of the commands in flight for retries (`None`: retries off).
     retry: Option<Box<RetryBook>>,
+    /// What the controller says about SGLs (Identify Controller SGLS).
+    sgl: SglSupport,
+    /// Every read and write goes with SGLs ([`set_sgl`](Self::set_sgl)).
+    prefer_sgl: bool,
+    /// Largest single-buffer transfer [`submit_rw`](Self::submit_rw) builds in place:
+    /// `max_transfer`, or 0 when every request goes with SGLs (all then take the out-of-line
+    /// path, at no cost to the one-command path).
+    fast_limit: usize,
 }
 
 /// One read or write command before it is split or queued: opcode, namespace and blocks.
 #[derive(Debug, Clone, Copy)]
-struct Rw {
+pub(super) struct Rw {
     nsid: u32,
     opcode: u8,
     lba: u64,
@@ -77,11 +86,13 @@ struct Rw {
 /// How a request is split at MDTS: blocks per command, bytes per block in the data buffer, and
 /// the metadata and protection fields each command carries (advanced per command).
 #[derive(Debug, Clone, Copy)]
-struct Split {
+pub(super) struct Split {
     per_cmd: u32,
     /// Bytes per block in the data (the block size, plus the metadata for extended LBAs).
     elem: u64,
     metadata: Option<MetadataFields>,
+    /// Each command's data goes in one SGL Data Block descriptor instead of PRPs.
+    sgl: bool,
 }
 
 impl<T: Copy + Default> IoQueue<T> {
@@ -119,7 +130,33 @@ impl<T: Copy + Default> IoQueue<T> {
             cq_slack,
             spurious: 0,
             retry: None,
+            sgl: SglSupport::None,
+            prefer_sgl: false,
+            fast_limit: max_transfer,
         })
+    }
+
+    /// Sets what the controller says about SGLs (`sgls`, Identify Controller SGLS) and whether
+    /// every read and write goes with SGLs when it has them (`prefer`, SPDK's `enable_sgl`);
+    /// without, lists of spans PRPs can't describe take SGLs, all else PRPs.
+    pub(crate) fn set_sgl(&mut self, sgls: u32, prefer: bool) {
+        self.sgl = SglSupport::from_sgls(sgls);
+        self.prefer_sgl = prefer && self.sgl.supported();
+        self.fast_limit = if self.prefer_sgl {
+            0
+        } else {
+            self.max_transfer
+        };
+    }
+
+    /// Whether the controller takes SGLs (Identify Controller SGLS bits 1:0).
+    pub fn sgl_supported(&self) -> bool {
+        self.sgl.supported()
+    }
+
+    /// Whether every read and write goes with SGLs.
+    pub fn prefers_sgl(&self) -> bool {
+        self.prefer_sgl
     }
 
     /// Device address of the SQ ring.
@@ -190,7 +227,11 @@ impl<T: Copy + Default> IoQueue<T> {
     pub(crate) fn submit(&mut self, req: Request<'_, T>) -> Result<u16, SubmitError> {
         match req.op {
             Op::Read | Op::Write => match req.protection.fields {
-                None => self.submit_rw(req),
+                None if !matches!(req.data, Data::Spans(_)) => self.submit_rw(req),
+                None => {
+                    let split = self.plain_split(req.lba_shift);
+                    self.submit_described(req, split)
+                }
                 Some(f) => self.submit_rw_metadata(req, f),
             },
             Op::Flush => self.submit_flush(req),
@@ -201,30 +242,26 @@ impl<T: Copy + Default> IoQueue<T> {
 
     /// [`submit`](Self::submit) of a read or write. The common case fits one command: one
     /// tracker, PRPs built in place, the SQE written straight into the ring; a larger one is
-    /// split at MDTS.
+    /// split at MDTS, and so is every one on a queue pair that sends all with SGLs (one Data
+    /// Block per command). Lists of spans never come here ([`submit`](Self::submit) sends them
+    /// to the out-of-line `submit_described`).
     #[inline(always)]
     pub(crate) fn submit_rw(&mut self, req: Request<'_, T>) -> Result<u16, SubmitError> {
         let bytes = req.bytes();
         let (iova, buf) = match req.data {
             Data::Owned(b) => (b.iova(), Some(b)),
             Data::Span(s) => (s.iova(), None),
-            // `Request::rw` gives reads and writes data.
-            Data::None | Data::Ranges(_) => (0, None),
+            // `Request::rw` gives reads and writes data; `submit` sends lists elsewhere.
+            Data::None | Data::Ranges(_) | Data::Spans(_) => (0, None),
         };
-        if bytes > self.max_transfer as u64 || req.blocks > MAX_BLOCKS_PER_COMMAND {
+        if bytes > self.fast_limit as u64 || req.blocks > MAX_BLOCKS_PER_COMMAND {
             let rw = Rw {
                 nsid: req.nsid,
                 opcode: req.op.opcode(),
                 lba: req.lba,
                 blocks: req.blocks,
             };
-            let per_cmd =
-                ((self.max_transfer >> req.lba_shift) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND);
-            let split = Split {
-                per_cmd,
-                elem: 1u64 << req.lba_shift,
-                metadata: None,
-            };
+            let split = self.plain_split(req.lba_shift);
             return self.submit_split(rw, split, Some(iova), buf, req.tag);
         }
         let Some((idx, t)) = self.trackers.alloc_mut() else {
@@ -260,25 +297,26 @@ impl<T: Copy + Default> IoQueue<T> {
         req: Request<'_, T>,
         fields: MetadataFields,
     ) -> Result<u16, SubmitError> {
-        let (iova, buf) = match req.data {
-            Data::Owned(b) => (b.iova(), Some(b)),
-            Data::Span(s) => (s.iova(), None),
-            Data::None | Data::Ranges(_) => (0, None),
-        };
         let elem = u64::from(fields.elem.max(1));
         let per_cmd = (self.max_transfer as u64 / elem).clamp(1, MAX_BLOCKS_PER_COMMAND.into());
-        let rw = Rw {
-            nsid: req.nsid,
-            opcode: req.op.opcode(),
-            lba: req.lba,
-            blocks: req.blocks,
-        };
         let split = Split {
             per_cmd: per_cmd as u32,
             elem,
             metadata: Some(fields),
+            sgl: self.prefer_sgl,
         };
-        self.submit_split(rw, split, Some(iova), buf, req.tag)
+        self.submit_described(req, split)
+    }
+
+    /// How a plain read or write of blocks of `1 << lba_shift` bytes is split at MDTS.
+    #[inline(always)]
+    fn plain_split(&self, lba_shift: u8) -> Split {
+        Split {
+            per_cmd: ((self.max_transfer >> lba_shift) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND),
+            elem: 1u64 << lba_shift,
+            metadata: None,
+            sgl: self.prefer_sgl,
+        }
     }
 
     #[inline]
@@ -304,6 +342,7 @@ impl<T: Copy + Default> IoQueue<T> {
             per_cmd: MAX_BLOCKS_PER_COMMAND,
             elem: 1u64 << req.lba_shift,
             metadata: None,
+            sgl: false,
         };
         self.submit_split(rw, split, None, None, req.tag)
     }
@@ -383,7 +422,7 @@ impl<T: Copy + Default> IoQueue<T> {
     /// Queues `blocks` at `lba` as commands of at most `per_cmd` blocks each, on the data at
     /// device address `base` (if any; `buf` is kept until the completion).
     #[inline(always)]
-    fn submit_split(
+    pub(super) fn submit_split(
         &mut self,
         rw: Rw,
         split: Split,
@@ -396,7 +435,15 @@ impl<T: Copy + Default> IoQueue<T> {
             per_cmd,
             elem,
             metadata,
+            sgl,
         } = split;
+        if let (true, Some(base)) = (sgl, base) {
+            // Every command's Data Block starts a whole number of blocks into the buffer.
+            let len = (u64::from(blocks) * elem) as usize;
+            if let Err(kind) = self.sgl.check_piece(0, base, len) {
+                return Err(SubmitError::new(kind, buf));
+            }
+        }
         let needed = blocks.div_ceil(per_cmd) as usize;
         if needed > self.trackers.capacity() {
             return Err(SubmitError::new(
@@ -432,11 +479,16 @@ impl<T: Copy + Default> IoQueue<T> {
                 let off = u64::from(done) * elem;
                 let bytes = (u64::from(n) * elem) as usize;
                 let list_iova = t.prp_list.iova();
-                match prp::build(base + off, bytes, t.prp_list.as_mut_slice(), list_iova) {
-                    Ok((p1, p2)) => cmd.set_prps(p1, p2),
-                    Err(e) => {
-                        self.rollback(head, start_tail);
-                        return Err(SubmitError::new(e.into(), buf));
+                if sgl {
+                    // One Data Block: `bytes` is at most MDTS (2 MiB).
+                    cmd.set_sgl(base + off, bytes as u32, super::sgl::DATA_BLOCK);
+                } else {
+                    match prp::build(base + off, bytes, t.prp_list.as_mut_slice(), list_iova) {
+                        Ok((p1, p2)) => cmd.set_prps(p1, p2),
+                        Err(e) => {
+                            self.rollback(head, start_tail);
+                            return Err(SubmitError::new(e.into(), buf));
+                        }
                     }
                 }
             }
@@ -453,6 +505,21 @@ impl<T: Copy + Default> IoQueue<T> {
             h.buffer = buf;
         }
         Ok(head)
+    }
+
+    /// Whether `needed` commands can be queued now: not more than the queue ever holds
+    /// ([`SubmitErrorKind::TooLarge`]), nor than its free slots.
+    fn room_for(&self, needed: usize) -> Result<(), SubmitErrorKind> {
+        if needed > self.trackers.capacity() {
+            return Err(SubmitErrorKind::TooLarge {
+                needed,
+                capacity: self.trackers.capacity(),
+            });
+        }
+        if needed > self.trackers.free_count() {
+            return Err(self.trackers.full(needed));
+        }
+        Ok(())
     }
 
     /// Un-queues a partly built request: frees its trackers and rewinds the SQ tail.
@@ -687,3 +754,6 @@ impl<T: Copy + Default> IoQueue<T> {
 
 #[path = "io_queue_retry.rs"]
 mod retry_ops;
+
+#[path = "io_queue_spans.rs"]
+mod spans_ops;

@@ -8,6 +8,8 @@ use crate::namespace::{Namespace, NamespaceState};
 use crate::spec::command::{io_opcode, DsmRange};
 use vfnvme_hal::{DmaBuffer, DmaSpan};
 
+pub use super::spans::MAX_SPANS;
+
 /// Most blocks one NVM command carries (NLB is 16 bits, 0's based).
 pub const MAX_BLOCKS_PER_COMMAND: u32 = 1 << 16;
 /// Most ranges in one Dataset Management command.
@@ -54,6 +56,10 @@ pub enum Data<'a> {
     /// Borrowed memory: a range of one live allocation, checked when the span was made
     /// ([`vfnvme_hal::DmaPool::span`]). The device never moves data past it.
     Span(DmaSpan),
+    /// Borrowed memory in pieces, an iovec: 1..=[`MAX_SPANS`] non-empty spans, each checked
+    /// when it was made, moved in order ([`Request::borrowed_vectored`]). The list itself is
+    /// read at submission only; the memory it describes is borrowed as for [`Data::Span`].
+    Spans(&'a [DmaSpan]),
     /// Deallocate's ranges, copied at submission into a page the queue keeps per slot.
     Ranges(&'a [DsmRange]),
 }
@@ -271,11 +277,41 @@ impl<'a, T> Request<'a, T> {
         unsafe { Self::rw(op, target, lba, blocks, Data::Span(span), tag) }
     }
 
-    /// A read or write (`op`) of `blocks` blocks at `lba` of `target` on `data`: checks the
-    /// range and that the data holds the transfer. `op` other than a read or write is refused.
+    /// A read or write (`op`) of `blocks` blocks at `lba` of `ns` on borrowed memory in
+    /// pieces, `spans` (an iovec, moved in order): 1..=[`MAX_SPANS`] non-empty spans
+    /// ([`SubmitErrorKind::BadSpanCount`] otherwise) that together hold the transfer
+    /// ([`SubmitErrorKind::BufferTooSmall`] otherwise). The queue pair describes them with PRPs
+    /// when PRPs can (each span but the first starting on a 4 KiB page boundary, each but the
+    /// last ending on one), else with SGLs if the controller has them; a list neither can
+    /// describe is refused at submission ([`SubmitErrorKind::NotPrpDescribable`]). A request
+    /// larger than the controller's MDTS is split, each command taking its part of the list.
     ///
     /// # Safety
-    /// With [`Data::Span`], the contract of [`borrowed`](Self::borrowed).
+    /// Every span under the contract of [`borrowed`](Self::borrowed): from the DMA pool of the
+    /// controller (or subsystem) the request goes to, its allocation allocated and untouched
+    /// by the caller until the request completes (or its queue pair is dropped).
+    #[inline]
+    pub unsafe fn borrowed_vectored(
+        op: Op,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        spans: &'a [DmaSpan],
+        tag: T,
+    ) -> Result<Self, SubmitError> {
+        let target = Target::of(ns).map_err(|k| SubmitError::new(k, None))?;
+        // SAFETY: the caller's contract, passed on.
+        unsafe { Self::rw(op, target, lba, blocks, Data::Spans(spans), tag) }
+    }
+
+    /// A read or write (`op`) of `blocks` blocks at `lba` of `target` on `data`: checks the
+    /// range and that the data holds the transfer (and, for [`Data::Spans`], the list: see
+    /// [`borrowed_vectored`](Self::borrowed_vectored)). `op` other than a read or write is
+    /// refused.
+    ///
+    /// # Safety
+    /// With [`Data::Span`] or [`Data::Spans`], the contract of [`borrowed`](Self::borrowed)
+    /// for every span.
     #[inline(always)]
     pub unsafe fn rw(
         op: Op,
@@ -288,6 +324,12 @@ impl<'a, T> Request<'a, T> {
         let len = match &data {
             Data::Owned(b) if matches!(op, Op::Read | Op::Write) => b.len(),
             Data::Span(s) if matches!(op, Op::Read | Op::Write) => s.len(),
+            Data::Spans(spans) if matches!(op, Op::Read | Op::Write) => {
+                match super::spans::check(spans) {
+                    Ok(total) => usize::try_from(total).unwrap_or(usize::MAX),
+                    Err(kind) => return Err(SubmitError::new(kind, None)),
+                }
+            }
             _ => return Err(SubmitError::new(not_rw(op), data.into_buffer())),
         };
         match target.check_rw(lba, blocks, len) {

@@ -169,6 +169,14 @@ impl Command {
         self.prp1 = prp1;
         self.prp2 = prp2;
     }
+    /// Sets the data pointer to one SGL descriptor (`addr`, `len`, SGL identifier `id`: type in
+    /// bits 7:4, subtype in 3:0) and PSDT to 01b (SGLs for the data, MPTR a plain address).
+    #[inline]
+    pub fn set_sgl(&mut self, addr: u64, len: u32, id: u8) {
+        self.cdw0 = (self.cdw0 & !(3 << 14)) | 1 << 14;
+        self.prp1 = addr;
+        self.prp2 = u64::from(len) | u64::from(id) << 56;
+    }
     /// Builder form of [`Command::set_prps`] with PRP2 zero (a buffer within one page).
     pub fn with_data(mut self, iova: u64) -> Self {
         self.prp1 = iova;

@@ -10,6 +10,7 @@ mod pi_tests;
 mod queue_tests;
 mod register_tests;
 mod robustness_tests;
+mod sgl_tests;
 
 use super::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform, ModelRegs};
 use std::sync::Arc;
