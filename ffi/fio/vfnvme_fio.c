@@ -891,6 +891,12 @@ static const char *vf_status_name(uint8_t sct, uint8_t sc)
 		return "Write Fault";
 	if (sct == 2 && sc == 0x81)
 		return "Unrecovered Read Error";
+	if (sct == 2 && sc == 0x82)
+		return "End-to-end Guard Check Error";
+	if (sct == 2 && sc == 0x83)
+		return "End-to-end Application Tag Check Error";
+	if (sct == 2 && sc == 0x84)
+		return "End-to-end Reference Tag Check Error";
 	if (sct == 2 && sc == 0x86)
 		return "Access Denied";
 	if (sct == VFNVME_SCT_PATH && sc == 0x70)

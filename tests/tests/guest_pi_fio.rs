@@ -5,56 +5,60 @@
 //! metadata in its own buffers), so its verify checks every byte of data; with `pi_act=0` the
 //! engine generates the PI, the controller checks it (PRCHK) and the engine checks each read's
 //! PI too; a `verify_only` pass with `pi_act=1` then has the controller check and strip the PI
-//! the engine wrote. Combinations that can't work are refused before any I/O, with a message.
+//! the engine wrote. Combinations that can't work are refused before any I/O, with a message,
+//! and a wrong expected application tag fails the reads with the controller's status.
 //!
 //! The engine comes from `VFNVME_FIO_ENGINE` (scripts/test-all.sh builds it for tests named
 //! *fio*).
 
-use std::process::{Command, Output};
+use std::process::Command;
 
 use vfnvme_tests::guest;
 use vfnvme_tests::guest_fio::engine;
 use vfnvme_tests::guest_metadata::{assert_no_new_dmar_faults, dmar_faults};
 
-/// Runs fio on namespace `nsid` of the first controller with `args`.
-fn fio(name: &str, nsid: u32, args: &[&str]) -> Output {
-    let bdf = guest::vfio_devices()[0].replace(':', ".");
-    Command::new("fio")
-        .arg(format!("--ioengine=external:{}", engine()))
-        .args(["--thread=1", "--verify_state_save=0", "--group_reporting"])
-        .arg(format!("--name={name}"))
-        .arg(format!("--filename=trtype=PCIe traddr={bdf} ns={nsid}"))
-        .args(args)
-        .output()
-        .expect("running fio (installed by vfnvme vm)")
+fn engine_args() -> Vec<String> {
+    vec![
+        format!("--ioengine=external:{}", engine()),
+        "--thread=1".into(),
+        "--verify_state_save=0".into(),
+    ]
 }
 
-/// fio must succeed: written, read back and verified.
-fn fio_ok(name: &str, nsid: u32, args: &[&str]) {
-    let out = fio(name, nsid, args);
+/// The filename of namespace `nsid` of the first controller.
+fn filename(nsid: u32) -> String {
+    let bdf = guest::vfio_devices()[0].replace(':', ".");
+    format!("--filename=trtype=PCIe traddr={bdf} ns={nsid}")
+}
+
+/// Runs one fio process with `args` (global options, then `--name=` sections).
+fn run(args: &[String]) -> (bool, String) {
+    let out = Command::new("fio")
+        .args(engine_args())
+        .args(args)
+        .output()
+        .expect("running fio (installed by vfnvme vm)");
     let text = format!(
         "{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        out.status.success(),
-        "fio {name} on ns {nsid} {args:?} failed ({}):\n{text}",
-        out.status
-    );
-    assert!(
-        !text.contains("verify: bad") && !text.contains("PI check failed"),
-        "{name}: {text}"
-    );
-    eprintln!("fio {name} on ns {nsid} {args:?}: OK");
+    (out.status.success(), text)
 }
 
-/// fio must refuse before any I/O, saying `why`.
-fn fio_refused(name: &str, nsid: u32, args: &[&str], why: &str) {
-    let out = fio(name, nsid, args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "fio {name} must fail: {err}");
-    assert!(err.contains(why), "fio {name}: expected {why:?} in:\n{err}");
+/// One job on namespace `nsid` with `args`, must fail saying `why` (before any I/O, or, with
+/// `why` an NVMe status, when the controller's check fails).
+fn fio_fails(name: &str, nsid: u32, args: &[&str], why: &str) {
+    let mut all: Vec<String> = WRITE_VERIFY.iter().map(|s| s.to_string()).collect();
+    all.push(format!("--name={name}"));
+    all.push(filename(nsid));
+    all.extend(args.iter().map(|s| s.to_string()));
+    let (ok, text) = run(&all);
+    assert!(!ok, "fio {name} must fail:\n{text}");
+    assert!(
+        text.contains(why),
+        "fio {name}: expected {why:?} in:\n{text}"
+    );
 }
 
 /// The job of a write-then-verify pass over 1 MiB from 256 KiB on.
@@ -66,14 +70,9 @@ const WRITE_VERIFY: &[&str] = &[
     "--iodepth=8",
     "--verify=crc32c",
     "--do_verify=1",
-    "--norandommap=0",
 ];
 const ALL_CHECKS: &str = "--pi_chk=GUARD,REFTAG,APPTAG";
 const NO_REF: &str = "--pi_chk=GUARD,APPTAG";
-
-fn with(extra: &[&'static str]) -> Vec<&'static str> {
-    WRITE_VERIFY.iter().chain(extra).copied().collect()
-}
 
 #[test]
 fn fio_verifies_data_with_pract_on_and_off_on_every_format() {
@@ -81,44 +80,64 @@ fn fio_verifies_data_with_pract_on_and_off_on_every_format() {
         return;
     }
     let faults_before = dmar_faults();
-    // (nsid, what, options): ns 1 512+8 ext PI1 last, 2 512+8 sep PI1 first, 3 4096+16 ext PI2
-    // first, 4 4096+16 sep PI2 last, 5 512+64 ext PI3 last, 6 4096+64 sep PI3 first, 7 512+16
-    // sep without PI.
-    let runs: &[(u32, &str, Vec<&str>)] = &[
-        (1, "ext8-act", with(&["--pi_act=1", ALL_CHECKS])),
-        (
-            1,
-            "ext8-host",
-            with(&["--pi_act=0", ALL_CHECKS, "--apptag=0x77"]),
-        ),
-        (2, "sep8-act", with(&["--pi_act=1", ALL_CHECKS])),
+    // (nsid, job, options), one job after the other in one fio process (one bring-up): ns 1
+    // 512+8 ext PI1 last, 2 512+8 sep PI1 first, 3 4096+16 ext PI2 first, 4 4096+16 sep PI2
+    // last, 5 512+64 ext PI3 last, 6 4096+64 sep PI3 first, 7 512+16 sep without PI. The last
+    // three read back with PRACT what the engine's own PI (pi_act=0) protects: the controller
+    // checks and strips it, and the data verifies again.
+    let jobs: &[(u32, &str, &[&str])] = &[
+        (1, "ext8-act", &["--pi_act=1", ALL_CHECKS]),
+        (1, "ext8-host", &["--pi_act=0", ALL_CHECKS, "--apptag=0x77"]),
+        (2, "sep8-act", &["--pi_act=1", ALL_CHECKS]),
         (
             2,
             "sep8-host",
-            with(&["--pi_act=0", ALL_CHECKS, "--md_per_io_size=128"]),
+            &["--pi_act=0", ALL_CHECKS, "--md_per_io_size=128"],
         ),
-        (3, "ext16-act", with(&["--pi_act=1", ALL_CHECKS])),
-        (3, "ext16-host", with(&["--pi_act=0", ALL_CHECKS])),
+        (3, "ext16-act", &["--pi_act=1", ALL_CHECKS]),
+        (3, "ext16-host", &["--pi_act=0", ALL_CHECKS]),
         (
             4,
             "sep16-host",
-            with(&["--pi_act=0", NO_REF, "--apptag_mask=0xff00"]),
+            &["--pi_act=0", NO_REF, "--apptag_mask=0xff00"],
         ),
-        (5, "ext64-host", with(&["--pi_act=0", NO_REF])),
-        (6, "sep64-act", with(&["--pi_act=1", NO_REF])),
-        (7, "sep16-nopi", with(&["--md_per_io_size=4096"])),
+        (5, "ext64-host", &["--pi_act=0", NO_REF]),
+        (6, "sep64-act", &["--pi_act=1", NO_REF]),
+        (7, "sep16-nopi", &["--md_per_io_size=4096"]),
+        (
+            1,
+            "ext8-host-read-act",
+            &["--pi_act=1", ALL_CHECKS, "--apptag=0x77", "--verify_only=1"],
+        ),
+        (
+            2,
+            "sep8-host-read-act",
+            &["--pi_act=1", ALL_CHECKS, "--verify_only=1"],
+        ),
+        (
+            3,
+            "ext16-host-read-act",
+            &["--pi_act=1", ALL_CHECKS, "--verify_only=1"],
+        ),
     ];
-    for (nsid, name, args) in runs {
-        fio_ok(name, *nsid, args);
+    let mut args: Vec<String> = WRITE_VERIFY.iter().map(|s| s.to_string()).collect();
+    for (nsid, name, opts) in jobs {
+        args.push(format!("--name={name}"));
+        args.push("--stonewall".into());
+        args.push(filename(*nsid));
+        args.extend(opts.iter().map(|s| s.to_string()));
     }
-    // The PI the engine generated (pi_act=0 above) passes the controller's checks on reads
-    // with PRACT, which strips it: the data verifies again.
-    for (nsid, name) in [(1u32, "ext8-host"), (3, "ext16-host"), (2, "sep8-host")] {
-        let mut args = with(&["--pi_act=1", ALL_CHECKS, "--verify_only=1"]);
-        if nsid == 1 {
-            args.push("--apptag=0x77");
-        }
-        fio_ok(name, nsid, &args);
+    let (ok, text) = run(&args);
+    assert!(ok, "fio failed:\n{text}");
+    assert!(
+        !text.contains("verify: bad") && !text.contains("PI check failed"),
+        "{text}"
+    );
+    for (_, name, _) in jobs {
+        assert!(
+            text.contains(&format!("{name}: (groupid=")),
+            "job {name} did not run:\n{text}"
+        );
     }
     assert_no_new_dmar_faults(&faults_before);
 }
@@ -128,28 +147,49 @@ fn combinations_that_cant_work_are_refused_before_any_io() {
     if !guest::in_guest("guest_pi_fio::combinations_that_cant_work_are_refused_before_any_io") {
         return;
     }
-    fio_refused(
+    fio_fails(
         "small-md",
         2,
-        &with(&["--md_per_io_size=64"]),
+        &["--md_per_io_size=64"],
         "md_per_io_size=64 is too small",
     );
-    fio_refused(
+    fio_fails(
         "type3-ref",
         5,
-        &with(&[ALL_CHECKS]),
+        &[ALL_CHECKS],
         "PI type 3, which has no reference tag",
     );
-    fio_refused(
-        "nopi-act",
-        7,
-        &with(&["--pi_act=1"]),
-        "no protection information",
+    fio_fails("nopi-act", 7, &["--pi_act=1"], "no protection information");
+    fio_fails("bad-chk", 1, &["--pi_chk=GUARD,CRC"], "unknown check 'CRC'");
+    // A wrong expected application tag: written with PRACT and the default tag (0x1234), read
+    // back expecting 0x78: the controller's check fails each read (SC 83h), which the engine
+    // reports with its status, and fio fails.
+    let mut args: Vec<String> = WRITE_VERIFY.iter().map(|s| s.to_string()).collect();
+    for (name, tag) in [
+        ("write-1234", "--apptag=0x1234"),
+        ("expect-78", "--apptag=0x78"),
+    ] {
+        args.extend([
+            format!("--name={name}"),
+            "--stonewall".into(),
+            filename(3),
+            "--pi_act=1".into(),
+            NO_REF.into(),
+            tag.into(),
+        ]);
+    }
+    args.push("--verify_only=1".into());
+    let (ok, text) = run(&args);
+    assert!(
+        !ok,
+        "reads expecting the wrong application tag must fail:\n{text}"
     );
-    fio_refused(
-        "bad-chk",
-        1,
-        &with(&["--pi_chk=GUARD,CRC"]),
-        "unknown check 'CRC'",
+    assert!(
+        text.contains("sct 0x2 sc 0x83 dnr 0 more 0: End-to-end Application Tag Check Error"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("sc 0x82") && !text.contains("sc 0x84"),
+        "only the application tag is wrong:\n{text}"
     );
 }
