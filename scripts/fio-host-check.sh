@@ -148,7 +148,7 @@ missing=""
 for key in trtype traddr ns id namespaces lba_size blocks latency_ns seed backing hang_reads \
     admin_timeout_ms io_timeout_ms io_retries reset_after_ms defer_sq_doorbell tsc_issue_time \
     inline_qd1 paths mp_policy mp_queue_if_no_path mp_delayed_removal_ms mp_fail_after_ms mp_fail \
-    mp_detach_after_ms mp_attach_after_ms; do
+    mp_detach_after_ms mp_attach_after_ms md_per_io_size pi_act pi_chk apptag apptag_mask; do
     grep -q "^$key  *: ." "$out/enghelp.log" || missing="$missing $key"
 done
 if [[ -z "$missing" ]]; then

@@ -4,6 +4,7 @@ pub mod guest;
 pub mod guest_checks;
 pub mod guest_fio;
 pub mod guest_io;
+pub mod guest_metadata;
 pub mod guest_multipath;
 pub mod host_qmp;
 pub mod mp_workload;

@@ -66,6 +66,7 @@ mkdir -p "$target/fio"
     -shared -fPIC -D_GNU_SOURCE -include config-host.h \
     -I"$fio_src" -DVFNVME_MODEL -I"$root/ffi/include" \
     -o "$target/fio/vfnvme_fio.so" "$root/ffi/fio/vfnvme_fio.c" "$root/ffi/fio/vfnvme_fio_mp.c" \
+    "$root/ffi/fio/vfnvme_fio_md.c" \
     -L"$libdir" -lvfnvme -Wl,-rpath,"$libdir"
 # The test driver of the engine's getevents() (scripts/fio-host-check.sh runs it).
 "$cc" -O2 -g -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers \

@@ -7,7 +7,8 @@
  *   trtype=PCIe traddr=0000.00.10.0 ns=1     SPDK's syntax ('.' or '\:' in traddr)
  *   0000.00.10.0/1                           short form (PCI address / nsid)
  *   trtype=model ns=1 [id=NAME] [namespaces=N] [lba_size=B] [blocks=N] [latency_ns=T]
- *                [seed=S] [backing=ram|null] [hang_reads=0|1]
+ *                [seed=S] [backing=ram|null] [hang_reads=0|1] [metadata_size=B]
+ *                [metadata_extended=0|1] [protection_type=0..3] [protection_first=0|1]
  *                                            the in-memory controller model (host tests)
  * fio splits filenames at ':' unless escaped, so write PCI addresses with '.' or '\:'.
  *
@@ -107,6 +108,38 @@ int vf_canon_pci(const char *in, char *out, size_t len)
 	return 0;
 }
 
+/* Model: one key of the namespaces' metadata format (metadata_size=B, metadata_extended=0|1,
+ * protection_type=0..3, protection_first=0|1). 0, or -1 after logging what is wrong. */
+static int vf_set_md_key(struct vf_target *t, const char *what, const char *k, const char *v)
+{
+	uint64_t x;
+	if (vf_parse_u64(v, &x) || x > 0xffff) {
+		log_err("vfnvme: %s: value of '%s' is not a number\n", what, k);
+		return -1;
+	}
+	if (!strcasecmp(k, "metadata_size")) {
+		t->mopts.metadata_size = (uint16_t)x;
+		return 0;
+	}
+	if (!strcasecmp(k, "protection_type")) {
+		if (x > 3) {
+			log_err("vfnvme: %s: protection_type must be 0 to 3\n", what);
+			return -1;
+		}
+		t->mopts.protection_type = (uint8_t)x;
+		return 0;
+	}
+	if (x > 1) {
+		log_err("vfnvme: %s: %s must be 0 or 1\n", what, k);
+		return -1;
+	}
+	if (!strcasecmp(k, "metadata_extended"))
+		t->mopts.metadata_extended = x;
+	else
+		t->mopts.protection_first = x;
+	return 0;
+}
+
 /*
  * Sets one key of t (from a filename or, with `opt` set, from the options table) to the text v.
  * Returns 0, or -1 after logging what is wrong with it.
@@ -181,10 +214,13 @@ static int vf_set_key(struct vf_target *t, const char *name, const char *k, cons
 			u64 = &t->mopts.seed;
 		else if (!strcasecmp(k, "paths"))
 			u32 = &t->model_paths;
+		else if (!strcasecmp(k, "metadata_size") || !strcasecmp(k, "metadata_extended") ||
+			 !strcasecmp(k, "protection_type") || !strcasecmp(k, "protection_first"))
+			return vf_set_md_key(t, what, k, v);
 		else {
 			log_err("vfnvme: filename '%s': unknown key '%s' (known: trtype traddr subnqn "
 				"ns id namespaces lba_size blocks latency_ns seed backing hang_reads "
-				"paths)\n", name, k);
+				"paths metadata_size metadata_extended protection_type protection_first)\n", name, k);
 			return -1;
 		}
 		if (vf_parse_u64(v, &x) || (u32 && x > 0xffffffffu)) {
@@ -570,20 +606,6 @@ static int vf_attach_files(struct thread_data *td)
 			ret = 1;
 			break;
 		}
-		if (!info.io_supported) {
-			/* Refused here, before fio starts: the driver would refuse every I/O anyway. */
-			log_err("vfnvme: %s: namespace %u is formatted with %u B of metadata per block "
-				"(%s%s): vfnvme does not transfer metadata or protection information, "
-				"so I/O to it is refused; reformat it to an LBA format without metadata "
-				"(vfnvme format %s --nsid %u --yes; erases its data) or use another "
-				"namespace\n",
-				f->file_name, t.nsid, info.metadata_size,
-				info.metadata_extended ? "extended LBA" : "separate buffer",
-				info.protection_type ? ", protection information" : "",
-				t.model ? "--model" : t.traddr, t.nsid);
-			ret = 1;
-			break;
-		}
 		struct vf_file *vf = vf_file_new();
 		if (!vf) {
 			ret = 1;
@@ -594,6 +616,9 @@ static int vf_attach_files(struct thread_data *td)
 		vf->lba_size = info.lba_size;
 		vf->lba_shift = __builtin_ctz(info.lba_size);
 		vf->blocks = info.blocks;
+		/* Formats with metadata or PI go through vfnvme_fio_md.c (fio sees data only). */
+		vf->info = info;
+		vf->has_md = info.metadata_size || info.protection_type;
 		FILE_SET_ENG_DATA(f, vf);
 		f->real_file_size = info.blocks * info.lba_size;
 		f->filetype = FIO_TYPE_BLOCK;
@@ -785,6 +810,8 @@ static int vf_init(struct thread_data *td)
 	}
 	if (vt->ntq)
 		vt->mem_ctrl = vt->tq[0].c;
+	if (vf_md_init(td, vt))
+		goto fail;
 	return 0;
 fail:
 	vf_cleanup(td);
@@ -851,6 +878,8 @@ static int vf_io_u_init(struct thread_data *td, struct io_u *io_u)
 
 static void vf_io_u_free(struct thread_data *td, struct io_u *io_u)
 {
+	if (io_u->engine_data)
+		vf_md_free(io_u->engine_data);
 	free(io_u->engine_data);
 	io_u->engine_data = NULL;
 }
@@ -862,6 +891,12 @@ static const char *vf_status_name(uint8_t sct, uint8_t sc)
 		return "Write Fault";
 	if (sct == 2 && sc == 0x81)
 		return "Unrecovered Read Error";
+	if (sct == 2 && sc == 0x82)
+		return "End-to-end Guard Check Error";
+	if (sct == 2 && sc == 0x83)
+		return "End-to-end Application Tag Check Error";
+	if (sct == 2 && sc == 0x84)
+		return "End-to-end Reference Tag Check Error";
 	if (sct == 2 && sc == 0x86)
 		return "Access Denied";
 	if (sct == VFNVME_SCT_PATH && sc == 0x70)
@@ -937,6 +972,12 @@ static void vf_done(struct vf_iou *e, const struct vfnvme_completion *c)
 	} else {
 		io_u->error = 0;
 		io_u->resid = 0;
+		/* Metadata: the host's PI check of a read, the data out of extended blocks. */
+		if (e->md_vf && (io_u->error = vf_md_complete(e, io_u, e->bounce ? e->bounce :
+							 io_u->xfer_buf))) {
+			io_u->resid = io_u->xfer_buflen;
+			return;
+		}
 		if (e->bounce && io_u->ddir == DDIR_READ)
 			memcpy(io_u->xfer_buf, e->bounce, io_u->xfer_buflen);
 	}
@@ -1075,6 +1116,12 @@ static int vf_qp_submit(struct vf_thread *vt, struct io_u *io_u, struct vf_file 
 			log_err("vfnvme: no DMA buffer for %s\n", io_u->file->file_name);
 			return ENOMEM;
 		}
+		if (vf->has_md) {
+			rc = vf_md_submit(vt, tq, io_u, vf, lba, blocks, data);
+			if (rc > 0)
+				return rc;
+			break;
+		}
 		rc = io_u->ddir == DDIR_READ
 			     ? vfnvme_qpair_read(tq->qp, vf->nsid, data, lba, blocks, NULL, e)
 			     : vfnvme_qpair_write(tq->qp, vf->nsid, data, lba, blocks, NULL, e);
@@ -1117,6 +1164,7 @@ static enum fio_q_status vf_queue(struct thread_data *td, struct io_u *io_u)
 	e->tq = NULL;
 	e->chan = NULL;
 	e->bounce = NULL;
+	e->md_vf = NULL;
 	uint64_t mask = vf->lba_size - 1;
 	if ((io_u->offset & mask) || (io_u->xfer_buflen & mask)) {
 		log_err("vfnvme: %s: I/O at %llu length %llu is not a multiple of the %u-byte block\n",
@@ -1457,6 +1505,20 @@ static struct fio_option options[] = {
 		   "At iodepth=1, wait for each I/O's completion in queue() and return it done "
 		   "(as fio's synchronous engines do), sparing fio its commit and getevents "
 		   "rounds; 0 keeps the asynchronous rounds"),
+	VF_OPT("md_per_io_size", "vfnvme metadata per I/O", FIO_OPT_INT, md_per_io_size,
+	       "Namespaces with separate metadata: bytes of each I/O's metadata buffer (at least "
+	       "the largest I/O's blocks times the metadata size; unset: exactly that)"),
+	VF_OPT("pi_act", "vfnvme PRACT", FIO_OPT_INT, pi_act,
+	       "Namespaces with protection information: 1 sets PRACT (the controller inserts the "
+	       "PI on writes, checks and strips it on reads); 0 (the default): the engine "
+	       "generates the PI of each write"),
+	VF_OPT("pi_chk", "vfnvme PRCHK", FIO_OPT_STR_STORE, pi_chk,
+	       "Protection information checks, a comma list of GUARD, REFTAG and APPTAG (PRCHK; "
+	       "with pi_act=0 the engine also checks each read's PI itself)"),
+	VF_OPT_DEF("apptag", "vfnvme application tag", FIO_OPT_INT, apptag, "0x1234",
+		   "Application tag of the protection information (hex, default 0x1234)"),
+	VF_OPT_DEF("apptag_mask", "vfnvme application tag mask", FIO_OPT_INT, apptag_mask,
+		   "0xffff", "Bits of the application tag checked (hex, default 0xffff)"),
 	{
 		.name = NULL,
 	},

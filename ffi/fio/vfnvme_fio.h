@@ -95,6 +95,21 @@ struct vf_options {
 	unsigned int paths;
 	unsigned int mp_detach_after_ms;
 	unsigned int mp_attach_after_ms;
+	/* Metadata and protection information (vfnvme_fio_md.c; SPDK's fio plugin's names). */
+	unsigned int md_per_io_size;
+	unsigned int pi_act;
+	char *pi_chk;
+	unsigned int apptag;
+	unsigned int apptag_mask;
+};
+
+/* A job's metadata and PI options, parsed (vf_md_init). */
+struct vf_md_opts {
+	bool act; /* PRACT */
+	uint8_t check; /* VFNVME_PI_CHECK_* bits */
+	uint16_t app_tag;
+	uint16_t app_mask;
+	uint32_t md_per_io_size; /* 0: the largest I/O's blocks * ms */
 };
 
 struct vf_sub;
@@ -107,6 +122,9 @@ struct vf_file {
 	uint32_t lba_size;
 	uint32_t lba_shift;
 	uint64_t blocks;
+	/* The namespace's geometry; has_md: its format has metadata or PI (vfnvme_fio_md.c). */
+	struct vfnvme_ns_info info;
+	bool has_md;
 };
 
 /* Per thread and controller: the thread's queue pair and bounce buffers. */
@@ -143,6 +161,7 @@ struct vf_thread {
 	bool complete_inline; /* iodepth=1: queue() waits for the completion (vf_complete_inline) */
 	struct vf_mp_thread *mp; /* the thread's channels when its files are multipath heads */
 	const struct vf_backend *be; /* queue pairs (vf_qpair_backend) or channels (vf_mp_backend) */
+	struct vf_md_opts md; /* metadata and PI options of the job */
 };
 
 /* Per io_u (io_u->engine_data). */
@@ -157,6 +176,15 @@ struct vf_iou {
 	void *bounce; /* non-NULL when the data goes through a bounce buffer */
 	unsigned int idx; /* 0..depth-1 (io_u->index shares a union with engine_data) */
 	uint64_t queued_tick; /* TSC when queue() took it (vfnvme_fio_issue_time.c) */
+	/* A request with metadata (vfnvme_fio_md.c): its file (NULL: a plain request), LBA and
+	 * blocks, and whether md_buf holds the interleaved blocks (else separate metadata). */
+	struct vf_file *md_vf;
+	uint64_t md_lba;
+	uint32_t md_blocks;
+	bool md_extended;
+	void *md_buf; /* DMA memory of md_ctrl, md_len bytes, allocated on first use */
+	struct vf_ctrl *md_ctrl;
+	size_t md_len;
 };
 
 
@@ -238,6 +266,20 @@ int vf_poll_ready(struct vf_thread *vt, void *q, unsigned int *inflight,
 int vf_drain(struct vf_thread *vt, void *q, unsigned int *inflight);
 /* The file's vf_file (allocated, listed for the engine's unload), or NULL. */
 struct vf_file *vf_file_new(void);
+
+/* vfnvme_fio_md.c */
+/* Parses the job's metadata options into vt->md and checks them against every file's format:
+ * 0, or 1 after logging what can't work. */
+int vf_md_init(struct thread_data *td, struct vf_thread *vt);
+/* Submits a read or write of io_u on a namespace with metadata (data: fio's buffer or its
+ * bounce buffer): a vfnvme status, or a positive errno (logged). */
+int vf_md_submit(struct vf_thread *vt, struct vf_tq *tq, struct io_u *io_u, struct vf_file *vf,
+		 uint64_t lba, uint32_t blocks, void *data);
+/* After a successful request with metadata: verifies a read's PI (PRACT=0 with pi_chk) and
+ * copies extended blocks' data into fio's buffer (data: where the data went). 0 or EIO. */
+int vf_md_complete(struct vf_iou *e, struct io_u *io_u, void *data);
+/* Frees the io_u's metadata buffer. */
+void vf_md_free(struct vf_iou *e);
 
 /* vfnvme_fio_mp.c */
 int vf_mp_parse_traddr(struct vf_target *t, const char *what, const char *v);

@@ -190,6 +190,9 @@ enum vfnvme_status {
   // The controllers given are not one NVM subsystem: different SUBNQN, a controller
   // without CMIC multi-controller, separate DMA address spaces, or the same one twice.
   VFNVME_ERR_NOT_ONE_SUBSYSTEM = -12,
+  // A protection information check on the host failed (vfnvme_pi_verify): the message names
+  // the field, the LBA and the values.
+  VFNVME_ERR_PI_CHECK = -13,
 };
 
 // One thread's I/O handle on a multipath head (opaque): one queue pair per path, made on
@@ -542,6 +545,29 @@ struct vfnvme_mp_event {
   uint32_t count;
 };
 
+// Protection information options of one request (vfnvme_qpair_read_md, vfnvme_qpair_write_md).
+// Zero-initialise, set `size = sizeof(struct vfnvme_pi_opts)`, then set what you need; NULL
+// means none (no PRACT, no checks).
+struct vfnvme_pi_opts {
+  // Set it to `sizeof(struct vfnvme_pi_opts)` (as for vfnvme_qpair_opts).
+  uint32_t size;
+  // PRACT: the controller inserts the PI on writes and checks and strips it on reads (with
+  // 8 bytes of metadata no metadata moves: pass md NULL).
+  bool act;
+  // What the controller checks: VFNVME_PI_CHECK_GUARD | VFNVME_PI_CHECK_APP |
+  // VFNVME_PI_CHECK_REF (the reference tag is refused for PI type 3).
+  uint8_t check;
+  // The application tag written (with `act`) or expected.
+  uint16_t app_tag;
+  // Which bits of the application tag are compared.
+  uint16_t app_mask;
+  // Use `ref_tag`; otherwise the reference tag of the first block is the LBA's low 32 bits
+  // (what PI type 1 requires).
+  bool has_ref_tag;
+  // The reference tag of the first block (type 2: counts up per block).
+  uint32_t ref_tag;
+};
+
 // Options for `vfnvme_qpair_alloc_opts`. Zero-initialise, set
 // `size = sizeof(struct vfnvme_qpair_opts)`, then set what you need; NULL means defaults.
 struct vfnvme_qpair_opts {
@@ -565,29 +591,6 @@ struct vfnvme_qpair_opts {
 // commands on the same queue pair, but must not poll or free it, and must not unwind (no C++
 // exception or longjmp may leave it).
 typedef void (*vfnvme_cb)(void *arg, const struct vfnvme_cpl *cpl);
-
-// Protection information options of one request (vfnvme_qpair_read_md, vfnvme_qpair_write_md).
-// Zero-initialise, set `size = sizeof(struct vfnvme_pi_opts)`, then set what you need; NULL
-// means none (no PRACT, no checks).
-struct PiOpts {
-  // Set it to `sizeof(struct vfnvme_pi_opts)` (as for vfnvme_qpair_opts).
-  uint32_t size;
-  // PRACT: the controller inserts the PI on writes and checks and strips it on reads (with
-  // 8 bytes of metadata no metadata moves: pass md NULL).
-  bool act;
-  // What the controller checks: VFNVME_PI_CHECK_GUARD | VFNVME_PI_CHECK_APP |
-  // VFNVME_PI_CHECK_REF (the reference tag is refused for PI type 3).
-  uint8_t check;
-  // The application tag written (with `act`) or expected.
-  uint16_t app_tag;
-  // Which bits of the application tag are compared.
-  uint16_t app_mask;
-  // Use `ref_tag`; otherwise the reference tag of the first block is the LBA's low 32 bits
-  // (what PI type 1 requires).
-  bool has_ref_tag;
-  // The reference tag of the first block (type 2: counts up per block).
-  uint32_t ref_tag;
-};
 
 // One range of a deallocate (TRIM) command.
 struct vfnvme_range {
@@ -1104,6 +1107,44 @@ int32_t vfnvme_subsys_dma_alloc(const struct vfnvme_subsys *subsys, size_t len, 
 // Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_subsys_dma_free(const struct vfnvme_subsys *subsys, void *ptr);
 
+// Generates the protection information of the blocks in `buf` (`len` bytes), the first of
+// them at `lba`, for the namespace `info` describes, as a PRACT=0 write needs it: the guard
+// (CRC-16 T10-DIF of each block's data, and of the metadata before the PI when the PI is last),
+// the application tag `pi->app_tag`, the reference tag (type 1: the LBA's low 32 bits; type 2:
+// `pi->ref_tag` if `has_ref_tag`, else the LBA's, counting up per block; type 3: the same for
+// every block). Extended LBAs: `buf` holds `lba_size + metadata_size` bytes per block and `md`
+// is NULL (`md_len` 0); separate metadata: `buf` holds the data and `md` exactly
+// `metadata_size` bytes per block. Only the PI bytes of the metadata are written. `pi` NULL:
+// application tag 0. Any memory (not only DMA buffers).
+//
+// Returns VFNVME_OK, or VFNVME_ERR_INVALID_ARGUMENT (a namespace without PI, lengths that are
+// not whole blocks or don't match, a NULL buffer; the message says which).
+//
+// Thread safety: thread-safe; no allocation, lock or syscall.
+//
+// # Safety
+// `info` and `pi` (NULL allowed) valid structs; `buf` valid for `len` bytes and `md` for
+// `md_len` bytes, neither read nor written by anyone else during the call.
+int32_t vfnvme_pi_generate(const struct vfnvme_ns_info *info, void *buf, size_t len, void *md, size_t md_len, uint64_t lba, const struct vfnvme_pi_opts *pi);
+
+// Checks the protection information of the blocks in `buf` (and `md`, laid out as for
+// vfnvme_pi_generate), the first of them at `lba`, as a PRACT=0 read's caller does: the
+// fields `pi->check` names (VFNVME_PI_CHECK_GUARD, _APP under `app_mask`, _REF; the reference
+// tag expected as vfnvme_pi_generate writes it), skipping blocks whose application tag is
+// FFFFh (and, type 3, reference tag FFFFFFFFh) as a controller does. `pi` NULL: the guard and
+// (types 1 and 2) the reference tag.
+//
+// Returns VFNVME_OK; VFNVME_ERR_PI_CHECK at the first block that fails, with its LBA in
+// `*bad_lba` and the status a controller would report in `*status` (0x0282 guard, 0x0283
+// application tag, 0x0284 reference tag; either pointer may be NULL) and the values in
+// vfnvme_last_error(); VFNVME_ERR_INVALID_ARGUMENT as vfnvme_pi_generate.
+//
+// Thread safety: thread-safe; no allocation, lock or syscall on success.
+//
+// # Safety
+// As vfnvme_pi_generate (the buffers only read); `bad_lba` and `status` NULL or valid.
+int32_t vfnvme_pi_verify(const struct vfnvme_ns_info *info, const void *buf, size_t len, const void *md, size_t md_len, uint64_t lba, const struct vfnvme_pi_opts *pi, uint64_t *bad_lba, uint16_t *status);
+
 // Allocates an I/O queue pair with `depth` entries (commands in flight at most: `depth - 1`,
 // and at most 1024, so that every command identifier keeps a generation; the driver may round
 // it to what the controller supports) and stores it in `*out`.
@@ -1167,7 +1208,7 @@ int32_t vfnvme_qpair_write(struct vfnvme_qpair *qp, uint32_t nsid, const void *b
 //
 // # Safety
 // Every pointer argument is NULL (where allowed) or valid as described above.
-int32_t vfnvme_qpair_read_md(struct vfnvme_qpair *qp, uint32_t nsid, void *buf, void *md, uint64_t lba, uint32_t blocks, const struct PiOpts *pi, vfnvme_cb cb, void *arg);
+int32_t vfnvme_qpair_read_md(struct vfnvme_qpair *qp, uint32_t nsid, void *buf, void *md, uint64_t lba, uint32_t blocks, const struct vfnvme_pi_opts *pi, vfnvme_cb cb, void *arg);
 
 // Queues a write of `blocks` blocks at `lba` with their metadata; otherwise as
 // vfnvme_qpair_read_md. Don't modify `buf` or `md` until the completion.
@@ -1176,7 +1217,7 @@ int32_t vfnvme_qpair_read_md(struct vfnvme_qpair *qp, uint32_t nsid, void *buf, 
 //
 // # Safety
 // Every pointer argument is NULL (where allowed) or valid as described above.
-int32_t vfnvme_qpair_write_md(struct vfnvme_qpair *qp, uint32_t nsid, const void *buf, const void *md, uint64_t lba, uint32_t blocks, const struct PiOpts *pi, vfnvme_cb cb, void *arg);
+int32_t vfnvme_qpair_write_md(struct vfnvme_qpair *qp, uint32_t nsid, const void *buf, const void *md, uint64_t lba, uint32_t blocks, const struct vfnvme_pi_opts *pi, vfnvme_cb cb, void *arg);
 
 // Queues a flush of namespace `nsid` (the volatile write cache); otherwise as vfnvme_qpair_read.
 //

@@ -41,6 +41,9 @@ pub enum Status {
     /// The controllers given are not one NVM subsystem: different SUBNQN, a controller
     /// without CMIC multi-controller, separate DMA address spaces, or the same one twice.
     VfnvmeErrNotOneSubsystem = -12,
+    /// A protection information check on the host failed (vfnvme_pi_verify): the message names
+    /// the field, the LBA and the values.
+    VfnvmeErrPiCheck = -13,
 }
 
 impl Status {
@@ -64,6 +67,7 @@ impl Status {
             -10 => c"internal error in vfnvme (caught panic; please report)",
             -11 => c"no usable path to the namespace (and not queueing)",
             -12 => c"the controllers are not one NVM subsystem (SUBNQN, CMIC, DMA space)",
+            -13 => c"protection information check failed (guard, application or reference tag)",
             _ => c"unknown vfnvme status code",
         }
     }

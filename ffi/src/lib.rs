@@ -15,6 +15,7 @@ pub mod model;
 pub mod mp;
 pub mod open;
 mod opts;
+pub mod pi;
 pub mod qpair;
 mod requests;
 pub mod types;
@@ -39,6 +40,8 @@ mod abi_model_support;
 mod abi_mp_tests;
 #[cfg(all(test, feature = "model"))]
 mod abi_opts_tests;
+#[cfg(test)]
+mod abi_pi_tests;
 #[cfg(all(test, feature = "model"))]
 mod abi_recovery_tests;
 #[cfg(all(test, feature = "model"))]

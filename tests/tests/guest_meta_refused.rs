@@ -14,57 +14,8 @@ use vfnvme::queue::Op;
 use vfnvme::spec::command::DsmRange;
 use vfnvme::{Error, SubmitErrorKind};
 use vfnvme_tests::guest_io::{self, Ctrl};
+use vfnvme_tests::guest_metadata::{assert_no_new_dmar_faults, dmar_faults, expected_metadata};
 use vfnvme_tests::{guest, guest_io::Qpair};
-
-/// The kernel log lines of IOMMU (DMAR) faults.
-fn dmar_faults() -> Vec<String> {
-    let out = Command::new("dmesg")
-        .output()
-        .unwrap_or_else(|e| panic!("running dmesg in the guest: {e}"));
-    assert!(out.status.success(), "dmesg failed: {:?}", out.status);
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains("DMAR") && (l.contains("fault") || l.contains("Request device")))
-        .map(str::to_string)
-        .collect()
-}
-
-/// Fails if the kernel logged a DMAR fault after `before`.
-fn assert_no_new_dmar_faults(before: &[String]) {
-    let after = dmar_faults();
-    let new: Vec<&String> = after.iter().skip(before.len()).collect();
-    assert!(
-        new.is_empty(),
-        "the IOMMU logged DMA faults during the test:\n{}",
-        new.iter()
-            .map(|s| s.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-}
-
-/// `nsid:ms:mset:pi` items of `VFNVME_EXPECT_METADATA`.
-fn expected_metadata() -> Vec<(u32, MetadataFormat)> {
-    guest::expect_var("VFNVME_EXPECT_METADATA")
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .map(|item| {
-            let f: Vec<u32> = item
-                .split(':')
-                .map(|x| x.parse().unwrap_or_else(|e| panic!("{item:?}: {e}")))
-                .collect();
-            assert_eq!(f.len(), 4, "{item:?}");
-            let md = MetadataFormat {
-                size: f[1] as u16,
-                extended: f[2] == 1,
-                protection_type: f[3] as u8,
-                // QEMU's `pil` is off by default: PI in the last bytes.
-                protection_first: false,
-            };
-            (f[0], md)
-        })
-        .collect()
-}
 
 fn assert_refused(kind: &SubmitErrorKind, nsid: u32, md: MetadataFormat, what: &str) {
     match kind {

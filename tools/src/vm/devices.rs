@@ -134,6 +134,9 @@ fn push_namespace(
     if ns.pi != 0 {
         dev.push_str(&format!(",pi={}", ns.pi));
     }
+    if ns.pil {
+        dev.push_str(",pil=1");
+    }
     match bus {
         Some(bus) => dev.push_str(&format!(",bus={bus}")),
         // A shared namespace gets an EUI64 (QEMU 7.2 reports none by default, and no UUID
@@ -210,6 +213,29 @@ mod tests {
             "nsid=3,logical_block_size=4096,physical_block_size=4096,ms=16,mset=0,bus=c0"
         ));
         assert!(joined.contains("ms=8,mset=1,pi=1,bus=c0"));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn pi_namespaces_get_pil() {
+        let dir = temp_dir("pi");
+        let joined = qemu_device_args(find("pi").unwrap(), &dir)
+            .unwrap()
+            .join(" ");
+        assert!(
+            joined.contains(
+                "nsid=1,logical_block_size=512,physical_block_size=512,ms=8,mset=1,pi=1,bus=c0"
+            ),
+            "{joined}"
+        );
+        assert!(joined.contains("nsid=2,logical_block_size=512,physical_block_size=512,ms=8,mset=0,pi=1,pil=1,bus=c0"), "{joined}");
+        assert!(
+            joined.contains(
+                "nsid=7,logical_block_size=512,physical_block_size=512,ms=16,mset=0,bus=c0"
+            ),
+            "{joined}"
+        );
+        assert_eq!(fs::metadata(dir.join("c0n6.img")).unwrap().len(), 8 << 20);
         let _ = fs::remove_dir_all(&dir);
     }
 

@@ -9,7 +9,7 @@
 //!   (e.g. `VFNVME_EXPECT_NS_11`).
 //! - `VFNVME_EXPECT_SUBNQN`: the subsystem NQN, when the scenario has a subsystem.
 //! - `VFNVME_EXPECT_METADATA`: the first vfio-pci controller's namespaces formatted with
-//!   metadata, as `nsid:ms:mset:pi` items joined by commas (empty when none).
+//!   metadata, as `nsid:ms:mset:pi:pil` items joined by commas (empty when none).
 //! - `VFNVME_EXPECT_IOQPAIRS`: QEMU's `max_ioqpairs` of that controller, when the scenario sets it.
 //! - `VFNVME_OTHER_DEVICES`: comma-separated PCI addresses of devices that are not NVMe
 //!   controllers (e.g. the `safety` scenario's e1000).
@@ -106,13 +106,22 @@ pub fn scenario_env(scenario: &Scenario, extra_vfio: &[String]) -> Vec<(String, 
     env
 }
 
-/// `nsid:ms:mset:pi` of each namespace of `c` formatted with metadata (mset 0 or 1).
+/// `nsid:ms:mset:pi:pil` of each namespace of `c` formatted with metadata (mset and pil 0 or 1).
 fn metadata_list(scenario: &Scenario, c: &Controller) -> String {
     scenario
         .namespaces_of(c)
         .iter()
         .filter(|n| n.ms != 0 || n.pi != 0)
-        .map(|n| format!("{}:{}:{}:{}", n.nsid, n.ms, u8::from(n.mset), n.pi))
+        .map(|n| {
+            format!(
+                "{}:{}:{}:{}:{}",
+                n.nsid,
+                n.ms,
+                u8::from(n.mset),
+                n.pi,
+                u8::from(n.pil)
+            )
+        })
         .collect::<Vec<_>>()
         .join(",")
 }

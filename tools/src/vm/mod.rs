@@ -201,7 +201,7 @@ impl Guest<'_> {
             .controllers_on(Binding::Kernel)
             .map(|c| (c.bdf(), scenario.namespaces_of(c).len()))
             .collect();
-        let env = command_env(scenario, &args.vfio, &run.out, &args.env)?;
+        let env = command_env(scenario, &args.vfio, &run.out, &run.images, &args.env)?;
         let timing = if self.qemu_defaults {
             "QEMU's inherited timer slack, guest's default clocksource"
         } else {
@@ -340,6 +340,7 @@ fn command_env(
     scenario: &Scenario,
     extra_vfio: &[String],
     out: &Path,
+    images: &Path,
     user: &[String],
 ) -> Result<Vec<(String, String)>> {
     let mut env: BTreeMap<String, String> = BTreeMap::new();
@@ -370,6 +371,9 @@ fn command_env(
     env.insert("VFNVME_GUEST".into(), "1".into());
     env.insert("VFNVME_OUT_DIR".into(), path_str(out)?);
     env.insert("VFNVME_QMP_DIR".into(), path_str(&out.join("qmp"))?);
+    // The namespaces' image files (`c<index>n<nsid>.img`), read-only in the guest: tests compare
+    // what QEMU stored with what they wrote.
+    env.insert("VFNVME_IMAGE_DIR".into(), path_str(images)?);
     for kv in user {
         let (k, v) = kv
             .split_once('=')

@@ -58,6 +58,9 @@ pub struct Namespace {
     pub mset: bool,
     /// Protection information type (QEMU `pi`; 0 = none, 1..=3; needs `ms` >= 8).
     pub pi: u8,
+    /// Protection information in the first 8 bytes of the metadata (QEMU `pil=1`) rather than
+    /// the last.
+    pub pil: bool,
 }
 
 impl Namespace {
@@ -70,6 +73,7 @@ impl Namespace {
             ms: 0,
             mset: false,
             pi: 0,
+            pil: false,
         }
     }
 
@@ -79,6 +83,13 @@ impl Namespace {
         self.ms = ms;
         self.mset = mset;
         self.pi = pi;
+        self
+    }
+
+    /// The namespace with its protection information in the first bytes of the metadata
+    /// (QEMU `pil=1`).
+    const fn pi_first(mut self) -> Self {
+        self.pil = true;
         self
     }
 
@@ -219,6 +230,24 @@ const fn one(serial: &'static str, binding: Binding, ns: &'static [Namespace]) -
 }
 
 const NONE: Namespaces = Namespaces::List(&[]);
+
+/// Scenario `pi`: metadata sizes 8, 16 and 64, extended and separate, PI types 1, 2 and 3 each
+/// in the first and the last bytes of the metadata, and metadata without PI.
+const PI_NAMESPACES: &[Namespace] = &[
+    Namespace::new(1, Backing::Raw, 8 * MIB, 512).with_metadata(8, true, 1),
+    Namespace::new(2, Backing::Raw, 8 * MIB, 512)
+        .with_metadata(8, false, 1)
+        .pi_first(),
+    Namespace::new(3, Backing::Raw, 8 * MIB, 4096)
+        .with_metadata(16, true, 2)
+        .pi_first(),
+    Namespace::new(4, Backing::Raw, 8 * MIB, 4096).with_metadata(16, false, 2),
+    Namespace::new(5, Backing::Raw, 8 * MIB, 512).with_metadata(64, true, 3),
+    Namespace::new(6, Backing::Raw, 8 * MIB, 4096)
+        .with_metadata(64, false, 3)
+        .pi_first(),
+    Namespace::new(7, Backing::Raw, 8 * MIB, 512).with_metadata(16, false, 0),
+];
 
 /// Every scenario.
 pub const SCENARIOS: &[Scenario] = &[
@@ -521,6 +550,12 @@ pub const SCENARIOS: &[Scenario] = &[
         )],
     },
     Scenario {
+        name: "pi",
+        description: "one controller on vfio-pci, 7 namespaces with metadata and protection information (8 MiB raw images): ns 1 512+8 extended PI 1 last, 2 512+8 separate PI 1 first, 3 4096+16 extended PI 2 first, 4 4096+16 separate PI 2 last, 5 512+64 extended PI 3 last, 6 4096+64 separate PI 3 first, 7 512+16 separate without PI",
+        subsystem: None,
+        controllers: &[one("VFNVME-PI", Binding::Vfio, PI_NAMESPACES)],
+    },
+    Scenario {
         name: "shapes",
         description: "one controller on vfio-pci unlike QEMU's defaults: mdts=2 (16 KiB), max_ioqpairs=1, namespaces 1 (512 B), 2 (4096 B), 9 (512 B, after a gap) and 200 (4096+8 extended metadata) (raw images)",
         subsystem: None,
@@ -689,6 +724,7 @@ mod tests {
                     // QEMU 7.2 refuses protection information with less than 8 bytes.
                     assert!(n.pi <= 3 && (n.pi == 0 || n.ms >= 8), "{}", s.name);
                     assert!(n.ms != 0 || (!n.mset && n.pi == 0), "{}", s.name);
+                    assert!(!n.pil || n.pi != 0, "{}", s.name);
                     assert!(n.nsid >= 1);
                     if let Some(next) = ns.get(j + 1) {
                         assert_ne!(n.nsid, next.nsid, "{}", s.name);
@@ -705,6 +741,33 @@ mod tests {
         assert_eq!(ns[0].blocks(), 32768);
         assert_eq!(ns[1].blocks(), 16 * MIB / 520);
         assert_eq!(ns[2].blocks(), 16 * MIB / 4112);
+    }
+
+    #[test]
+    fn pi_scenario_covers_every_size_layout_type_and_position() {
+        let s = find("pi").unwrap();
+        assert!(!s.name.contains('_'), "test-all splits file names at '_'");
+        let ns = s.namespaces_of(&s.controllers[0]);
+        for ms in [8, 16, 64] {
+            for mset in [false, true] {
+                assert!(
+                    ns.iter().any(|n| n.ms == ms && n.mset == mset),
+                    "ms {ms} mset {mset}"
+                );
+            }
+        }
+        for pi in 1..=3 {
+            for pil in [false, true] {
+                assert!(
+                    ns.iter().any(|n| n.pi == pi && n.pil == pil),
+                    "pi {pi} pil {pil}"
+                );
+            }
+        }
+        assert!(ns.iter().any(|n| n.ms != 0 && n.pi == 0));
+        // 8 MiB per image: data and metadata of whole blocks.
+        assert_eq!(ns[0].blocks(), 8 * MIB / 520);
+        assert_eq!(ns[5].blocks(), 8 * MIB / 4160);
     }
 
     #[test]
