@@ -150,7 +150,7 @@ pub enum HalError {
         size: usize,
     },
     /// The device has no IOMMU group: the IOMMU is off.
-    #[error("PCI device {address} has no IOMMU group: turn the IOMMU on (boot with intel_iommu=on or amd_iommu=on; in QEMU add -device intel-iommu before the device)")]
+    #[error("PCI device {address} has no IOMMU group: turn the IOMMU on (boot with intel_iommu=on or amd_iommu=on; in QEMU add -device intel-iommu before the device)\n{}", crate::pci::noiommu::OPT_IN)]
     NoIommuGroup {
         /// The device.
         address: String,
