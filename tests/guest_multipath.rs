@@ -31,8 +31,8 @@ pub fn open_shared(bdfs: &[String]) -> Vec<SharedCtrl> {
             "open_shared gives every platform the same DMA pool"
         );
         assert!(Arc::ptr_eq(
-            p.device().type1(),
-            platforms[0].device().type1()
+            p.device().expect("a VFIO device").type1(),
+            platforms[0].device().expect("a VFIO device").type1()
         ));
     }
     platforms

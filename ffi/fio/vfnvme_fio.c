@@ -14,8 +14,8 @@
  *
  * Engine options (fio's options table, listed by `fio --enghelp=PATH/vfnvme_fio.so`, without
  * external:): every filename key is also a job option (--trtype=model --ns=2 ...), plus
- * admin_timeout_ms, io_timeout_ms, io_retries, reset_after_ms (a test hook), defer_sq_doorbell,
- * tsc_issue_time and inline_qd1. The options are the job's defaults; a key in a filename
+ * admin_timeout_ms, io_timeout_ms, io_retries, no_iommu, reset_after_ms (a test hook),
+ * defer_sq_doorbell, tsc_issue_time and inline_qd1. The options are the job's defaults; a key in a filename
  * overrides them for that file. With trtype given as an option, a filename that is neither
  * key=value nor a short form (fio uses the job name when there is no filename) only names the
  * file: the target comes from the options.
@@ -263,6 +263,7 @@ static int vf_apply_options(const struct vf_options *o, struct vf_target *t)
 	t->mopts.latency_ns = o->latency_ns;
 	t->mopts.seed = o->seed;
 	t->admin_timeout_ms = o->admin_timeout_ms;
+	t->no_iommu = o->no_iommu != 0;
 	t->io_timeout_ms = o->io_timeout_ms;
 	t->mopts.io_timeout_ms = o->io_timeout_ms;
 	t->io_retries = o->io_retries;
@@ -363,7 +364,8 @@ static struct vf_ctrl *vf_ctrl_get(const struct vf_target *t)
 	struct vfnvme_ctrl_opts copts = { .size = sizeof(copts),
 					  .admin_timeout_ms = t->admin_timeout_ms,
 					  .io_timeout_ms = t->io_timeout_ms,
-					  .io_retries = t->io_retries };
+					  .io_retries = t->io_retries,
+					  .no_iommu = t->no_iommu };
 	int rc = t->model ? vfnvme_ctrl_open_model(&t->mopts, &ctrl)
 			  : vfnvme_ctrl_open(t->traddr, &copts, &ctrl);
 	if (rc) {
@@ -1452,6 +1454,11 @@ static struct fio_option options[] = {
 	VF_OPT("admin_timeout_ms", "vfnvme admin timeout", FIO_OPT_INT, admin_timeout_ms,
 	       "PCIe: how long an admin command (bring-up, queue creation, namespace scans) may take "
 	       "before it fails, in milliseconds (unset: the driver's 30000)"),
+	VF_OPT("no_iommu", "vfnvme no-IOMMU mode", FIO_OPT_BOOL, no_iommu,
+	       "PCIe, machines without an IOMMU: open the controller in the explicit no-IOMMU mode "
+	       "(bound to uio_pci_generic by `vfnvme setup --no-iommu`; hugepages, physical DMA "
+	       "addresses, root). Nothing then checks the device's DMA: any device bug or misuse "
+	       "can write anywhere in memory (unset: 0, an IOMMU is required)"),
 	VF_OPT("io_retries", "vfnvme I/O retries", FIO_OPT_INT, io_retries,
 	       "How often an I/O is sent again, with the same buffer, when it fails with a "
 	       "retryable status (DNR=0) or was in flight at a controller reset (unset: 0, the I/O "

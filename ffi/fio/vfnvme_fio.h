@@ -82,6 +82,7 @@ struct vf_options {
 	unsigned int admin_timeout_ms;
 	unsigned int io_timeout_ms;
 	unsigned int io_retries;
+	unsigned int no_iommu;
 	unsigned int reset_after_ms;
 	unsigned int defer_sq_doorbell;
 	unsigned int tsc_issue_time;
@@ -198,6 +199,7 @@ struct vf_target {
 	uint32_t admin_timeout_ms;
 	uint32_t io_timeout_ms;
 	uint32_t io_retries;
+	bool no_iommu;
 	uint32_t reset_after_ms;
 	int have_trtype, have_traddr;
 	/* A multipath head: traddr=A+B[+...] (npaths addresses), subnqn=NQN, or on the model

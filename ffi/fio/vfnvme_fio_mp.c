@@ -251,7 +251,8 @@ static struct vf_sub *vf_sub_get(const struct vf_target *t, const struct vf_opti
 	struct vfnvme_ctrl_opts copts = { .size = sizeof(copts),
 					  .admin_timeout_ms = t->admin_timeout_ms,
 					  .io_timeout_ms = t->io_timeout_ms,
-					  .io_retries = t->io_retries };
+					  .io_retries = t->io_retries,
+					  .no_iommu = t->no_iommu };
 	struct vfnvme_subsys *s = NULL;
 	int rc;
 	if (t->model) {

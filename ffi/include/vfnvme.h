@@ -245,6 +245,13 @@ struct vfnvme_ctrl_opts {
   // was reset (0, the default: never; the caller sees the status). At most 255. Commands
   // that timed out are not retried. `vfnvme_ctrl_info` counts the retries.
   uint32_t io_retries;
+  // The explicit no-IOMMU mode (never a fallback), for machines without an IOMMU: the
+  // controller must be bound to uio_pci_generic (`vfnvme setup --no-iommu`), DMA memory is
+  // hugepages only and its addresses are physical (the process needs CAP_SYS_ADMIN). Nothing
+  // then checks the device's DMA: any device bug or misuse can write anywhere in memory. One
+  // warning on stderr per process. Appended after `io_retries`: a caller built against an
+  // older header gets false.
+  bool no_iommu;
 };
 
 // What a controller reported at bring-up.

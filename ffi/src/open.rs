@@ -26,6 +26,7 @@ pub(crate) fn vfio_options(opts: &CtrlOpts) -> VfioOptions {
         } else {
             PageSize::Huge2M
         },
+        no_iommu: opts.no_iommu,
     }
 }
 
@@ -62,6 +63,33 @@ pub(crate) fn open_error(addr: &PciAddress, e: &HalError) -> FfiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_iommu_is_read_only_inside_the_callers_size() {
+        let new = CtrlOpts {
+            no_iommu: true,
+            ..CtrlOpts::default()
+        };
+        // SAFETY: a valid struct of this library's size.
+        let read = unsafe { crate::opts::read(&new, "opts") }.unwrap();
+        assert!(vfio_options(&read).no_iommu);
+        assert!(
+            !vfio_options(&CtrlOpts::default()).no_iommu,
+            "off by default"
+        );
+        // A caller built against the header before the field: its size ends before it.
+        let old = CtrlOpts {
+            size: std::mem::offset_of!(CtrlOpts, no_iommu) as u32,
+            no_iommu: true,
+            ..CtrlOpts::default()
+        };
+        // SAFETY: the struct is larger than the size it claims.
+        let read = unsafe { crate::opts::read(&old, "opts") }.unwrap();
+        assert!(
+            !vfio_options(&read).no_iommu,
+            "an old caller gets the default"
+        );
+    }
 
     #[test]
     fn a_device_that_is_not_nvme_is_unsupported_and_named() {

@@ -150,7 +150,7 @@ pub enum HalError {
         size: usize,
     },
     /// The device has no IOMMU group: the IOMMU is off.
-    #[error("PCI device {address} has no IOMMU group: turn the IOMMU on (boot with intel_iommu=on or amd_iommu=on; in QEMU add -device intel-iommu before the device)")]
+    #[error("PCI device {address} has no IOMMU group: turn the IOMMU on (boot with intel_iommu=on or amd_iommu=on; in QEMU add -device intel-iommu before the device)\n{}", crate::pci::noiommu::OPT_IN)]
     NoIommuGroup {
         /// The device.
         address: String,
@@ -238,5 +238,66 @@ pub enum HalError {
     NoRequestIrq {
         /// The device.
         address: String,
+    },
+    /// `/proc/self/pagemap` reported frame number 0: the kernel hides physical addresses
+    /// from processes without CAP_SYS_ADMIN.
+    #[error("/proc/self/pagemap gives no physical frame numbers (PFN 0): the no-IOMMU mode needs physical addresses, which the kernel shows only to processes with CAP_SYS_ADMIN; run as root")]
+    PagemapNoFrames,
+    /// A page of DMA memory is not backed (pagemap's present bit is clear).
+    #[error("the DMA page at {vaddr:#x} is not present in memory (pagemap's present bit is clear), so it has no physical address: DMA memory must be populated hugepages; reserve enough with `vfnvme setup --no-iommu --hugepages N`")]
+    PageNotPresent {
+        /// The process address.
+        vaddr: u64,
+    },
+    /// A DMA region's physical address is not aligned to its length: it is not one hugepage.
+    #[error("the {len}-byte DMA region at {vaddr:#x} starts at physical {pa:#x}, which is not one physically contiguous hugepage: the no-IOMMU mode needs hugetlbfs pages (reserve them with `vfnvme setup --no-iommu --hugepages N`)")]
+    NotOnePage {
+        /// The process address.
+        vaddr: u64,
+        /// The physical address pagemap gave.
+        pa: u64,
+        /// The region length.
+        len: u64,
+    },
+    /// The physical-address mapper was asked for IOVA space (a bug above the seam).
+    #[error("the no-IOMMU mapper has no IOVA space ({len} bytes asked): DMA memory takes its own physical address through Iommu::map_region; this is a bug in vfnvme, please report it")]
+    PhysicalOnly {
+        /// The length asked for.
+        len: u64,
+    },
+    /// The no-IOMMU mode could not get hugepages (it has no 4 KiB fallback).
+    #[error("the no-IOMMU mode needs {page:?} hugepages and could not get {len} bytes of them ({source}): 4 KiB pages move and are not physically contiguous, so there is no fallback; reserve hugepages with `vfnvme setup --no-iommu --hugepages N` (or echo N > /proc/sys/vm/nr_hugepages)")]
+    NoIommuHugepages {
+        /// The page size asked for.
+        page: crate::PageSize,
+        /// The region length.
+        len: usize,
+        /// What the kernel said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A buffer larger than one hugepage can't be physically contiguous in no-IOMMU mode.
+    #[error("a DMA buffer of {len} bytes is larger than one {page} byte hugepage, the largest physically contiguous memory the no-IOMMU mode has: use smaller buffers (or 1 GiB hugepages)")]
+    NoIommuBufferTooLarge {
+        /// The size asked for.
+        len: usize,
+        /// The hugepage size.
+        page: usize,
+    },
+    /// The device's sysfs directory vanished (removed or unplugged).
+    #[error("PCI device {address} is gone (its sysfs directory {path} vanished): it was removed or unplugged")]
+    DeviceGone {
+        /// The device.
+        address: String,
+        /// The sysfs directory.
+        path: String,
+    },
+    /// The device is not bound to a driver that the no-IOMMU mode can use.
+    #[error("PCI device {address} is bound to {driver}, not to uio_pci_generic or vfio-pci in no-IOMMU mode: run `vfnvme setup --no-iommu {address}`")]
+    NotBoundForNoIommu {
+        /// The device.
+        address: String,
+        /// Its driver ("no driver" if none).
+        driver: String,
     },
 }

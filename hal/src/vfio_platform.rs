@@ -1,10 +1,17 @@
 //! [`VfioPlatform`]: the driver's [`Platform`] over a real device bound to vfio-pci — BAR0
-//! registers, the device's type1 IOMMU domain, and the monotonic clock. The driver re-exports
-//! this module as `vfnvme::vfio_platform`.
+//! registers, the device's type1 IOMMU domain, and the monotonic clock — or, in the explicit
+//! no-IOMMU mode ([`VfioOptions::no_iommu`]), over a device bound to uio_pci_generic: BAR0 and
+//! config space through sysfs ([`SysfsDevice`]) and physical DMA addresses
+//! ([`PhysicalMapper`]). The driver sees the same [`Platform`] either way. The driver
+//! re-exports this module as `vfnvme::vfio_platform`.
 
+use crate::iommu::physical::PhysicalMapper;
+use crate::pci::noiommu::{self, UIO_PCI_GENERIC};
+use crate::pci::sysfs as pci_sysfs;
+use crate::pci::sysfs_device::SysfsDevice;
 use crate::platform::{Doorbell, Platform, RegisterIo};
 use crate::vfio::RemovalNotice;
-use crate::{Bar, DmaPool, HalError, PageSize, PciAddress, VfioDevice};
+use crate::{Bar, DmaPool, HalError, PageSize, PciAddress, SysPaths, VfioDevice};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,16 +50,31 @@ impl RegisterIo for Bar {
 /// How to open a device through VFIO.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VfioOptions {
-    /// The page size backing DMA memory (falls back to 4 KiB pages when none are reserved).
+    /// The page size backing DMA memory (falls back to 4 KiB pages when none are reserved;
+    /// in no-IOMMU mode there is no fallback, and 4 KiB means 2 MiB).
     pub page_size: PageSize,
+    /// The explicit no-IOMMU mode, never a fallback: the device must be bound to
+    /// uio_pci_generic (`vfnvme setup --no-iommu`), DMA addresses are physical, and any device
+    /// bug or misuse can write anywhere in memory. One warning per process.
+    pub no_iommu: bool,
 }
 
 impl Default for VfioOptions {
     fn default() -> Self {
         VfioOptions {
             page_size: PageSize::Huge2M,
+            no_iommu: false,
         }
     }
+}
+
+/// How the platform reaches its device.
+#[derive(Debug)]
+enum Access {
+    /// Through VFIO with an IOMMU.
+    Vfio(VfioDevice),
+    /// Through sysfs (no-IOMMU mode).
+    Sysfs(SysfsDevice),
 }
 
 /// A controller reached through VFIO.
@@ -77,7 +99,7 @@ pub struct VfioPlatform {
     /// The device request eventfd (`None` on kernels without it): the kernel asking for the
     /// device back marks the controller removed ([`Platform::removed`]).
     notice: Option<Arc<RemovalNotice>>,
-    device: VfioDevice,
+    access: Access,
     base: Instant,
     name: String,
 }
@@ -107,6 +129,9 @@ impl VfioPlatform {
             .iter()
             .map(|a| PciAddress::parse(a))
             .collect::<Result<Vec<_>, _>>()?;
+        if opts.no_iommu {
+            return Self::open_no_iommu(&SysPaths::default(), &addresses, opts);
+        }
         let devices = VfioDevice::open_shared(&addresses)?;
         let Some(first) = devices.first() else {
             return Err(HalError::NoDevices);
@@ -116,6 +141,62 @@ impl VfioPlatform {
             .into_iter()
             .map(|device| Self::wrap(device, dma.clone()))
             .collect()
+    }
+
+    /// The no-IOMMU mode: every device must be an NVMe controller bound to uio_pci_generic;
+    /// BAR0 and config space through sysfs, one DMA pool of physical addresses for all (a
+    /// physical address is the same for every device, so multipath paths share it).
+    pub fn open_no_iommu(
+        paths: &SysPaths,
+        addrs: &[PciAddress],
+        opts: VfioOptions,
+    ) -> Result<Vec<Arc<VfioPlatform>>, HalError> {
+        if addrs.is_empty() {
+            return Err(HalError::NoDevices);
+        }
+        if let Some(twice) = addrs
+            .iter()
+            .enumerate()
+            .find_map(|(i, a)| addrs[..i].contains(a).then_some(a))
+        {
+            return Err(HalError::DuplicateDevice {
+                address: twice.to_string(),
+            });
+        }
+        let mut devices = Vec::with_capacity(addrs.len());
+        for addr in addrs {
+            pci_sysfs::require_nvme(paths, addr)?;
+            match pci_sysfs::driver(paths, addr)? {
+                Some(d) if d == UIO_PCI_GENERIC => {}
+                other => {
+                    return Err(HalError::NotBoundForNoIommu {
+                        address: addr.to_string(),
+                        driver: other.unwrap_or_else(|| "no driver".to_string()),
+                    })
+                }
+            }
+            devices.push(SysfsDevice::open(paths, *addr)?);
+        }
+        noiommu::warn_once();
+        let dma = DmaPool::new(Arc::new(PhysicalMapper::new()?), opts.page_size);
+        devices
+            .into_iter()
+            .map(|device| Self::wrap_sysfs(device, dma.clone()))
+            .collect()
+    }
+
+    /// Enables a device reached through sysfs (bus mastering on, INTx off) and maps BAR0.
+    fn wrap_sysfs(device: SysfsDevice, dma: DmaPool) -> Result<Arc<VfioPlatform>, HalError> {
+        device.enable_bus_master()?;
+        let regs = device.bar0()?;
+        Ok(Arc::new(VfioPlatform {
+            regs,
+            notice: None,
+            dma,
+            base: Instant::now(),
+            name: device.address().to_string(),
+            access: Access::Sysfs(device),
+        }))
     }
 
     /// Enables the device, maps BAR0 and registers for the device request interrupt.
@@ -138,13 +219,21 @@ impl VfioPlatform {
             dma,
             base: Instant::now(),
             name: address.to_string(),
-            device,
+            access: Access::Vfio(device),
         }))
     }
 
-    /// The VFIO device (config space, reset).
-    pub fn device(&self) -> &VfioDevice {
-        &self.device
+    /// The VFIO device (config space, reset); `None` in no-IOMMU mode (no VFIO device).
+    pub fn device(&self) -> Option<&VfioDevice> {
+        match &self.access {
+            Access::Vfio(d) => Some(d),
+            Access::Sysfs(_) => None,
+        }
+    }
+
+    /// Whether this platform runs in the no-IOMMU mode (physical DMA addresses).
+    pub fn no_iommu(&self) -> bool {
+        matches!(self.access, Access::Sysfs(_))
     }
 
     /// The device request eventfd registered at open (`None` if the kernel has none), e.g.
@@ -183,13 +272,18 @@ impl Platform for VfioPlatform {
     }
 
     fn removed(&self) -> bool {
-        self.regs.removed() || self.notice.as_ref().is_some_and(|n| n.requested())
+        let gone = match &self.access {
+            Access::Vfio(_) => false,
+            Access::Sysfs(d) => d.gone(),
+        };
+        gone || self.regs.removed() || self.notice.as_ref().is_some_and(|n| n.requested())
     }
 
     fn pci_id(&self) -> Option<(u16, u16)> {
-        let vendor = self.device.config_read16(0).ok()?;
-        let device = self.device.config_read16(2).ok()?;
-        Some((vendor, device))
+        match &self.access {
+            Access::Vfio(d) => Some((d.config_read16(0).ok()?, d.config_read16(2).ok()?)),
+            Access::Sysfs(d) => d.pci_id(),
+        }
     }
 }
 
@@ -222,6 +316,72 @@ mod tests {
         let err = VfioPlatform::open_shared(&["0000:00:10.0", "00:10.0"], VfioOptions::default())
             .unwrap_err();
         assert!(matches!(err, HalError::DuplicateDevice { .. }), "{err}");
+    }
+
+    #[test]
+    fn no_iommu_opens_through_sysfs_on_uio_pci_generic() {
+        use crate::pci::test_sysfs::FakeSys;
+        let fake = FakeSys::new();
+        let dir = fake.device("0000:00:10.0", Some("uio_pci_generic"), None);
+        fake.resources(&dir, 0);
+        let addr = PciAddress::parse("0000:00:10.0").unwrap();
+        let opts = VfioOptions {
+            no_iommu: true,
+            ..VfioOptions::default()
+        };
+        let p = VfioPlatform::open_no_iommu(&fake.paths(), &[addr], opts)
+            .unwrap()
+            .pop()
+            .unwrap();
+        assert!(p.no_iommu());
+        assert!(p.device().is_none(), "no VFIO device in this mode");
+        assert_eq!(p.regs().read32(0), 0x0040_ff7f, "BAR0 is resource0");
+        assert_eq!(p.pci_id(), Some((0x1b36, 0x0010)));
+        assert_eq!(
+            p.dma().iommu().addressing(),
+            crate::iommu::Addressing::Physical
+        );
+        assert!(!p.removed());
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(p.removed(), "sysfs gone: removed");
+    }
+
+    #[test]
+    fn no_iommu_refuses_other_bindings_and_non_nvme() {
+        use crate::pci::test_sysfs::FakeSys;
+        let fake = FakeSys::new();
+        fake.device("0000:00:10.0", Some("nvme"), None);
+        let nic = fake.device("0000:00:11.0", Some("uio_pci_generic"), None);
+        std::fs::write(nic.join("class"), "0x020000\n").unwrap();
+        let opts = VfioOptions {
+            no_iommu: true,
+            ..VfioOptions::default()
+        };
+        let a = |s: &str| PciAddress::parse(s).unwrap();
+        let err =
+            VfioPlatform::open_no_iommu(&fake.paths(), &[a("0000:00:10.0")], opts).unwrap_err();
+        assert!(matches!(err, HalError::NotBoundForNoIommu { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .contains("vfnvme setup --no-iommu 0000:00:10.0"),
+            "{err}"
+        );
+        let err =
+            VfioPlatform::open_no_iommu(&fake.paths(), &[a("0000:00:11.0")], opts).unwrap_err();
+        assert!(matches!(err, HalError::NotNvme { .. }), "{err}");
+        let err = VfioPlatform::open_no_iommu(&fake.paths(), &[], opts).unwrap_err();
+        assert!(matches!(err, HalError::NoDevices), "{err}");
+    }
+
+    #[test]
+    fn without_an_iommu_the_refusal_says_how_to_opt_in() {
+        let err = HalError::NoIommuGroup {
+            address: "0000:00:10.0".to_string(),
+        };
+        let msg = err.to_string();
+        assert!(msg.contains("intel_iommu=on"), "{msg}");
+        assert!(msg.contains("--no-iommu"), "{msg}");
+        assert!(msg.contains("write anywhere in memory"), "{msg}");
     }
 
     #[test]

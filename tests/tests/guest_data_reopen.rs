@@ -94,6 +94,7 @@ fn four_kib_pages_instead_of_hugepages() {
         &guest::vfio_devices()[0],
         VfioOptions {
             page_size: vfnvme::hal::PageSize::Small4K,
+            ..VfioOptions::default()
         },
     )
     .expect("open with 4 KiB pages");

@@ -58,7 +58,12 @@ fn qmp_device_del_of_one_path_under_io_fails_over_and_is_released() {
             .removal_notice()
             .expect("vfio-pci of 6.1 has the device request interrupt"),
     );
-    let type1 = ctrls[1].platform().device().type1().clone();
+    let type1 = ctrls[1]
+        .platform()
+        .device()
+        .expect("a VFIO device")
+        .type1()
+        .clone();
     assert_eq!(
         type1.group_numbers().len(),
         2,

@@ -41,7 +41,12 @@ fn controller_removed_under_io_fails_over_and_is_released() {
     );
     let removed_bdf = devices[0].clone();
     let mut ctrls = mp::open_shared(&devices);
-    let type1 = ctrls[1].platform().device().type1().clone();
+    let type1 = ctrls[1]
+        .platform()
+        .device()
+        .expect("a VFIO device")
+        .type1()
+        .clone();
     assert_eq!(
         type1.group_numbers().len(),
         2,

@@ -110,7 +110,8 @@ pub fn text(v: &Value) -> String {
         "{dev}: {model} (serial {serial}, firmware {fw}), vendor {vid}, NVMe {ver}\n\
          \x20 cntlid {cntlid}  nn {nn}  mdts {mdts} ({mdtsb} bytes)  oacs {oacs}  oncs {oncs}  cmic {cmic}\n\
          \x20 sqes {sqes}  cqes {cqes}  max queue depth {mqd}  I/O queue pairs available {qp}  shadow doorbells {sdb}\n\
-         \x20 subnqn {subnqn}\n",
+         \x20 subnqn {subnqn}\n\
+         \x20 DMA mode {mode}\n",
         dev = s("device"),
         model = s("model"),
         serial = s("serial"),
@@ -130,6 +131,7 @@ pub fn text(v: &Value) -> String {
         qp = s("io_queue_pairs"),
         sdb = if v["shadow_doorbells"] == Value::Bool(true) { "on" } else { "off" },
         subnqn = s("subnqn"),
+        mode = s("mode"),
     );
     let empty = Vec::new();
     let namespaces = v["namespaces"].as_array().unwrap_or(&empty);
@@ -176,7 +178,8 @@ pub fn run(args: &IdentifyArgs) -> Result<()> {
             ..ControllerOptions::default()
         },
     )?;
-    let v = describe(&ctrl, args.nsid)?;
+    let mut v = describe(&ctrl, args.nsid)?;
+    v["mode"] = serde_json::json!(open::mode().to_string());
     if args.json {
         say!("{}", serde_json::to_string_pretty(&v)?);
     } else {

@@ -163,15 +163,20 @@ pub fn collect() -> Result<Vec<Value>> {
             "model": null,
             "namespaces": [],
             "error": null,
+            "mode": vfnvme::hal::pci::noiommu::mode_of(&paths, &addr).map(|m| m.to_string()),
         });
-        if dev.driver.as_deref() == Some(VFIO_PCI) {
+        let ours = dev.driver.as_deref() == Some(VFIO_PCI) && !open::no_iommu()
+            || dev.driver.as_deref() == Some(vfnvme::hal::pci::noiommu::UIO_PCI_GENERIC)
+                && open::no_iommu();
+        if ours {
             let opts = ControllerOptions {
                 io_queues: 1,
                 ..ControllerOptions::default()
             };
             match open::open_controller(&addr.to_string(), opts) {
                 Ok(ctrl) => {
-                    describe_controller(&ctrl, &addr.to_string(), "vfnvme (vfio-pci)", &mut v)
+                    let by = format!("vfnvme ({})", dev.driver.as_deref().unwrap_or("-"));
+                    describe_controller(&ctrl, &addr.to_string(), &by, &mut v)
                 }
                 Err(e) => v["error"] = json!(format!("{e:#}")),
             }
@@ -284,6 +289,13 @@ pub fn table(list: &[Value]) -> String {
                 s(&d["serial"]),
                 s(&d["model"]),
             ));
+            if let Value::String(m) = &d["mode"] {
+                if m.starts_with("no-iommu") {
+                    out.push_str(&format!(
+                        "    DMA mode: {m}: physical addresses, no IOMMU checks them\n"
+                    ));
+                }
+            }
             if let Value::String(e) = &d["error"] {
                 out.push_str(&format!("    (could not open: {e})\n"));
                 continue;

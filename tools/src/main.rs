@@ -24,6 +24,12 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// The explicit no-IOMMU mode, for machines without an IOMMU (never a fallback): `setup`
+    /// binds controllers to uio_pci_generic, every other command opens them there, with
+    /// physical DMA addresses from hugepages (root needed). Nothing then checks the device's
+    /// DMA: any device bug or misuse can write anywhere in memory.
+    #[arg(long, global = true)]
+    no_iommu: bool,
 }
 
 /// The subcommands, in the order people need them (`--help` lists them so).
@@ -137,7 +143,11 @@ fn error_text(e: &anyhow::Error) -> String {
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    open::set_no_iommu(cli.no_iommu);
+    if let Command::Setup(args) = &mut cli.command {
+        args.no_iommu = cli.no_iommu;
+    }
     let is_vm = matches!(cli.command, Command::Vm(_));
     let result = match cli.command {
         Command::Perf(args) => perf::run(&args).map(|()| 0),
@@ -165,6 +175,32 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
     use anyhow::Context;
+
+    #[test]
+    fn no_iommu_is_a_flag_of_setup_perf_and_every_opening_command() {
+        for argv in [
+            &["vfnvme", "setup", "--no-iommu", "0000:00:10.0"][..],
+            &["vfnvme", "--no-iommu", "identify", "0000:00:10.0"],
+            &["vfnvme", "perf", "--no-iommu", "--device", "0000:00:10.0"],
+            &["vfnvme", "list", "--no-iommu"],
+            &["vfnvme", "id-ctrl", "--no-iommu", "0000:00:10.0"],
+        ] {
+            let cli = Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+            assert!(cli.no_iommu, "{argv:?}");
+        }
+        let cli = Cli::try_parse_from(["vfnvme", "identify", "0000:00:10.0"]).unwrap();
+        assert!(!cli.no_iommu, "off unless asked: never a fallback");
+        use clap::CommandFactory;
+        let mut cmd = Cli::command();
+        cmd.build();
+        let help = cmd
+            .find_subcommand_mut("setup")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("--no-iommu"), "{help}");
+        assert!(help.contains("write anywhere in memory"), "{help}");
+    }
 
     #[test]
     fn help_lists_commands_in_the_order_people_need_them() {

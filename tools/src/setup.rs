@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 use vfnvme::hal::mem::{hugepages, memlock};
 use vfnvme::hal::pci::bind::Rebind;
+use vfnvme::hal::pci::noiommu::{self, NoIommuBinding};
 use vfnvme::hal::pci::{bind as pci_bind, sysfs as pci_sysfs};
 use vfnvme::hal::{PageSize, PciAddress, SysPaths};
 
@@ -39,6 +40,32 @@ pub struct SetupArgs {
     /// Only show what would be done.
     #[arg(long)]
     pub dry_run: bool,
+    /// The global `--no-iommu`: bind for the explicit no-IOMMU mode (uio_pci_generic) instead
+    /// of vfio-pci; set by `main`.
+    #[arg(skip)]
+    pub no_iommu: bool,
+}
+
+/// The driver `setup` binds controllers to: vfio-pci, or with `--no-iommu` the no-IOMMU
+/// binding.
+pub fn target_driver(no_iommu: bool) -> &'static str {
+    if no_iommu {
+        noiommu::UIO_PCI_GENERIC
+    } else {
+        pci_sysfs::VFIO_PCI
+    }
+}
+
+/// The no-IOMMU binding `setup --no-iommu` uses, and a note when the kernel offers VFIO's
+/// no-IOMMU mode, which vfnvme does not open devices through yet (docs/no-iommu.md).
+pub fn no_iommu_binding(paths: &SysPaths) -> (NoIommuBinding, Option<&'static str>) {
+    match noiommu::choose_binding(paths) {
+        NoIommuBinding::VfioNoIommu => (
+            NoIommuBinding::UioPciGeneric,
+            Some("this kernel has VFIO's no-IOMMU mode, but vfnvme opens no-IOMMU controllers through uio_pci_generic only (see docs/no-iommu.md); binding uio_pci_generic"),
+        ),
+        b => (b, None),
+    }
 }
 
 /// Whether the IOMMU is on: `/sys/kernel/iommu_groups` has entries.
@@ -140,7 +167,7 @@ pub fn plan(args: &SetupArgs, paths: &SysPaths, proc: &Path, mounts: &str) -> Re
     let forced = named && args.force;
     for addr in targets {
         let info = pci_sysfs::device_info(paths, &addr)?;
-        if info.driver.as_deref() == Some(pci_sysfs::VFIO_PCI) {
+        if info.driver.as_deref() == Some(target_driver(args.no_iommu)) {
             actions.push(Action::AlreadyBound(addr));
             continue;
         }
@@ -170,6 +197,13 @@ pub fn run(args: &SetupArgs) -> Result<()> {
     // A hugepage count that would starve the system fails before anything is bound.
     precheck_hugepages(args)?;
     let iommu = iommu_enabled(&paths);
+    let target = target_driver(args.no_iommu);
+    if args.no_iommu {
+        noiommu::warn_once();
+        if let (_, Some(note)) = no_iommu_binding(&paths) {
+            say!("note: {note}");
+        }
+    }
     let binder = pci_bind::PciBinder::default();
     let mut bound = Vec::new();
     let mut refused = Vec::new();
@@ -210,7 +244,7 @@ pub fn run(args: &SetupArgs) -> Result<()> {
                 refused.push(*addr);
             }
             Action::AlreadyBound(addr) => {
-                say!("{addr}: already on vfio-pci");
+                say!("{addr}: already on {target}");
                 bound.push(*addr);
             }
             Action::InUse(addr, why) => {
@@ -221,8 +255,11 @@ pub fn run(args: &SetupArgs) -> Result<()> {
                 refused.push(*addr);
             }
             Action::Bind(addr, from) => {
-                if !iommu {
-                    bail!("cannot bind {addr} to vfio-pci: {IOMMU_ADVICE}");
+                if !iommu && !args.no_iommu {
+                    bail!(
+                        "cannot bind {addr} to vfio-pci: {IOMMU_ADVICE}\n{}",
+                        noiommu::OPT_IN
+                    );
                 }
                 if let Ok(Some(e)) =
                     pci_sysfs::device_info(&paths, addr).map(|i| pci_sysfs::not_nvme_error(&i))
@@ -230,7 +267,7 @@ pub fn run(args: &SetupArgs) -> Result<()> {
                     say!("{addr}: warning (--force): {e}");
                 }
                 say!(
-                    "{addr}: {} vfio-pci (was {})",
+                    "{addr}: {} {target} (was {})",
                     if args.dry_run {
                         "would bind it to"
                     } else {
@@ -238,7 +275,11 @@ pub fn run(args: &SetupArgs) -> Result<()> {
                     },
                     from.as_deref().unwrap_or("unbound")
                 );
-                if !args.dry_run {
+                if !args.dry_run && args.no_iommu {
+                    binder
+                        .bind_for_no_iommu(addr, no_iommu_binding(&paths).0)
+                        .with_context(|| format!("binding {addr} to {target}"))?;
+                } else if !args.dry_run {
                     binder
                         .bind_to_vfio(addr)
                         .with_context(|| format!("binding {addr} to vfio-pci"))?;
@@ -247,14 +288,14 @@ pub fn run(args: &SetupArgs) -> Result<()> {
             }
         }
     }
-    for addr in &bound {
+    for addr in bound.iter().filter(|_| !args.no_iommu) {
         match pci_sysfs::iommu_group(&paths, addr) {
             Ok(g) => say!("{addr}: IOMMU group {g}, {}", paths.vfio_group(g).display()),
             Err(e) => say!("{addr}: {e}"),
         }
     }
-    if !iommu {
-        say!("warning: {IOMMU_ADVICE}");
+    if !iommu && !args.no_iommu {
+        say!("warning: {IOMMU_ADVICE}\n{}", noiommu::OPT_IN);
     }
     check_hugepages(args)?;
     check_memlock()?;
@@ -273,7 +314,10 @@ pub fn run(args: &SetupArgs) -> Result<()> {
                 .join(", ")
         );
     }
-    if let Some(addr) = bound.first() {
+    if let (Some(addr), true) = (bound.first(), args.no_iommu) {
+        say!("next: vfnvme identify --no-iommu {addr}; vfnvme perf --no-iommu --device {addr} --qd 32 --time 5");
+        say!("undo: vfnvme setup --reset {addr}");
+    } else if let Some(addr) = bound.first() {
         say!("next: vfnvme identify {addr}; vfnvme perf --device {addr} --qd 32 --time 5");
         say!("undo: vfnvme setup --reset {addr}");
     }
@@ -472,7 +516,67 @@ mod tests {
             force,
             persist: false,
             dry_run: true,
+            no_iommu: false,
         }
+    }
+
+    fn no_iommu_args(bdfs: &[&str], force: bool) -> SetupArgs {
+        SetupArgs {
+            no_iommu: true,
+            ..args(bdfs, force)
+        }
+    }
+
+    #[test]
+    fn no_iommu_binds_to_uio_with_the_same_refusals() {
+        let f = Fake::new("noiommu");
+        f.device("0000:00:10.0", "nvme", Some("nvme0n1"));
+        f.device("0000:00:11.0", "uio_pci_generic", None);
+        f.device("0000:00:12.0", "nvme", None);
+        f.device("0000:00:13.0", "vfio-pci", None);
+        f.device("0000:00:02.0", "e1000", None);
+        f.class("0000:00:02.0", "0x020000\n");
+        let mounts = "/dev/nvme0n1 / ext4 rw 0 0\n";
+        let p = plan(&no_iommu_args(&[], false), &f.paths(), &f.proc(), mounts).unwrap();
+        assert!(
+            matches!(&p[0], Action::InUse(x, _) if *x == a("0000:00:10.0")),
+            "{p:?}"
+        );
+        assert_eq!(p[1], Action::AlreadyBound(a("0000:00:11.0")));
+        assert_eq!(p[2], Action::Bind(a("0000:00:12.0"), Some("nvme".into())));
+        assert_eq!(
+            p[3],
+            Action::Bind(a("0000:00:13.0"), Some("vfio-pci".into())),
+            "vfio-pci is not the no-IOMMU binding"
+        );
+        let p = plan(
+            &no_iommu_args(&["0000:00:02.0"], false),
+            &f.paths(),
+            &f.proc(),
+            "",
+        )
+        .unwrap();
+        assert!(matches!(&p[0], Action::NotNvme(..)), "{p:?}");
+        assert_eq!(target_driver(true), "uio_pci_generic");
+        assert_eq!(target_driver(false), "vfio-pci");
+    }
+
+    #[test]
+    fn no_iommu_binding_is_uio_and_names_vfio_noiommu_where_the_kernel_has_it() {
+        let f = Fake::new("noiommu-binding");
+        assert_eq!(
+            no_iommu_binding(&f.paths()),
+            (NoIommuBinding::UioPciGeneric, None)
+        );
+        let param = noiommu::vfio_noiommu_param(&f.paths());
+        std::fs::create_dir_all(param.parent().unwrap()).unwrap();
+        std::fs::write(&param, "N\n").unwrap();
+        let (b, note) = no_iommu_binding(&f.paths());
+        assert_eq!(b, NoIommuBinding::UioPciGeneric);
+        assert!(
+            note.is_some_and(|n| n.contains("VFIO's no-IOMMU mode")),
+            "{note:?}"
+        );
     }
 
     fn a(s: &str) -> PciAddress {

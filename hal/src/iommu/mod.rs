@@ -1,7 +1,10 @@
 //! The IOMMU interface: the four operations the NVMe layer needs from any backend
-//! (VFIO type1 today; iommufd and no-IOMMU later, without touching the NVMe layer).
+//! (VFIO type1, and the no-IOMMU physical-address mapper [`physical`]), without touching the
+//! NVMe layer.
 
 pub mod iova_allocator;
+pub mod pagemap;
+pub mod physical;
 
 use crate::error::HalError;
 use std::ptr::NonNull;
@@ -13,6 +16,18 @@ pub struct IovaRange {
     pub start: u64,
     /// Last usable IOVA (inclusive).
     pub end: u64,
+}
+
+/// How a backend gives DMA memory its device address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Addressing {
+    /// The device goes through an IOMMU: the backend picks an IOVA ([`Iommu::reserve_iova`])
+    /// and maps any memory there. Regions may be any length.
+    Translated,
+    /// No IOMMU: the device address is the memory's own physical address
+    /// ([`physical::PhysicalMapper`]). Regions must be single hugepages (the only memory whose
+    /// physical address is contiguous and fixed), and there is no fallback to 4 KiB pages.
+    Physical,
 }
 
 /// An IOMMU domain that device DMA goes through.
@@ -36,4 +51,23 @@ pub trait Iommu: Send + Sync {
 
     /// The usable IOVA ranges, as the backend reported them.
     fn iova_ranges(&self) -> Vec<IovaRange>;
+
+    /// How this backend addresses DMA memory. Default: [`Addressing::Translated`].
+    fn addressing(&self) -> Addressing {
+        Addressing::Translated
+    }
+
+    /// Makes the `len` bytes at `vaddr` (one region of the pool, aligned to `align`) reachable
+    /// by the device and returns their device address. The default reserves an IOVA and maps
+    /// the memory there; a [`Addressing::Physical`] backend returns where the memory already is.
+    ///
+    /// # Safety
+    /// As for [`Iommu::map`]: the memory stays allocated until [`Iommu::unmap`] of the
+    /// returned address and `len`.
+    unsafe fn map_region(&self, vaddr: NonNull<u8>, len: u64, align: u64) -> Result<u64, HalError> {
+        let iova = self.reserve_iova(len, align)?;
+        // SAFETY: the caller's guarantee for this region.
+        unsafe { self.map(vaddr, len, iova)? };
+        Ok(iova)
+    }
 }

@@ -5,3 +5,6 @@ pub mod barrier;
 pub mod hugepages;
 pub mod memlock;
 pub mod pool;
+
+#[cfg(test)]
+mod physical_tests;

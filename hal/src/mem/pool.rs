@@ -11,7 +11,7 @@
 //! buffer the caller asked for, and a freed buffer fails the check.
 
 use crate::error::HalError;
-use crate::iommu::Iommu;
+use crate::iommu::{Addressing, Iommu};
 use memmap2::{MmapMut, MmapOptions};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -217,30 +217,21 @@ impl DmaPool {
         Ok((va, iova, region))
     }
 
-    /// Maps a region of at least `chunk` bytes for chunks of `chunk` bytes (a power of two);
-    /// returns its address, IOVA, length and index in the translation table.
-    fn map_region(&self, chunk: usize) -> Result<(usize, u64, usize, usize), HalError> {
-        let min_len = chunk;
+    /// Memory for a region of at least `min_len` bytes over an IOMMU: pages of the pool's
+    /// size, falling back to smaller ones (with a warning) when the system has none free.
+    fn map_translated(&self, min_len: usize) -> Result<(MmapMut, PageSize), HalError> {
         // Miri supports only plain private anonymous mappings (no hugepages, no MAP_POPULATE).
         let mut page = if cfg!(miri) {
             PageSize::Small4K
         } else {
             self.page_size()
         };
-        let map = loop {
+        loop {
             let len = min_len
                 .max(page.bytes().max(2 << 20))
                 .next_multiple_of(page.bytes());
-            let mut opts = MmapOptions::new();
-            opts.len(len);
-            if !cfg!(miri) {
-                opts.populate();
-            }
-            if let Some(shift) = page.huge_shift() {
-                opts.huge(Some(shift));
-            }
-            match opts.map_anon() {
-                Ok(m) => break m,
+            match anon_map(len, page) {
+                Ok(m) => return Ok((m, page)),
                 Err(e) if page != PageSize::Small4K => {
                     let next = page.smaller();
                     log::warn!(
@@ -258,17 +249,49 @@ impl DmaPool {
                 }
                 Err(source) => return Err(HalError::Allocation { len, source }),
             }
+        }
+    }
+
+    /// Memory for a region without an IOMMU: exactly one hugepage (the largest memory whose
+    /// physical address is contiguous and fixed), never 4 KiB pages.
+    fn map_physical(&self, chunk: usize) -> Result<(MmapMut, PageSize), HalError> {
+        let page = match self.page_size() {
+            PageSize::Small4K => PageSize::Huge2M,
+            p => p,
+        };
+        let len = page.bytes();
+        if chunk > len {
+            return Err(HalError::NoIommuBufferTooLarge {
+                len: chunk,
+                page: len,
+            });
+        }
+        let map = anon_map(len, page).map_err(|source| HalError::NoIommuHugepages {
+            page,
+            len,
+            source,
+        })?;
+        Ok((map, page))
+    }
+
+    /// Maps a region of at least `chunk` bytes for chunks of `chunk` bytes (a power of two);
+    /// returns its address, IOVA, length and index in the translation table.
+    fn map_region(&self, chunk: usize) -> Result<(usize, u64, usize, usize), HalError> {
+        let physical = self.inner.iommu.addressing() == Addressing::Physical;
+        let (map, page) = if physical {
+            self.map_physical(chunk)?
+        } else {
+            self.map_translated(chunk)?
         };
         let len = map.len();
         let align = (page.bytes() as u64)
             .max(2 << 20)
             .min(len.next_power_of_two() as u64);
-        let iova = self.inner.iommu.reserve_iova(len as u64, align)?;
         let va = map.as_ptr() as usize;
         let ptr = NonNull::new(va as *mut u8).ok_or(HalError::IovaExhausted { len: len as u64 })?;
         // SAFETY: the mapping is stored in `regions` below and lives until the pool drops,
         // where it is unmapped from the IOMMU before the memory is released.
-        unsafe { self.inner.iommu.map(ptr, len as u64, iova)? };
+        let iova = unsafe { self.inner.iommu.map_region(ptr, len as u64, align)? };
         let mut regions = self.inner.regions.lock().unwrap_or_else(|e| e.into_inner());
         let idx = self.inner.published.load(Ordering::Relaxed);
         if idx >= MAX_REGIONS {
@@ -651,6 +674,19 @@ impl Drop for DmaBuffer {
             self.region as usize,
         ));
     }
+}
+
+/// A populated private anonymous mapping of `len` bytes backed by `page` pages.
+fn anon_map(len: usize, page: PageSize) -> std::io::Result<MmapMut> {
+    let mut opts = MmapOptions::new();
+    opts.len(len);
+    if !cfg!(miri) {
+        opts.populate();
+    }
+    if let Some(shift) = page.huge_shift() {
+        opts.huge(Some(shift));
+    }
+    opts.map_anon()
 }
 
 /// The warning when a region can't get hugepages of `page` and falls back to `next`: how many

@@ -136,16 +136,33 @@ impl PciBinder {
     /// Binds the device to vfio-pci (loading it if needed): sets `driver_override`, unbinds the
     /// current driver, reprobes. Does nothing if it is already bound to vfio-pci.
     pub fn bind_to_vfio(&self, addr: &PciAddress) -> Result<(), HalError> {
-        if self.current_driver(addr)?.as_deref() == Some(VFIO_PCI) {
+        self.bind_overridden(addr, VFIO_PCI)
+    }
+
+    /// Binds the device for the no-IOMMU mode: uio_pci_generic, or vfio-pci after turning on
+    /// VFIO's `enable_unsafe_noiommu_mode` (kernels with CONFIG_VFIO_NOIOMMU). Through
+    /// `driver_override`, like [`PciBinder::bind_to_vfio`].
+    pub fn bind_for_no_iommu(
+        &self,
+        addr: &PciAddress,
+        binding: crate::pci::noiommu::NoIommuBinding,
+    ) -> Result<(), HalError> {
+        if binding == crate::pci::noiommu::NoIommuBinding::VfioNoIommu {
+            write_sysfs(&crate::pci::noiommu::vfio_noiommu_param(&self.paths), "Y")?;
+        }
+        self.bind_overridden(addr, binding.driver())
+    }
+
+    /// Sets `driver_override` to `driver` (loading it if needed), unbinds the current driver,
+    /// reprobes. Does nothing if the device is bound to `driver` already.
+    fn bind_overridden(&self, addr: &PciAddress, driver: &str) -> Result<(), HalError> {
+        if self.current_driver(addr)?.as_deref() == Some(driver) {
             return Ok(());
         }
-        self.ensure_driver_loaded(addr, VFIO_PCI)?;
-        write_sysfs(
-            &self.paths.pci_device(addr).join("driver_override"),
-            VFIO_PCI,
-        )?;
+        self.ensure_driver_loaded(addr, driver)?;
+        write_sysfs(&self.paths.pci_device(addr).join("driver_override"), driver)?;
         self.unbind(addr)?;
-        self.probe_and_check(addr, VFIO_PCI)
+        self.probe_and_check(addr, driver)
     }
 
     /// Binds the device to `driver` (e.g. `nvme`): clears `driver_override`, unbinds the

@@ -100,6 +100,20 @@ impl FakeSys {
         d
     }
 
+    /// Gives the device at `dir` regular files standing in for `config` (256 bytes, NVMe
+    /// vendor/device 1b36:0010, command register `command`) and `resource0` (16 KiB, CAP's low
+    /// dword 0x0040ff7f at offset 0).
+    pub(crate) fn resources(&self, dir: &Path, command: u16) {
+        let mut config = vec![0u8; 256];
+        config[0..2].copy_from_slice(&0x1b36u16.to_le_bytes());
+        config[2..4].copy_from_slice(&0x0010u16.to_le_bytes());
+        config[4..6].copy_from_slice(&command.to_le_bytes());
+        std::fs::write(dir.join("config"), config).unwrap();
+        let mut bar = vec![0u8; 0x4000];
+        bar[0..4].copy_from_slice(&0x0040_ff7fu32.to_le_bytes());
+        std::fs::write(dir.join("resource0"), bar).unwrap();
+    }
+
     pub(crate) fn read(&self, rel: &Path) -> String {
         std::fs::read_to_string(self.root.join(rel)).unwrap()
     }
