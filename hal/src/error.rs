@@ -3,6 +3,10 @@
 use thiserror::Error;
 
 /// An error from VFIO, the IOMMU, PCI access or DMA memory.
+/// How to run without an IOMMU anyway, and what it costs: added to every refusal that an
+/// IOMMU is missing.
+pub const NO_IOMMU_OPT_IN: &str = "to run without an IOMMU anyway, opt in with --no-iommu (`vfnvme setup --no-iommu`, then --no-iommu on every command; no_iommu in the C ABI and the fio engine): without an IOMMU nothing checks the device's DMA, so any device bug or misuse can then write anywhere in memory";
+
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum HalError {
@@ -150,7 +154,7 @@ pub enum HalError {
         size: usize,
     },
     /// The device has no IOMMU group: the IOMMU is off.
-    #[error("PCI device {address} has no IOMMU group: turn the IOMMU on (boot with intel_iommu=on or amd_iommu=on; in QEMU add -device intel-iommu before the device)\n{}", crate::pci::noiommu::OPT_IN)]
+    #[error("PCI device {address} has no IOMMU group: turn the IOMMU on (boot with intel_iommu=on or amd_iommu=on; in QEMU add -device intel-iommu before the device)\n{}", NO_IOMMU_OPT_IN)]
     NoIommuGroup {
         /// The device.
         address: String,
@@ -266,11 +270,9 @@ pub enum HalError {
         len: u64,
     },
     /// The no-IOMMU mode could not get hugepages (it has no 4 KiB fallback).
-    #[error("the no-IOMMU mode needs {page:?} hugepages and could not get {len} bytes of them ({source}): 4 KiB pages move and are not physically contiguous, so there is no fallback; reserve hugepages with `vfnvme setup --no-iommu --hugepages N` (or echo N > /proc/sys/vm/nr_hugepages)")]
+    #[error("the no-IOMMU mode needs a {len}-byte hugepage and could not get one ({source}): 4 KiB pages move and are not physically contiguous, so there is no fallback; reserve hugepages with `vfnvme setup --no-iommu --hugepages N` (or echo N > /proc/sys/vm/nr_hugepages)")]
     NoIommuHugepages {
-        /// The page size asked for.
-        page: crate::PageSize,
-        /// The region length.
+        /// The hugepage size asked for.
         len: usize,
         /// What the kernel said.
         #[source]

@@ -10,7 +10,7 @@
 //!   ([`iommu::iova_allocator`]).
 //! - [`mem`]: DMA memory: hugepage-backed regions carved into owned buffers that know their
 //!   IOVA ([`mem::pool`]), hugepage reservations and the locked-memory limit
-//!   ([`mem::hugepages`], [`mem::memlock`]), and CPU/device ordering ([`mem::barrier`]: DMA
+//!   ([`mem::hugepages`], [`iommu::memlock`]), and CPU/device ordering ([`mem::barrier`]: DMA
 //!   barriers, MMIO accessors for x86_64 and aarch64).
 //! - [`platform`]: the seam between the driver and what lies below it: [`platform::Platform`]
 //!   (registers, DMA memory, the clock), [`platform::RegisterIo`] and checked
@@ -32,6 +32,7 @@ pub mod mem;
 pub mod pci;
 pub mod pi;
 pub mod platform;
+pub mod sysfs_device;
 pub mod time;
 pub mod vfio;
 pub mod vfio_platform;

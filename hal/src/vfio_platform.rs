@@ -8,8 +8,8 @@
 use crate::iommu::physical::PhysicalMapper;
 use crate::pci::noiommu::{self, UIO_PCI_GENERIC};
 use crate::pci::sysfs as pci_sysfs;
-use crate::pci::sysfs_device::SysfsDevice;
 use crate::platform::{Doorbell, Platform, RegisterIo};
+use crate::sysfs_device::SysfsDevice;
 use crate::vfio::RemovalNotice;
 use crate::{Bar, DmaPool, HalError, PageSize, PciAddress, SysPaths, VfioDevice};
 use std::sync::Arc;

@@ -3,6 +3,7 @@
 //! NVMe layer.
 
 pub mod iova_allocator;
+pub mod memlock;
 pub mod pagemap;
 pub mod physical;
 

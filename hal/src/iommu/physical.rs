@@ -9,7 +9,7 @@
 use super::pagemap::{self, FrameReader, ProcPagemap};
 use super::{Addressing, Iommu, IovaRange};
 use crate::error::HalError;
-use crate::mem::memlock;
+use crate::iommu::memlock;
 use std::ptr::NonNull;
 use std::sync::Mutex;
 

@@ -1,9 +1,8 @@
-//! DMA memory: the pool of IOMMU-mapped buffers, hugepages, the locked-memory limit, and the
-//! barriers that order memory the device reads or writes.
+//! DMA memory: the pool of IOMMU-mapped buffers, hugepages, and the barriers that order
+//! memory the device reads or writes.
 
 pub mod barrier;
 pub mod hugepages;
-pub mod memlock;
 pub mod pool;
 
 #[cfg(test)]

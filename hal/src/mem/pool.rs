@@ -266,11 +266,8 @@ impl DmaPool {
                 page: len,
             });
         }
-        let map = anon_map(len, page).map_err(|source| HalError::NoIommuHugepages {
-            page,
-            len,
-            source,
-        })?;
+        let map =
+            anon_map(len, page).map_err(|source| HalError::NoIommuHugepages { len, source })?;
         Ok((map, page))
     }
 

@@ -6,6 +6,5 @@ pub mod bind;
 pub mod noiommu;
 pub mod paths;
 pub mod sysfs;
-pub mod sysfs_device;
 #[cfg(test)]
 pub(crate) mod test_sysfs;

@@ -15,7 +15,7 @@ pub const UIO_PCI_GENERIC: &str = "uio_pci_generic";
 pub const RISK: &str = "without an IOMMU nothing checks the device's DMA: any device bug or misuse can then write anywhere in memory";
 
 /// The line added to every refusal for want of an IOMMU: how to opt in, and what it risks.
-pub const OPT_IN: &str = "to run without an IOMMU anyway, opt in with --no-iommu (`vfnvme setup --no-iommu`, then --no-iommu on every command; no_iommu in the C ABI and the fio engine): without an IOMMU nothing checks the device's DMA, so any device bug or misuse can then write anywhere in memory";
+pub const OPT_IN: &str = crate::error::NO_IOMMU_OPT_IN;
 
 /// How a device is held for the no-IOMMU mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
