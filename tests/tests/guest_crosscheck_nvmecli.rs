@@ -134,6 +134,8 @@ fn vfnvme_and_nvme_cli_agree_on_id_ctrl_and_smart_log() {
     let addr = PciAddress::parse(&bdf).expect("a PCI address");
     let id: Value = serde_json::from_str(&ok(&["id-ctrl", &bdf, "--json"])).expect("JSON");
     let smart: Value = serde_json::from_str(&ok(&["smart-log", &bdf, "--json"])).expect("JSON");
+    let list: Value = serde_json::from_str(&ok(&["list", "-o", "json"])).expect("JSON");
+    let subsys: Value = serde_json::from_str(&ok(&["list-subsys", "-o", "json"])).expect("JSON");
 
     let _guard = BackToVfio(addr);
     pci_bind::bind_to_driver(&addr, "nvme")
@@ -141,6 +143,8 @@ fn vfnvme_and_nvme_cli_agree_on_id_ctrl_and_smart_log() {
     let dev = wait_for_char_device(&bdf);
     let kid = nvme_cli(&["id-ctrl", &dev, "-o", "json"]);
     let ksmart = nvme_cli(&["smart-log", &dev, "-o", "json"]);
+    let klist = nvme_cli(&["list", "-o", "json"]);
+    let ksubsys = nvme_cli(&["list-subsys", "-o", "json"]);
 
     let mut differ = Vec::new();
     for key in ID_FIELDS {
@@ -168,6 +172,68 @@ fn vfnvme_and_nvme_cli_agree_on_id_ctrl_and_smart_log() {
                 "smart-log {key}: vfnvme {a}, then nvme-cli {b} (went down)"
             ));
         }
+    }
+    // list -o json: the namespace's entry has every nvme-cli key, with equal values except
+    // the device path (a block device for the kernel, the address and nsid for vfnvme).
+    let entry = |v: &Value, want: &dyn Fn(&Value) -> bool| {
+        v["Devices"]
+            .as_array()
+            .and_then(|d| d.iter().find(|e| want(e)).cloned())
+    };
+    let ours = entry(&list, &|e| e["DevicePath"] == format!("{bdf}/n1").as_str());
+    let theirs = entry(&klist, &|e| {
+        e["DevicePath"]
+            .as_str()
+            .is_some_and(|p| p.starts_with(&dev) && p.ends_with("n1"))
+    });
+    match (ours, theirs) {
+        (Some(a), Some(b)) => {
+            for (key, value) in b.as_object().into_iter().flatten() {
+                if key != "DevicePath" && a.get(key) != Some(value) {
+                    differ.push(format!(
+                        "list {key}: vfnvme {:?}, nvme-cli {value}",
+                        a.get(key)
+                    ));
+                }
+            }
+        }
+        (a, b) => differ.push(format!(
+            "list: namespace 1 of {bdf} not found (vfnvme {a:?}, nvme-cli {b:?})\n{list}\n{klist}"
+        )),
+    }
+    // list-subsys -o json: the same shape, host, subsystem NQN and path keys.
+    let subsys_of = |v: &Value| {
+        v[0]["Subsystems"]
+            .as_array()
+            .and_then(|s| s.iter().find(|s| s["NQN"] == id["subnqn"]).cloned())
+    };
+    if subsys[0]["HostNQN"] != ksubsys[0]["HostNQN"] {
+        differ.push(format!(
+            "list-subsys HostNQN: vfnvme {}, nvme-cli {}",
+            subsys[0]["HostNQN"], ksubsys[0]["HostNQN"]
+        ));
+    }
+    match (subsys_of(&subsys), subsys_of(&ksubsys)) {
+        (Some(a), Some(b)) => {
+            let (pa, pb) = (&a["Paths"][0], &b["Paths"][0]);
+            for key in pb.as_object().into_iter().flatten().map(|(k, _)| k) {
+                if pa.get(key).is_none() {
+                    differ.push(format!("list-subsys: vfnvme's path has no {key}"));
+                }
+            }
+            for key in ["Transport", "Address", "State"] {
+                if pa[key] != pb[key] {
+                    differ.push(format!(
+                        "list-subsys {key}: vfnvme {}, nvme-cli {}",
+                        pa[key], pb[key]
+                    ));
+                }
+            }
+        }
+        (a, b) => differ.push(format!(
+            "list-subsys: subsystem {} not found (vfnvme {a:?}, nvme-cli {b:?})",
+            id["subnqn"]
+        )),
     }
     assert!(
         differ.is_empty(),

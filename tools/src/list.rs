@@ -18,10 +18,18 @@ use vfnvme::{Controller, ControllerOptions};
 /// Arguments of `vfnvme list`.
 #[derive(Args, Debug)]
 pub struct ListArgs {
-    /// Print JSON: one object per controller, with its subsystem and namespaces (with
-    /// --subsystems: {"subsystems": [...]}).
+    /// Print JSON as `nvme list -o json` does: {"Devices": [...]} with nvme-cli's keys (and
+    /// vfnvme's own per namespace), plus "Controllers", one object per controller with its
+    /// subsystem and namespaces (with --subsystems: {"subsystems": [...]}).
     #[arg(long)]
     pub json: bool,
+    /// Output format (nvme-cli's `-o`): json as --json; normal prints nvme-cli's table (one
+    /// row per namespace) instead of vfnvme's grouped view.
+    #[arg(short = 'o', long = "output-format", value_parser = ["normal", "json"])]
+    pub output_format: Option<String>,
+    /// Accepted for nvme-cli's `-v`; vfnvme's JSON always has the detail.
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
     /// Show only the subsystems (as nvme-cli's list-subsys): per subsystem NQN its
     /// controllers (address, cntlid), its heads (nsid, NGUID/EUI64/UUID, size) and per head
     /// its paths with ANA group and state.
@@ -51,6 +59,13 @@ fn kernel_view(paths: &SysPaths, addr: &PciAddress, v: &mut Value) {
     if let Some(c) = &ctrl_dir {
         v["subnqn"] = json!(read_trimmed(&c.join("subsysnqn")));
         v["cntlid"] = json!(read_trimmed(&c.join("cntlid")).and_then(|s| s.parse::<u16>().ok()));
+        v["firmware"] = json!(read_trimmed(&c.join("firmware_rev")));
+        v["name"] = json!(c.file_name().map(|n| n.to_string_lossy().into_owned()));
+        v["state"] = json!(read_trimmed(&c.join("state")));
+        // The kernel's subsystem folder, e.g. nvme-subsys0 (the `subsystem` link).
+        v["subsys_name"] = json!(std::fs::read_link(c.join("subsystem"))
+            .ok()
+            .and_then(|l| l.file_name().map(|n| n.to_string_lossy().into_owned())));
     }
     let mut namespaces = Vec::new();
     for d in kernel_nvme::block_devices(paths, addr) {
@@ -67,8 +82,16 @@ fn kernel_view(paths: &SysPaths, addr: &PciAddress, v: &mut Value) {
         let sectors: Option<u64> = read_trimmed(&dir.join("size")).and_then(|s| s.parse().ok());
         let lba: Option<u64> =
             read_trimmed(&dir.join("queue/logical_block_size")).and_then(|s| s.parse().ok());
+        let blocks = sectors.zip(lba).map(|(s, l)| s * 512 / l.max(1));
+        // NUSE: newer kernels show it in sysfs; otherwise the namespace counts as full.
+        let nuse: Option<u64> = read_trimmed(&dir.join("nuse"))
+            .and_then(|s| s.parse().ok())
+            .or(blocks);
         namespaces.push(json!({
             "nsid": read_trimmed(&dir.join("nsid")).and_then(|s| s.parse::<u32>().ok()),
+            "device_path": format!("/dev/{}", d.name),
+            "blocks": blocks,
+            "nuse_blocks": nuse,
             "size_bytes": sectors.map(|s| s * 512),
             "lba_size": lba,
             "metadata_size": null,
@@ -94,6 +117,8 @@ pub fn describe_controller<P: Platform>(
     let id = &info.identify;
     v["serial"] = json!(info.serial());
     v["model"] = json!(info.model());
+    v["firmware"] = json!(info.firmware());
+    v["state"] = json!("live");
     v["subnqn"] = json!(id.subnqn);
     v["cntlid"] = json!(id.cntlid);
     v["cmic"] = json!(id.cmic);
@@ -125,8 +150,15 @@ pub fn describe_controller<P: Platform>(
             } else {
                 (Value::Null, PathState::from_ana(None))
             };
+            // NUSE from Identify Namespace (the namespace counts as full if that fails).
+            let nuse = ctrl
+                .identify_namespace(n.nsid())
+                .map_or(n.blocks(), |id| id.nuse);
             json!({
                 "nsid": n.nsid(),
+                "device_path": format!("{device}/n{}", n.nsid()),
+                "blocks": n.blocks(),
+                "nuse_blocks": nuse,
                 "size_bytes": n.size_bytes(),
                 "lba_size": n.lba_size(),
                 "metadata_size": ident.metadata_size,
@@ -337,16 +369,50 @@ pub fn table(list: &[Value]) -> String {
     out
 }
 
+/// The controllers `list` and `list-subsys` show: the model's or the machine's.
+fn controllers(model: bool) -> Result<Vec<Value>> {
+    if model {
+        collect_model()
+    } else {
+        collect()
+    }
+}
+
+/// Arguments of `vfnvme list-subsys`.
+#[derive(Args, Debug)]
+pub struct ListSubsysArgs {
+    /// Output format (nvme-cli's `-o`): normal or json.
+    #[arg(short = 'o', long = "output-format", value_parser = ["normal", "json"], default_value = "normal")]
+    pub output_format: String,
+    /// Accepted for nvme-cli's `-v`.
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+    /// List the in-memory model's subsystem instead of the machine's.
+    #[arg(long)]
+    pub model: bool,
+}
+
+/// Runs `vfnvme list-subsys`: nvme-cli's `list-subsys`, its text and JSON shapes, with every
+/// NVMe controller of the machine (the kernel's and vfnvme's) as a path.
+pub fn run_subsys(args: &ListSubsysArgs) -> Result<()> {
+    let list = controllers(args.model)?;
+    let (nqn, id) = crate::nvme_cli_list::host_identity();
+    let host = crate::nvme_cli_list::subsystems(&list, nqn, id);
+    if args.output_format == "json" {
+        say!("{}", serde_json::to_string_pretty(&[host])?);
+    } else {
+        crate::output::text(&crate::nvme_cli_list::subsystems_text(&host));
+    }
+    Ok(())
+}
+
 /// Runs `vfnvme list`.
 pub fn run(args: &ListArgs) -> Result<()> {
-    let list = if args.model {
-        collect_model()?
-    } else {
-        collect()?
-    };
+    let list = controllers(args.model)?;
+    let json = args.json || args.output_format.as_deref() == Some("json");
     if args.subsystems {
         let subs = crate::subsys::subsystems(&list);
-        if args.json {
+        if json {
             say!(
                 "{}",
                 serde_json::to_string_pretty(&json!({ "subsystems": subs }))?
@@ -354,8 +420,14 @@ pub fn run(args: &ListArgs) -> Result<()> {
         } else {
             crate::output::text(&crate::subsys::text(&subs));
         }
-    } else if args.json {
-        say!("{}", serde_json::to_string_pretty(&list)?);
+    } else if json {
+        say!(
+            "{}",
+            serde_json::to_string_pretty(&crate::nvme_cli_list::list_json(&list))?
+        );
+    } else if args.output_format.as_deref() == Some("normal") {
+        let devices = crate::nvme_cli_list::devices(&list);
+        crate::output::text(&crate::nvme_cli_list::devices_text(&devices));
     } else {
         crate::output::text(&table(&list));
     }

@@ -7,6 +7,7 @@ mod kernel_nvme;
 mod list;
 #[cfg(feature = "model")]
 mod model_subsys;
+mod nvme_cli_list;
 mod open;
 mod output;
 mod perf;
@@ -38,6 +39,9 @@ enum Command {
     /// List the NVMe controllers (PCI class 0x010802) by subsystem, with their drivers and
     /// namespaces (size, LBA format, who drives each).
     List(list::ListArgs),
+    /// The NVM subsystems and their controllers, as nvme-cli's `list-subsys` (text or
+    /// `-o json`).
+    ListSubsys(list::ListSubsysArgs),
     /// Bind controllers to vfio-pci, reserve hugepages, check the IOMMU and memlock limit;
     /// --reset gives them back to the kernel. Refuses what would hurt the machine.
     Setup(setup::SetupArgs),
@@ -152,6 +156,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Perf(args) => perf::run(&args).map(|()| 0),
         Command::List(args) => list::run(&args).map(|()| 0),
+        Command::ListSubsys(args) => list::run_subsys(&args).map(|()| 0),
         Command::Identify(args) => identify::run(&args).map(|()| 0),
         Command::Setup(args) => setup::run(&args).map(|()| 0),
         Command::Completions(args) => {

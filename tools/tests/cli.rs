@@ -278,7 +278,10 @@ fn identify_list_and_setup_fail_cleanly() {
     assert_ne!(o.status.code(), Some(101), "{}", stderr(&o));
     if o.status.success() {
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("list JSON parses");
-        assert!(v.is_array(), "{v}");
+        assert!(
+            v["Devices"].is_array() && v["Controllers"].is_array(),
+            "{v}"
+        );
     }
 }
 
@@ -585,12 +588,45 @@ fn list_model_shows_one_subsystem_with_heads_paths_and_ana_states() {
     }
     assert!(s["warnings"].as_array().unwrap().is_empty());
 
-    // The per-controller JSON keeps its shape (an array) and gains the identity fields.
-    let v = json_out(&["list", "--model", "--json"]);
-    let c = v.as_array().expect("an array of controllers");
+    // nvme-cli's shape ({"Devices": [...]}, one per namespace), with vfnvme's per-controller
+    // view under "Controllers"; -o json is --json.
+    let v = json_out(&["list", "--model", "-o", "json"]);
+    let d = v["Devices"].as_array().expect("Devices");
+    assert_eq!(d.len(), 4, "{v}");
+    assert_eq!(d[1]["NameSpace"], 2, "{v}");
+    assert_eq!(d[1]["SectorSize"], 4096, "{v}");
+    assert_eq!(d[1]["PhysicalSize"], 4096u64 << 28, "{v}");
+    assert_eq!(d[1]["MaximumLBA"], 1u64 << 28, "{v}");
+    assert_eq!(d[1]["Firmware"], "1.0", "{v}");
+    let c = v["Controllers"]
+        .as_array()
+        .expect("an array of controllers");
     assert_eq!(c.len(), 2);
     assert_eq!(c[1]["namespaces"][0]["ana_state"], "non-optimized");
     assert_eq!(c[0]["namespaces"][1]["anagrpid"], 2);
+    assert_eq!(json_out(&["list", "--model", "--json"]), v);
+
+    // list-subsys: nvme-cli's host / subsystems / paths, with the ANA state per path.
+    let v = json_out(&["list-subsys", "--model", "-o", "json"]);
+    let s = &v[0]["Subsystems"];
+    assert_eq!(s.as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(s[0]["NQN"], "nqn.2024-01.io.vfnvme:model-subsystem");
+    let p = s[0]["Paths"].as_array().expect("Paths");
+    assert_eq!(p.len(), 2, "{v}");
+    assert_eq!(
+        (&p[0]["State"], &p[0]["Transport"]),
+        (&"live".into(), &"pcie".into())
+    );
+    assert_eq!(
+        (&p[0]["ANAState"], &p[1]["ANAState"]),
+        (&"optimized".into(), &"non-optimized".into())
+    );
+    let o = vfnvme(&["list-subsys", "--model"]);
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        t.starts_with("vfnvme-subsys0 - NQN=nqn.2024-01.io.vfnvme:model-subsystem\n\\\n +- "),
+        "{t}"
+    );
 }
 
 /// `perf --model --paths 2 --policy POLICY` for exactly `ios` I/Os: the JSON report.

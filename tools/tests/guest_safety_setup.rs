@@ -386,7 +386,25 @@ fn list_groups_by_subsystem_and_names_who_drives_each_namespace() {
     assert_eq!(t.matches("16.00 MiB").count(), 2, "{t}");
     let o = vfnvme(&["list", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("list JSON");
-    let ctrls = v.as_array().expect("an array");
+    let ctrls = v["Controllers"].as_array().expect("an array");
+    let devices = v["Devices"].as_array().expect("Devices");
+    assert_eq!(devices.len(), 2, "{v}");
+    for d in devices {
+        assert_eq!(d["PhysicalSize"], 16u64 << 20, "{d}");
+        assert_eq!(d["SectorSize"], 512, "{d}");
+        assert!(
+            !d["Firmware"].as_str().unwrap_or_default().is_empty(),
+            "{d}"
+        );
+    }
+    // The kernel's namespace by its block device, vfnvme's by address.
+    assert!(
+        devices.iter().any(|d| d["DevicePath"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("/dev/nvme")),
+        "{v}"
+    );
     assert_eq!(ctrls.len(), 2, "{v}");
     for c in ctrls {
         assert_eq!(c["namespaces"][0]["nsid"], 1, "{c}");
