@@ -23,17 +23,20 @@ pub struct ResetArgs {
 pub struct PassthruArgs {
     #[command(flatten)]
     pub target: Target,
-    /// Opcode.
-    #[arg(short = 'O', long = "opcode", value_parser = super::num_u8)]
+    /// Opcode (nvme-cli's `-o`; `-O` also works).
+    #[arg(short = 'o', visible_short_alias = 'O', long = "opcode", value_parser = super::num_u8)]
     pub opcode: u8,
+    /// Command dword 0 flags (FUSE, PSDT): vfnvme builds the data pointer itself, so only 0.
+    #[arg(short = 'f', long = "flags", default_value = "0", value_parser = super::num_u8)]
+    pub flags: u8,
     /// Namespace id (io-passthru: the namespace the command goes to).
     #[arg(short = 'n', long = "namespace-id", default_value = "0", value_parser = super::num_u32)]
     pub nsid: u32,
     /// CDW2.
-    #[arg(long = "cdw2", default_value = "0", value_parser = super::num_u32)]
+    #[arg(short = '2', long = "cdw2", default_value = "0", value_parser = super::num_u32)]
     pub cdw2: u32,
     /// CDW3.
-    #[arg(long = "cdw3", default_value = "0", value_parser = super::num_u32)]
+    #[arg(short = '3', long = "cdw3", default_value = "0", value_parser = super::num_u32)]
     pub cdw3: u32,
     /// CDW10.
     #[arg(short = '4', long = "cdw10", default_value = "0", value_parser = super::num_u32)]
@@ -66,11 +69,21 @@ pub struct PassthruArgs {
     #[arg(short = 'i', long = "input-file")]
     pub input: Option<PathBuf>,
     /// File for the data received (with --read); default: a hex dump on standard output.
-    #[arg(short = 'o', long = "output-file")]
+    /// (Long form only: `-o` is the opcode, as in nvme-cli.)
+    #[arg(long = "output-file")]
     pub output: Option<PathBuf>,
     /// Write the data received to standard output as raw bytes.
     #[arg(short = 'b', long = "raw-binary")]
     pub raw: bool,
+    /// Print the command's fields before sending it (nvme-cli's layout).
+    #[arg(short = 's', long = "show-command")]
+    pub show_command: bool,
+    /// Print the command's fields and don't send it.
+    #[arg(short = 'd', long = "dry-run")]
+    pub dry_run: bool,
+    /// Print how long the command took.
+    #[arg(short = 'T', long = "latency")]
+    pub latency: bool,
 }
 
 impl PassthruArgs {
@@ -97,6 +110,12 @@ impl PassthruArgs {
     }
 
     fn check(&self) -> Result<()> {
+        if self.flags != 0 {
+            bail!(
+                "--flags {:#04x}: vfnvme sets FUSE and PSDT itself (it builds the data pointer); give 0",
+                self.flags
+            );
+        }
         if self.data_len > 0 && !self.read && !self.write {
             bail!(
                 "--data-len {} needs --read or --write to say which way the data goes",
@@ -107,6 +126,41 @@ impl PassthruArgs {
             bail!("--input-file needs --write");
         }
         Ok(())
+    }
+
+    /// The command as nvme-cli's `--show-command` prints it.
+    fn shown(&self) -> String {
+        format!(
+            "opcode       : {:02x}\nflags        : {:02x}\nrsvd1        : 0000\nnsid         : {:08x}\ncdw2         : {:08x}\ncdw3         : {:08x}\ndata_len     : {:08x}\nmetadata_len : 00000000\naddr         : 0\nmetadata     : 0\ncdw10        : {:08x}\ncdw11        : {:08x}\ncdw12        : {:08x}\ncdw13        : {:08x}\ncdw14        : {:08x}\ncdw15        : {:08x}\ntimeout_ms   : 00000000",
+            self.opcode, self.flags, self.nsid, self.cdw2, self.cdw3, self.data_len, self.cdw10,
+            self.cdw11, self.cdw12, self.cdw13, self.cdw14, self.cdw15
+        )
+    }
+
+    /// Checks the arguments and shows the command if asked; `false` for a dry run (nothing to
+    /// send).
+    fn prepare(&self, io: &mut Io) -> Result<bool> {
+        self.check()?;
+        if self.show_command || self.dry_run {
+            put(io, &self.shown())?;
+        }
+        Ok(!self.dry_run)
+    }
+
+    /// With --latency: how long the command took, as nvme-cli prints it.
+    fn latency(&self, io: &mut Io, admin: bool, start: std::time::Instant) -> Result<()> {
+        if !self.latency {
+            return Ok(());
+        }
+        let kind = if admin { "Admin" } else { "IO" };
+        put(
+            io,
+            &format!(
+                "{kind} Command opcode {:#04x} latency: {} us",
+                self.opcode,
+                start.elapsed().as_micros()
+            ),
+        )
     }
 
     /// Delivers the data the command read.
@@ -190,7 +244,9 @@ pub fn admin_passthru<P: Platform>(
     a: &PassthruArgs,
     io: &mut Io,
 ) -> Result<()> {
-    a.check()?;
+    if !a.prepare(io)? {
+        return Ok(());
+    }
     let cmd = AdminCommand {
         opcode: a.opcode,
         nsid: a.nsid,
@@ -204,26 +260,35 @@ pub fn admin_passthru<P: Platform>(
         cdw15: a.cdw15,
     };
     let what = format!("admin opcode {:#04x}", a.opcode);
+    let start = std::time::Instant::now();
     let done = if a.write {
-        ctrl.admin_write(cmd, &a.data_out()?)
-            .map_err(|e| failed(e, &what))?
+        let d = a.data_out()?;
+        let start = std::time::Instant::now();
+        let done = ctrl.admin_write(cmd, &d).map_err(|e| failed(e, &what))?;
+        a.latency(io, true, start)?;
+        done
     } else if a.read && a.data_len > 0 {
         let (c, b) = ctrl
             .admin_read(cmd, a.data_len as usize)
             .map_err(|e| failed(e, &what))?;
+        a.latency(io, true, start)?;
         if !a.raw {
             put(io, &format!("NVMe command result:{:08x}", c.dw0))?;
         }
         return a.deliver(io, b.as_slice());
     } else {
-        ctrl.admin(cmd).map_err(|e| failed(e, &what))?
+        let done = ctrl.admin(cmd).map_err(|e| failed(e, &what))?;
+        a.latency(io, true, start)?;
+        done
     };
     put(io, &format!("NVMe command result:{:08x}", done.dw0))
 }
 
 /// `vfnvme io-passthru`: one NVM command on a fresh queue pair of depth 2.
 pub fn io_passthru<P: Platform>(ctrl: &Controller<P>, a: &PassthruArgs, io: &mut Io) -> Result<()> {
-    a.check()?;
+    if !a.prepare(io)? {
+        return Ok(());
+    }
     let Some(ns) = ctrl.namespace(a.nsid) else {
         let active: Vec<u32> = ctrl.namespaces().iter().map(|n| n.nsid()).collect();
         bail!(
@@ -256,9 +321,11 @@ pub fn io_passthru<P: Platform>(ctrl: &Controller<P>, a: &PassthruArgs, io: &mut
         ..QpairOptions::default()
     })?;
     let what = format!("I/O opcode {:#04x}", a.opcode);
+    let start = std::time::Instant::now();
     let (status, back) = q
         .passthru_sync(&ns, cmd, buf)
         .map_err(|e| failed(e, &what))?;
+    a.latency(io, false, start)?;
     if !status.is_success() {
         return Err(failed(vfnvme::Error::IoFailed { status }, &what));
     }

@@ -256,6 +256,30 @@ fn passthru_with_files_and_unsupported_opcodes() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// nvme-cli's passthru flags: `-o` is the opcode (so `-o json` is refused, never a file named
+/// json), `-s` shows the command, `-d` shows it without sending, `-T` times it, `-f` only 0.
+#[test]
+fn passthru_takes_nvme_clis_flags() {
+    let c = model();
+    let out = run(&c, "admin-passthru -o 6 -4 1 -l 4096 -r -s -T");
+    assert!(out.contains("opcode       : 06\n"), "{out}");
+    assert!(out.contains("cdw10        : 00000001\n"), "{out}");
+    assert!(out.contains("data_len     : 00001000\n"), "{out}");
+    assert!(out.contains("Admin Command opcode 0x06 latency: "), "{out}");
+    assert!(out.contains("NVMe command result:00000000"), "{out}");
+    // A dry run shows the command and sends nothing: an opcode the model refuses passes.
+    let out = run(&c, "admin-passthru -o 0x14 -d");
+    assert!(out.starts_with("opcode       : 14\n"), "{out}");
+    assert!(!out.contains("result"), "{out}");
+    let out = run(&c, "io-passthru -o 0x99 -n 1 -2 5 -3 6 --dry-run");
+    assert!(
+        out.contains("cdw2         : 00000005\ncdw3         : 00000006"),
+        "{out}"
+    );
+    fails(&c, "admin-passthru -o json", "invalid value 'json'");
+    fails(&c, "admin-passthru -o 6 -f 0x40", "FUSE and PSDT");
+}
+
 /// A namespace formatted with metadata (16 B separate, PI type 1): `format` picks the format of
 /// the same block size without metadata, and refuses one with metadata.
 #[test]
