@@ -173,6 +173,18 @@ fn vfnvme_and_nvme_cli_agree_on_id_ctrl_and_smart_log() {
             ));
         }
     }
+    // smart-log: every key nvme-cli prints, with the same JSON type (the 128-bit counters
+    // are decimal strings in both).
+    for (key, value) in ksmart.as_object().into_iter().flatten() {
+        let same_type =
+            |a: &Value, b: &Value| std::mem::discriminant(a) == std::mem::discriminant(b);
+        match smart.get(key) {
+            Some(v) if same_type(v, value) => {}
+            other => differ.push(format!(
+                "smart-log {key}: vfnvme {other:?}, nvme-cli {value} (missing or another type)"
+            )),
+        }
+    }
     // list -o json: the namespace's entry has every nvme-cli key, with equal values except
     // the device path (a block device for the kernel, the address and nsid for vfnvme).
     let entry = |v: &Value, want: &dyn Fn(&Value) -> bool| {

@@ -77,9 +77,98 @@ fn read_log<P: Platform>(
         .to_vec())
 }
 
-/// u128 little-endian counters as JSON numbers (exact up to 2^64, as nvme-cli prints them).
-fn counter(b: &[u8], off: usize) -> u64 {
-    le(b, off, 8)
+/// A 128-bit little-endian counter (missing bytes read as zero).
+fn counter128(b: &[u8], off: usize) -> u128 {
+    u128::from(le(b, off + 8, 8)) << 64 | u128::from(le(b, off, 8))
+}
+
+/// A 128-bit counter as nvme-cli prints it in JSON: every bit, as a decimal string.
+fn counter(b: &[u8], off: usize) -> String {
+    counter128(b, off).to_string()
+}
+
+/// `bytes` in SI units as nvme-cli's smart-log prints data units: `%.2Lf %sB`.
+fn si_bytes(bytes: f64) -> String {
+    const SI: [(f64, &str); 11] = [
+        (1e30, "Q"),
+        (1e27, "R"),
+        (1e24, "Y"),
+        (1e21, "Z"),
+        (1e18, "E"),
+        (1e15, "P"),
+        (1e12, "T"),
+        (1e9, "G"),
+        (1e6, "M"),
+        (1e3, "k"),
+        (1e0, ""),
+    ];
+    let (m, suffix) = SI
+        .iter()
+        .copied()
+        .find(|(m, _)| bytes >= *m)
+        .unwrap_or((1.0, ""));
+    format!("{:.2} {suffix}B", bytes / m)
+}
+
+/// The SMART / Health log in nvme-cli's text layout (its labels, units and order).
+pub fn smart_text(b: &[u8], device: &str, nsid: u32) -> String {
+    let celsius = |k: u64| k as i64 - 273;
+    let temp = le(b, 1, 2);
+    let units = |off| {
+        let n = counter128(b, off);
+        format!("{n} ({})", si_bytes(n as f64 * 512_000.0))
+    };
+    let mut t = format!("Smart Log for NVME device:{device} namespace-id:{nsid:x}\n");
+    let mut line = |label: &str, value: String| t.push_str(&format!("{label}: {value}\n"));
+    line("critical_warning\t\t\t", format!("{:#x}", le(b, 0, 1)));
+    line(
+        "temperature\t\t\t\t",
+        format!("{}°C ({temp} Kelvin)", celsius(temp)),
+    );
+    line("available_spare\t\t\t\t", format!("{}%", le(b, 3, 1)));
+    line("available_spare_threshold\t\t", format!("{}%", le(b, 4, 1)));
+    line("percentage_used\t\t\t\t", format!("{}%", le(b, 5, 1)));
+    line(
+        "endurance group critical warning summary",
+        format!("{:#x}", le(b, 6, 1)),
+    );
+    line("Data Units Read\t\t\t\t", units(32));
+    line("Data Units Written\t\t\t", units(48));
+    for (label, off) in [
+        ("host_read_commands\t\t\t", 64),
+        ("host_write_commands\t\t\t", 80),
+        ("controller_busy_time\t\t\t", 96),
+        ("power_cycles\t\t\t\t", 112),
+        ("power_on_hours\t\t\t\t", 128),
+        ("unsafe_shutdowns\t\t\t", 144),
+        ("media_errors\t\t\t\t", 160),
+        ("num_err_log_entries\t\t\t", 176),
+    ] {
+        line(label, counter(b, off));
+    }
+    line("Warning Temperature Time\t\t", le(b, 192, 4).to_string());
+    line(
+        "Critical Composite Temperature Time\t",
+        le(b, 196, 4).to_string(),
+    );
+    for i in 0..8 {
+        let k = le(b, 200 + 2 * i, 2);
+        if k != 0 {
+            line(
+                &format!("Temperature Sensor {}           ", i + 1),
+                format!("{}°C ({k} Kelvin)", celsius(k)),
+            );
+        }
+    }
+    for (label, off) in [
+        ("Thermal Management T1 Trans Count\t", 216),
+        ("Thermal Management T2 Trans Count\t", 220),
+        ("Thermal Management T1 Total Time\t", 224),
+        ("Thermal Management T2 Total Time\t", 228),
+    ] {
+        line(label, le(b, off, 4).to_string());
+    }
+    t
 }
 
 /// The SMART / Health log with nvme-cli's JSON names.
@@ -129,10 +218,37 @@ pub fn error_entry_json(e: &[u8]) -> Value {
     json!({
         "error_count": le(e, 0, 8), "sqid": le(e, 8, 2), "cmdid": le(e, 10, 2),
         "status_field": le(e, 12, 2) >> 1, "phase_tag": le(e, 12, 1) & 1,
-        "parm_err_loc": le(e, 14, 2), "lba": le(e, 16, 8), "nsid": le(e, 24, 4),
+        "parm_error_location": le(e, 14, 2), "lba": le(e, 16, 8), "nsid": le(e, 24, 4),
         "vs": le(e, 28, 1), "trtype": le(e, 29, 1), "csi": le(e, 30, 1), "opcode": le(e, 31, 1),
         "cs": le(e, 32, 8), "trtype_spec_info": le(e, 40, 2),
     })
+}
+
+/// One Error Information log entry in nvme-cli's text layout.
+pub fn error_text(e: &[u8]) -> String {
+    let status = vfnvme::spec::Status::from_field(le(e, 12, 2) as u16 >> 1);
+    let trtype = match le(e, 29, 1) {
+        1 => "RDMA Transport (NVMe over Fabrics)",
+        2 => "Fibre Channel Transport",
+        3 => "TCP Transport",
+        0xfe => "Intra-host Transport (i.e., loopback)",
+        _ => "Reserved",
+    };
+    format!(
+        "error_count\t: {}\nsqid\t\t: {}\ncmdid\t\t: {:#x}\nstatus_field\t: {:#x}({})\nphase_tag\t: {:#x}\nparm_err_loc\t: {:#x}\nlba\t\t: {:#x}\nnsid\t\t: {:#x}\nvs\t\t: {}\ntrtype\t\t: {trtype}\ncs\t\t: {:#x}\ntrtype_spec_info: {:#x}\n",
+        le(e, 0, 8),
+        le(e, 8, 2),
+        le(e, 10, 2),
+        le(e, 12, 2) >> 1,
+        status.name().unwrap_or("Unknown"),
+        le(e, 12, 1) & 1,
+        le(e, 14, 2),
+        le(e, 16, 8),
+        le(e, 24, 4),
+        le(e, 28, 1),
+        le(e, 32, 8),
+        le(e, 40, 2),
+    )
 }
 
 /// The Firmware Slot Information log: AFI and the revisions of the slots that have one.
@@ -148,14 +264,6 @@ pub fn fw_slots_json(b: &[u8]) -> Map<String, Value> {
     m
 }
 
-/// Prints `v`'s fields as `name : value` lines.
-fn lines(io: &mut Io, v: &Value) -> Result<()> {
-    for (k, x) in v.as_object().into_iter().flatten() {
-        put(io, &format!("{k:<40}: {x}"))?;
-    }
-    Ok(())
-}
-
 /// `vfnvme smart-log`.
 pub fn smart_log<P: Platform>(ctrl: &Controller<P>, a: &SmartLogArgs, io: &mut Io) -> Result<()> {
     let b = read_log(ctrl, 0x02, a.nsid, 512, "SMART / Health log (02h)")?;
@@ -166,26 +274,10 @@ pub fn smart_log<P: Platform>(ctrl: &Controller<P>, a: &SmartLogArgs, io: &mut I
     if a.format.json() {
         return put_json(io, &v);
     }
-    put(
-        io,
-        &format!(
-            "Smart Log for NVME device:{} namespace-id:{:x}",
-            io.name, a.nsid
-        ),
-    )?;
-    let k = le(&b, 1, 2) as i64;
-    put(
-        io,
-        &format!("{:<40}: {:#x}", "critical_warning", le(&b, 0, 1)),
-    )?;
-    put(
-        io,
-        &format!("{:<40}: {} °C ({k} K)", "temperature", k - 273),
-    )?;
-    for (k, x) in v.as_object().into_iter().flatten().skip(2) {
-        put(io, &format!("{k:<40}: {x}"))?;
-    }
-    Ok(())
+    let name = io.name.clone();
+    io.out
+        .write_all(smart_text(&b, &name, a.nsid).as_bytes())
+        .map_err(Into::into)
 }
 
 /// `vfnvme error-log`.
@@ -210,10 +302,15 @@ pub fn error_log<P: Platform>(ctrl: &Controller<P>, a: &ErrorLogArgs, io: &mut I
         io,
         &format!("Error Log Entries for device:{} entries:{n}", io.name),
     )?;
-    for (i, e) in entries.iter().enumerate() {
-        put(io, &format!(" Entry[{i:2}]\n................."))?;
-        lines(io, e)?;
-        put(io, ".................")?;
+    put(io, ".................")?;
+    for (i, e) in b.chunks_exact(64).enumerate() {
+        put(
+            io,
+            &format!(
+                " Entry[{i:2}]   \n.................\n{}.................",
+                error_text(e)
+            ),
+        )?;
     }
     Ok(())
 }

@@ -70,9 +70,7 @@ fn identify_and_logs_match_the_controller() {
     let smart = json(&c, "smart-log --json");
     assert_eq!(smart["temperature"], 313);
     assert_eq!(smart["avail_spare"], 100);
-    assert!(
-        run(&c, "smart-log").contains("temperature                             : 40 °C (313 K)")
-    );
+    assert!(run(&c, "smart-log").contains("temperature\t\t\t\t: 40°C (313 Kelvin)\n"));
     assert_eq!(
         json(&c, "error-log --json")["errors"]
             .as_array()
@@ -81,6 +79,9 @@ fn identify_and_logs_match_the_controller() {
         1
     );
     fails(&c, "error-log -e 2", "1..=1");
+    let err = run(&c, "error-log");
+    assert!(err.contains("parm_err_loc\t: 0x"), "{err}");
+    assert!(json(&c, "error-log --json")["errors"][0]["parm_error_location"].is_u64());
     assert_eq!(json(&c, "fw-log --json")["fw_log"]["frs1"], "1.0");
     let dump = run(&c, "get-log --log-id 0x02 --log-len 16");
     assert!(dump.contains("0000: 00 39 01 64 0a"), "{dump}");
@@ -351,4 +352,48 @@ fn format_takes_a_metadata_namespace_to_its_block_size_without_metadata() {
         qp.poll(usize::MAX, |c| ok = Some(c.is_ok()));
     }
     assert_eq!(ok, Some(true));
+}
+
+/// nvme-cli keeps all 128 bits of the SMART counters: JSON as decimal strings, text with the
+/// data units in SI bytes, and its labels.
+#[test]
+fn smart_counters_keep_all_128_bits_with_nvme_clis_labels() {
+    use super::logs::{error_text, smart_json, smart_text};
+    let mut b = vec![0u8; 512];
+    b[1..3].copy_from_slice(&310u16.to_le_bytes());
+    b[5] = 7;
+    // data units read: 2^64 + 5.
+    b[32..40].copy_from_slice(&5u64.to_le_bytes());
+    b[40] = 1;
+    b[64..72].copy_from_slice(&1000u64.to_le_bytes());
+    let v = smart_json(&b);
+    assert_eq!(v["data_units_read"], "18446744073709551621");
+    assert_eq!(v["host_read_commands"], "1000");
+    assert_eq!(v["percent_used"], 7);
+    let t = smart_text(&b, "0000:01:00.0", u32::MAX);
+    assert!(
+        t.starts_with("Smart Log for NVME device:0000:01:00.0 namespace-id:ffffffff\n"),
+        "{t}"
+    );
+    assert!(
+        t.contains("temperature\t\t\t\t: 37°C (310 Kelvin)\n"),
+        "{t}"
+    );
+    assert!(t.contains("percentage_used\t\t\t\t: 7%\n"), "{t}");
+    assert!(
+        t.contains("Data Units Read\t\t\t\t: 18446744073709551621 (9.44 YB)\n"),
+        "{t}"
+    );
+    assert!(t.contains("host_read_commands\t\t\t: 1000\n"), "{t}");
+    let mut e = vec![0u8; 64];
+    e[0] = 3;
+    e[12..14].copy_from_slice(&((0x0281u16 << 1) | 1).to_le_bytes());
+    e[14..16].copy_from_slice(&0x28u16.to_le_bytes());
+    let t = error_text(&e);
+    assert!(t.starts_with("error_count\t: 3\n"), "{t}");
+    assert!(t.contains("status_field\t: 0x281("), "{t}");
+    assert!(
+        t.contains("phase_tag\t: 0x1\nparm_err_loc\t: 0x28\n"),
+        "{t}"
+    );
 }
