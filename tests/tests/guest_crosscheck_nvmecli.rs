@@ -1,6 +1,7 @@
-//! Scenario `crosscheck`: `vfnvme id-ctrl --json` and `vfnvme smart-log --json` on vfio-pci
-//! report what Debian's nvme-cli (`nvme id-ctrl -o json`, `nvme smart-log -o json`) reports
-//! for the same controller once it is bound back to the kernel's nvme driver.
+//! Scenario `crosscheck`: vfnvme's `id-ctrl`, `id-ns`, `smart-log`, `error-log`, `list` and
+//! `list-subsys` (`-o json`) on vfio-pci report what Debian's nvme-cli reports for the same
+//! controller once it is bound back to the kernel's nvme driver: the same keys, types and
+//! values (id-ctrl and id-ns equal in full).
 //!
 //! nvme-cli runs from the host's root file system (installed by `vfnvme vm --prepare`).
 //! Counters that the kernel's probe moves (reads of the partition table, power-on hours) may
@@ -16,13 +17,6 @@ use vfnvme::hal::PciAddress;
 use vfnvme_tests::guest;
 use vfnvme_tests::vfnvme_cli::ok;
 
-/// Identify Controller fields that can't change between the two reads.
-const ID_FIELDS: &[&str] = &[
-    "vid", "ssvid", "sn", "mn", "fr", "rab", "ieee", "cmic", "mdts", "cntlid", "ver", "oaes",
-    "ctratt", "oacs", "acl", "aerl", "frmw", "lpa", "elpe", "npss", "wctemp", "cctemp", "sanicap",
-    "sqes", "cqes", "maxcmd", "nn", "oncs", "fuses", "fna", "vwc", "awun", "awupf", "sgls", "mnan",
-    "subnqn",
-];
 /// SMART fields that must be equal.
 const SMART_EQUAL: &[&str] = &[
     "critical_warning",
@@ -123,6 +117,30 @@ fn wait_for_char_device(bdf: &str) -> String {
     }
 }
 
+/// Every key of nvme-cli's object `theirs` is in `ours` with an equal value.
+fn compare_all(what: &str, ours: &Value, theirs: &Value, differ: &mut Vec<String>) {
+    for (key, value) in theirs.as_object().into_iter().flatten() {
+        if ours.get(key) != Some(value) {
+            differ.push(format!(
+                "{what} {key}: vfnvme {:?}, nvme-cli {value}",
+                ours.get(key)
+            ));
+        }
+    }
+}
+
+/// Every key of nvme-cli's object `theirs` is in `ours` with a value of the same JSON type.
+fn compare_types(what: &str, ours: &Value, theirs: &Value, differ: &mut Vec<String>) {
+    for (key, value) in theirs.as_object().into_iter().flatten() {
+        match ours.get(key) {
+            Some(v) if std::mem::discriminant(v) == std::mem::discriminant(value) => {}
+            other => differ.push(format!(
+                "{what} {key}: vfnvme {other:?}, nvme-cli {value} (missing or another type)"
+            )),
+        }
+    }
+}
+
 #[test]
 fn vfnvme_and_nvme_cli_agree_on_id_ctrl_and_smart_log() {
     if !guest::in_guest(
@@ -134,6 +152,10 @@ fn vfnvme_and_nvme_cli_agree_on_id_ctrl_and_smart_log() {
     let addr = PciAddress::parse(&bdf).expect("a PCI address");
     let id: Value = serde_json::from_str(&ok(&["id-ctrl", &bdf, "--json"])).expect("JSON");
     let smart: Value = serde_json::from_str(&ok(&["smart-log", &bdf, "--json"])).expect("JSON");
+    let idns: Value =
+        serde_json::from_str(&ok(&["id-ns", &bdf, "-n", "1", "-o", "json"])).expect("JSON");
+    let errlog: Value =
+        serde_json::from_str(&ok(&["error-log", &bdf, "-o", "json"])).expect("JSON");
     let list: Value = serde_json::from_str(&ok(&["list", "-o", "json"])).expect("JSON");
     let subsys: Value = serde_json::from_str(&ok(&["list-subsys", "-o", "json"])).expect("JSON");
 
@@ -143,16 +165,12 @@ fn vfnvme_and_nvme_cli_agree_on_id_ctrl_and_smart_log() {
     let dev = wait_for_char_device(&bdf);
     let kid = nvme_cli(&["id-ctrl", &dev, "-o", "json"]);
     let ksmart = nvme_cli(&["smart-log", &dev, "-o", "json"]);
+    let kidns = nvme_cli(&["id-ns", &dev, "-n", "1", "-o", "json"]);
+    let kerrlog = nvme_cli(&["error-log", &dev, "-o", "json"]);
     let klist = nvme_cli(&["list", "-o", "json"]);
     let ksubsys = nvme_cli(&["list-subsys", "-o", "json"]);
 
     let mut differ = Vec::new();
-    for key in ID_FIELDS {
-        let (a, b) = (norm(&id[*key]), norm(&kid[*key]));
-        if kid.get(*key).is_none() || a != b {
-            differ.push(format!("id-ctrl {key}: vfnvme {a}, nvme-cli {b}"));
-        }
-    }
     for key in SMART_EQUAL {
         let (a, b) = (
             number(&smart, key, "vfnvme"),
@@ -173,18 +191,20 @@ fn vfnvme_and_nvme_cli_agree_on_id_ctrl_and_smart_log() {
             ));
         }
     }
+    // id-ctrl and id-ns: every key nvme-cli prints, with the same JSON value (padding,
+    // 128-bit strings, power states and LBA formats included).
+    compare_all("id-ctrl", &id, &kid, &mut differ);
+    compare_all("id-ns", &idns, &kidns, &mut differ);
+    // error-log: the same keys and types per entry (the kernel's probe may add entries).
+    compare_types(
+        "error-log",
+        &errlog["errors"][0],
+        &kerrlog["errors"][0],
+        &mut differ,
+    );
     // smart-log: every key nvme-cli prints, with the same JSON type (the 128-bit counters
     // are decimal strings in both).
-    for (key, value) in ksmart.as_object().into_iter().flatten() {
-        let same_type =
-            |a: &Value, b: &Value| std::mem::discriminant(a) == std::mem::discriminant(b);
-        match smart.get(key) {
-            Some(v) if same_type(v, value) => {}
-            other => differ.push(format!(
-                "smart-log {key}: vfnvme {other:?}, nvme-cli {value} (missing or another type)"
-            )),
-        }
-    }
+    compare_types("smart-log", &smart, &ksmart, &mut differ);
     // list -o json: the namespace's entry has every nvme-cli key, with equal values except
     // the device path (a block device for the kernel, the address and nsid for vfnvme).
     let entry = |v: &Value, want: &dyn Fn(&Value) -> bool| {

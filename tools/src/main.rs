@@ -214,9 +214,12 @@ mod tests {
             .get_subcommands()
             .map(|c| c.get_name().to_string())
             .collect();
-        assert_eq!(names[..4], ["list", "setup", "identify", "perf"]);
+        assert_eq!(
+            names[..5],
+            ["list", "list-subsys", "setup", "identify", "perf"]
+        );
         assert_eq!(names[names.len() - 3..], ["completions", "man", "vm"]);
-        let admin = &names[4..names.len() - 3];
+        let admin = &names[5..names.len() - 3];
         for want in [
             "id-ctrl",
             "smart-log",

@@ -293,7 +293,10 @@ fn admin_commands_run_on_the_model_and_check_their_input() {
     assert_eq!(v["temperature"], 313);
     let o = vfnvme(&["id-ctrl", "--model", "-o", "json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("id-ctrl JSON");
-    assert_eq!(v["sn"], "MODEL0001");
+    assert_eq!(v["sn"], "MODEL0001           ");
+    assert_eq!(v["tnvmcap"], "0");
+    assert!(v["fguid"].as_str().is_some_and(|g| g.len() == 36), "{v}");
+    assert!(v["psds"][0].get("active_scale").is_some(), "{v}");
     fails_with(&["id-ctrl"], 2, "<BDF>");
     fails_with(&["id-ns", "--model", "-n", "0"], 1, "out of range");
     fails_with(

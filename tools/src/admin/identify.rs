@@ -64,90 +64,171 @@ pub fn ascii(b: &[u8], off: usize, n: usize) -> String {
         .collect()
 }
 
-/// (name, byte offset, size) of Identify Controller's integer fields, nvme-cli's names.
-const CTRL_FIELDS: &[(&str, usize, usize)] = &[
-    ("vid", 0, 2),
-    ("ssvid", 2, 2),
-    ("rab", 72, 1),
-    ("cmic", 76, 1),
-    ("mdts", 77, 1),
-    ("cntlid", 78, 2),
-    ("ver", 80, 4),
-    ("rtd3r", 84, 4),
-    ("rtd3e", 88, 4),
-    ("oaes", 92, 4),
-    ("ctratt", 96, 4),
-    ("rrls", 100, 2),
-    ("cntrltype", 111, 1),
-    ("crdt1", 128, 2),
-    ("crdt2", 130, 2),
-    ("crdt3", 132, 2),
-    ("oacs", 256, 2),
-    ("acl", 258, 1),
-    ("aerl", 259, 1),
-    ("frmw", 260, 1),
-    ("lpa", 261, 1),
-    ("elpe", 262, 1),
-    ("npss", 263, 1),
-    ("avscc", 264, 1),
-    ("apsta", 265, 1),
-    ("wctemp", 266, 2),
-    ("cctemp", 268, 2),
-    ("mtfa", 270, 2),
-    ("hmpre", 272, 4),
-    ("hmmin", 276, 4),
-    ("tnvmcap", 280, 8),
-    ("unvmcap", 296, 8),
-    ("rpmbs", 312, 4),
-    ("edstt", 316, 2),
-    ("dsto", 318, 1),
-    ("fwug", 319, 1),
-    ("kas", 320, 2),
-    ("hctma", 322, 2),
-    ("mntmt", 324, 2),
-    ("mxtmt", 326, 2),
-    ("sanicap", 328, 4),
-    ("hmminds", 332, 4),
-    ("hmmaxd", 336, 2),
-    ("nsetidmax", 338, 2),
-    ("endgidmax", 340, 2),
-    ("anatt", 342, 1),
-    ("anacap", 343, 1),
-    ("anagrpmax", 344, 4),
-    ("nanagrpid", 348, 4),
-    ("pels", 352, 4),
-    ("sqes", 512, 1),
-    ("cqes", 513, 1),
-    ("maxcmd", 514, 2),
-    ("nn", 516, 4),
-    ("oncs", 520, 2),
-    ("fuses", 522, 2),
-    ("fna", 524, 1),
-    ("vwc", 525, 1),
-    ("awun", 526, 2),
-    ("awupf", 528, 2),
-    ("icsvscc", 530, 1),
-    ("nwpc", 531, 1),
-    ("acwu", 532, 2),
-    ("sgls", 536, 4),
-    ("mnan", 540, 4),
+/// An ASCII field as nvme-cli 2.x prints it: up to the first NUL, the device's blank padding
+/// kept; any other byte that is not printable ASCII shows as `.`.
+pub fn padded_ascii(b: &[u8], off: usize, n: usize) -> String {
+    field(b, off, n)
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| {
+            if c.is_ascii_graphic() || c == b' ' {
+                c as char
+            } else {
+                '.'
+            }
+        })
+        .collect()
+}
+
+/// A 16-byte identifier as nvme-cli prints a UUID (`8-4-4-4-12` hex digits).
+pub fn uuid_text(b: &[u8], off: usize) -> String {
+    let mut raw = [0u8; 16];
+    let f = field(b, off, 16);
+    raw[..f.len()].copy_from_slice(f);
+    let h: Vec<String> = raw.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        h[0..4].concat(),
+        h[4..6].concat(),
+        h[6..8].concat(),
+        h[8..10].concat(),
+        h[10..16].concat()
+    )
+}
+
+/// A 128-bit little-endian field as nvme-cli prints it in JSON: a decimal string.
+pub fn u128_text(b: &[u8], off: usize) -> String {
+    (u128::from(le(b, off + 8, 8)) << 64 | u128::from(le(b, off, 8))).to_string()
+}
+
+/// How an Identify Controller field is shown.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// A little-endian integer of this many bytes (a JSON number).
+    Int(usize),
+    /// A 128-bit counter (a decimal string).
+    U128,
+    /// An ASCII field of this many bytes (padding kept).
+    Text(usize),
+    /// A 16-byte identifier (a UUID string).
+    Uuid,
+}
+
+/// Identify Controller's fields as nvme-cli 2.3 prints them: name, byte offset, kind, in its
+/// order (`subnqn` and `psds` are added after `maxcna`, as nvme-cli does).
+const CTRL_FIELDS: &[(&str, usize, Kind)] = &[
+    ("vid", 0, Kind::Int(2)),
+    ("ssvid", 2, Kind::Int(2)),
+    ("sn", 4, Kind::Text(20)),
+    ("mn", 24, Kind::Text(40)),
+    ("fr", 64, Kind::Text(8)),
+    ("rab", 72, Kind::Int(1)),
+    ("ieee", 73, Kind::Int(3)),
+    ("cmic", 76, Kind::Int(1)),
+    ("mdts", 77, Kind::Int(1)),
+    ("cntlid", 78, Kind::Int(2)),
+    ("ver", 80, Kind::Int(4)),
+    ("rtd3r", 84, Kind::Int(4)),
+    ("rtd3e", 88, Kind::Int(4)),
+    ("oaes", 92, Kind::Int(4)),
+    ("ctratt", 96, Kind::Int(4)),
+    ("rrls", 100, Kind::Int(2)),
+    ("cntrltype", 111, Kind::Int(1)),
+    ("fguid", 112, Kind::Uuid),
+    ("crdt1", 128, Kind::Int(2)),
+    ("crdt2", 130, Kind::Int(2)),
+    ("crdt3", 132, Kind::Int(2)),
+    ("nvmsr", 253, Kind::Int(1)),
+    ("vwci", 254, Kind::Int(1)),
+    ("mec", 255, Kind::Int(1)),
+    ("oacs", 256, Kind::Int(2)),
+    ("acl", 258, Kind::Int(1)),
+    ("aerl", 259, Kind::Int(1)),
+    ("frmw", 260, Kind::Int(1)),
+    ("lpa", 261, Kind::Int(1)),
+    ("elpe", 262, Kind::Int(1)),
+    ("npss", 263, Kind::Int(1)),
+    ("avscc", 264, Kind::Int(1)),
+    ("apsta", 265, Kind::Int(1)),
+    ("wctemp", 266, Kind::Int(2)),
+    ("cctemp", 268, Kind::Int(2)),
+    ("mtfa", 270, Kind::Int(2)),
+    ("hmpre", 272, Kind::Int(4)),
+    ("hmmin", 276, Kind::Int(4)),
+    ("tnvmcap", 280, Kind::U128),
+    ("unvmcap", 296, Kind::U128),
+    ("rpmbs", 312, Kind::Int(4)),
+    ("edstt", 316, Kind::Int(2)),
+    ("dsto", 318, Kind::Int(1)),
+    ("fwug", 319, Kind::Int(1)),
+    ("kas", 320, Kind::Int(2)),
+    ("hctma", 322, Kind::Int(2)),
+    ("mntmt", 324, Kind::Int(2)),
+    ("mxtmt", 326, Kind::Int(2)),
+    ("sanicap", 328, Kind::Int(4)),
+    ("hmminds", 332, Kind::Int(4)),
+    ("hmmaxd", 336, Kind::Int(2)),
+    ("nsetidmax", 338, Kind::Int(2)),
+    ("endgidmax", 340, Kind::Int(2)),
+    ("anatt", 342, Kind::Int(1)),
+    ("anacap", 343, Kind::Int(1)),
+    ("anagrpmax", 344, Kind::Int(4)),
+    ("nanagrpid", 348, Kind::Int(4)),
+    ("pels", 352, Kind::Int(4)),
+    ("domainid", 356, Kind::Int(2)),
+    ("megcap", 368, Kind::U128),
+    ("sqes", 512, Kind::Int(1)),
+    ("cqes", 513, Kind::Int(1)),
+    ("maxcmd", 514, Kind::Int(2)),
+    ("nn", 516, Kind::Int(4)),
+    ("oncs", 520, Kind::Int(2)),
+    ("fuses", 522, Kind::Int(2)),
+    ("fna", 524, Kind::Int(1)),
+    ("vwc", 525, Kind::Int(1)),
+    ("awun", 526, Kind::Int(2)),
+    ("awupf", 528, Kind::Int(2)),
+    ("icsvscc", 530, Kind::Int(1)),
+    ("nwpc", 531, Kind::Int(1)),
+    ("acwu", 532, Kind::Int(2)),
+    ("ocfs", 534, Kind::Int(2)),
+    ("sgls", 536, Kind::Int(4)),
+    ("mnan", 540, Kind::Int(4)),
+    ("maxdna", 544, Kind::U128),
+    ("maxcna", 560, Kind::Int(4)),
 ];
 
-/// Identify Controller data as nvme-cli's JSON object (integers as numbers).
+/// Identify Controller's fabrics fields, after `subnqn` as nvme-cli prints them.
+const CTRL_FABRICS_FIELDS: &[(&str, usize, Kind)] = &[
+    ("ioccsz", 1792, Kind::Int(4)),
+    ("iorcsz", 1796, Kind::Int(4)),
+    ("icdoff", 1800, Kind::Int(2)),
+    ("fcatt", 1802, Kind::Int(1)),
+    ("msdbd", 1803, Kind::Int(1)),
+    ("ofcs", 1804, Kind::Int(2)),
+];
+
+fn insert_fields(m: &mut Map<String, Value>, b: &[u8], fields: &[(&str, usize, Kind)]) {
+    for &(name, off, kind) in fields {
+        let v = match kind {
+            Kind::Int(n) => json!(le(b, off, n)),
+            Kind::U128 => json!(u128_text(b, off)),
+            Kind::Text(n) => json!(padded_ascii(b, off, n)),
+            Kind::Uuid => json!(uuid_text(b, off)),
+        };
+        m.insert(name.into(), v);
+    }
+}
+
+/// Identify Controller data as nvme-cli 2.3's JSON object: its keys in its order, integers as
+/// numbers, 128-bit fields as decimal strings, text fields with their padding.
 pub fn ctrl_json(b: &[u8]) -> Value {
     let mut m = Map::new();
-    for &(name, off, n) in CTRL_FIELDS {
-        m.insert(name.into(), json!(le(b, off, n)));
-        if name == "ssvid" {
-            m.insert("sn".into(), json!(ascii(b, 4, 20)));
-            m.insert("mn".into(), json!(ascii(b, 24, 40)));
-            m.insert("fr".into(), json!(ascii(b, 64, 8)));
-        }
-        if name == "rab" {
-            m.insert("ieee".into(), json!(le(b, 73, 3)));
-        }
+    insert_fields(&mut m, b, CTRL_FIELDS);
+    let subnqn = padded_ascii(b, 768, 256);
+    if !subnqn.is_empty() {
+        m.insert("subnqn".into(), json!(subnqn));
     }
-    m.insert("subnqn".into(), json!(ascii(b, 768, 256)));
+    insert_fields(&mut m, b, CTRL_FABRICS_FIELDS);
     let npss = le(b, 263, 1) as usize;
     let psds: Vec<Value> = (0..=npss.min(31))
         .map(|i| {
@@ -156,6 +237,9 @@ pub fn ctrl_json(b: &[u8]) -> Value {
                 "max_power": le(b, p, 2), "flags": le(b, p + 3, 1), "entry_lat": le(b, p + 4, 4),
                 "exit_lat": le(b, p + 8, 4), "read_tput": le(b, p + 12, 1), "read_lat": le(b, p + 13, 1),
                 "write_tput": le(b, p + 14, 1), "write_lat": le(b, p + 15, 1),
+                "idle_power": le(b, p + 16, 2), "idle_scale": le(b, p + 18, 1) >> 6 & 3,
+                "active_power": le(b, p + 20, 2), "active_power_work": le(b, p + 22, 1) & 7,
+                "active_scale": le(b, p + 22, 1) >> 6 & 3,
             })
         })
         .collect();
@@ -204,7 +288,8 @@ pub fn id_ctrl<P: Platform>(ctrl: &Controller<P>, a: &IdCtrlArgs, io: &mut Io) -
 /// Identify Namespace data as nvme-cli's JSON object.
 pub fn ns_json(b: &[u8]) -> Value {
     let mut m = Map::new();
-    for (name, off, n) in [
+    let int = |name: &str, off: usize, n: usize| (name.to_string(), json!(le(b, off, n)));
+    let mut fields: Vec<(String, Value)> = [
         ("nsze", 0, 8),
         ("ncap", 8, 8),
         ("nuse", 16, 8),
@@ -225,21 +310,41 @@ pub fn ns_json(b: &[u8]) -> Value {
         ("nabo", 42, 2),
         ("nabspf", 44, 2),
         ("noiob", 46, 2),
-        ("nvmcap", 48, 8),
-        ("anagrpid", 92, 4),
-        ("nsattr", 99, 1),
-        ("nvmsetid", 100, 2),
-        ("endgid", 102, 2),
-    ] {
-        m.insert(name.into(), json!(le(b, off, n)));
+    ]
+    .iter()
+    .map(|&(n, o, l)| int(n, o, l))
+    .collect();
+    fields.push(("nvmcap".into(), json!(u128_text(b, 48))));
+    fields.push(int("nsattr", 99, 1));
+    fields.push(int("nvmsetid", 100, 2));
+    // The optimal I/O fields only when NSFEAT bit 4 says they are there, as nvme-cli.
+    if le(b, 24, 1) & 0x10 != 0 {
+        for (n, o) in [
+            ("npwg", 64),
+            ("npwa", 66),
+            ("npdg", 68),
+            ("npda", 70),
+            ("nows", 72),
+        ] {
+            fields.push(int(n, o, 2));
+        }
     }
+    fields.extend([
+        int("mssrl", 74, 2),
+        int("mcl", 76, 4),
+        int("msrc", 80, 1),
+        int("nulbaf", 82, 1),
+        int("anagrpid", 92, 4),
+        int("endgid", 102, 2),
+    ]);
+    m.extend(fields);
     let hex = |off: usize, n: usize| {
         (off..off + n)
             .map(|i| format!("{:02x}", le(b, i, 1)))
             .collect::<String>()
     };
-    m.insert("nguid".into(), json!(hex(104, 16)));
     m.insert("eui64".into(), json!(hex(120, 8)));
+    m.insert("nguid".into(), json!(hex(104, 16)));
     let lbafs: Vec<Value> = (0..=(le(b, 25, 1) as usize).min(63))
         .map(|i| {
             let f = le(b, 128 + 4 * i, 4);
