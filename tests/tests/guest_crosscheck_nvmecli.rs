@@ -156,6 +156,7 @@ fn vfnvme_and_nvme_cli_agree_on_id_ctrl_and_smart_log() {
         serde_json::from_str(&ok(&["id-ns", &bdf, "-n", "1", "-o", "json"])).expect("JSON");
     let errlog: Value =
         serde_json::from_str(&ok(&["error-log", &bdf, "-o", "json"])).expect("JSON");
+    let fwlog: Value = serde_json::from_str(&ok(&["fw-log", &bdf, "-o", "json"])).expect("JSON");
     let list: Value = serde_json::from_str(&ok(&["list", "-o", "json"])).expect("JSON");
     let subsys: Value = serde_json::from_str(&ok(&["list-subsys", "-o", "json"])).expect("JSON");
 
@@ -167,6 +168,7 @@ fn vfnvme_and_nvme_cli_agree_on_id_ctrl_and_smart_log() {
     let ksmart = nvme_cli(&["smart-log", &dev, "-o", "json"]);
     let kidns = nvme_cli(&["id-ns", &dev, "-n", "1", "-o", "json"]);
     let kerrlog = nvme_cli(&["error-log", &dev, "-o", "json"]);
+    let kfwlog = nvme_cli(&["fw-log", &dev, "-o", "json"]);
     let klist = nvme_cli(&["list", "-o", "json"]);
     let ksubsys = nvme_cli(&["list-subsys", "-o", "json"]);
 
@@ -202,6 +204,17 @@ fn vfnvme_and_nvme_cli_agree_on_id_ctrl_and_smart_log() {
         &kerrlog["errors"][0],
         &mut differ,
     );
+    // fw-log: nvme-cli's object under the device's name (nvme0 there, the address here).
+    let dev_name = dev.trim_start_matches("/dev/");
+    compare_all(
+        "fw-log",
+        &fwlog[bdf.as_str()],
+        &kfwlog[dev_name],
+        &mut differ,
+    );
+    if kfwlog[dev_name].as_object().is_none_or(|o| o.is_empty()) {
+        differ.push(format!("fw-log: nvme-cli printed no {dev_name}: {kfwlog}"));
+    }
     // smart-log: every key nvme-cli prints, with the same JSON type (the 128-bit counters
     // are decimal strings in both).
     compare_types("smart-log", &smart, &ksmart, &mut differ);

@@ -325,24 +325,42 @@ pub fn fw_log<P: Platform>(ctrl: &Controller<P>, a: &FwLogArgs, io: &mut Io) -> 
         "Firmware Slot Information log (03h)",
     )?;
     let m = fw_slots_json(&b);
+    let slot_text = |slot: usize| {
+        let raw = le(&b, 8 * slot, 8);
+        let shown: String = (0..8)
+            .map(|i| {
+                let c = le(&b, 8 * slot + i, 1) as u8;
+                if (b'!'..=b'~').contains(&c) {
+                    c as char
+                } else {
+                    '.'
+                }
+            })
+            .collect();
+        (raw, shown)
+    };
+    let slots: Vec<usize> = (1..=7).filter(|&s| le(&b, 8 * s, 1) != 0).collect();
     if a.format.json() {
-        return put_json(
-            io,
-            &json!({ "Firmware Log for device": io.name.clone(), "fw_log": Value::Object(m) }),
-        );
+        // nvme-cli's object under the device's name; vfnvme's own under "fw_log".
+        let mut dev = Map::new();
+        dev.insert("Active Firmware Slot (afi)".into(), json!(le(&b, 0, 1)));
+        for &slot in &slots {
+            let (raw, shown) = slot_text(slot);
+            dev.insert(
+                format!("Firmware Rev Slot {slot}"),
+                json!(format!("{raw} ({shown})")),
+            );
+        }
+        let mut root = Map::new();
+        root.insert(io.name.clone(), Value::Object(dev));
+        root.insert("fw_log".into(), Value::Object(m));
+        return put_json(io, &Value::Object(root));
     }
     put(io, &format!("Firmware Log for device:{}", io.name))?;
-    let afi = le(&b, 0, 1);
-    put(
-        io,
-        &format!(
-            "afi  : {afi:#x} (active slot {}, next {})",
-            afi & 7,
-            afi >> 4 & 7
-        ),
-    )?;
-    for (k, v) in m.iter().skip(1) {
-        put(io, &format!("{k} : {}", v.as_str().unwrap_or_default()))?;
+    put(io, &format!("afi  : {:#x}", le(&b, 0, 1)))?;
+    for slot in slots {
+        let (raw, shown) = slot_text(slot);
+        put(io, &format!("frs{slot} : {raw:#016x} ({shown})"))?;
     }
     Ok(())
 }

@@ -83,7 +83,19 @@ fn identify_and_logs_match_the_controller() {
     let err = run(&c, "error-log");
     assert!(err.contains("parm_err_loc\t: 0x"), "{err}");
     assert!(json(&c, "error-log --json")["errors"][0]["parm_error_location"].is_u64());
-    assert_eq!(json(&c, "fw-log --json")["fw_log"]["frs1"], "1.0");
+    let fw = json(&c, "fw-log --json");
+    assert_eq!(fw["fw_log"]["frs1"], "1.0");
+    let dev = fw.as_object().unwrap().keys().next().unwrap().clone();
+    assert_eq!(fw[&dev]["Active Firmware Slot (afi)"], 1, "{fw}");
+    assert_eq!(
+        fw[&dev]["Firmware Rev Slot 1"], "2314885530819505713 (1.0.....)",
+        "{fw}"
+    );
+    let t = run(&c, "fw-log");
+    assert!(
+        t.contains("\nafi  : 0x1\nfrs1 : 0x2020202020302e31 (1.0.....)\n"),
+        "{t}"
+    );
     let dump = run(&c, "get-log --log-id 0x02 --log-len 16");
     assert!(dump.contains("0000: 00 39 01 64 0a"), "{dump}");
     fails(&c, "get-log --log-id 2 --log-len 6", "multiple of 4");
