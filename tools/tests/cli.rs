@@ -304,7 +304,12 @@ fn admin_commands_run_on_the_model_and_check_their_input() {
         2,
         "out of range",
     );
-    fails_with(&["format", "--model", "-n", "1"], 1, "pass --yes");
+    let o = vfnvme(&["format", "--model", "-n", "1", "--force"]);
+    assert!(
+        o.status.success(),
+        "--force is --yes, as nvme-cli: {}",
+        stderr(&o)
+    );
     fails_with(&["id-ctrl", "0000:ff:1f.7"], 1, "0000:ff:1f.7");
 }
 

@@ -1,6 +1,6 @@
 //! `fw-download` and `fw-commit`.
 
-use super::{confirm, failed, put, read_file, require_oacs, Io, Target};
+use super::{confirm, failed, put, read_file, require_oacs, Guard, Io, Target};
 use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
@@ -93,7 +93,13 @@ pub fn fw_commit<P: Platform>(ctrl: &Controller<P>, a: &FwCommitArgs, io: &mut I
     }
     if a.action != 0 {
         let what = format!("Firmware Commit action {} on slot {}", a.action, a.slot);
-        confirm(io, a.yes, &what, "the controller will run other firmware")?;
+        confirm(
+            io,
+            a.yes,
+            &what,
+            "the controller will run other firmware",
+            Guard::Proceed,
+        )?;
     }
     ctrl.admin(AdminCommand::firmware_commit(a.slot, a.action))
         .map_err(|e| failed(e, "Firmware Commit"))?;

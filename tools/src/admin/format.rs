@@ -1,6 +1,6 @@
 //! `format` (Format NVM) and `sanitize`: both ask before they erase, unless `--yes`.
 
-use super::{check_nsid, confirm, failed, put, require_oacs, Io, Target};
+use super::{check_nsid, confirm, failed, put, require_oacs, Guard, Io, Target};
 use anyhow::{bail, Result};
 use clap::Args;
 use vfnvme::platform::Platform;
@@ -166,6 +166,7 @@ pub fn format<P: Platform>(ctrl: &Controller<P>, a: &FormatArgs, io: &mut Io) ->
             a.ses
         ),
         "all its data will be lost",
+        Guard::Countdown,
     )?;
     match ctrl.format_nvm_with(a.nsid, settings) {
         Ok(()) => {}
@@ -217,6 +218,7 @@ pub fn sanitize<P: Platform>(ctrl: &Controller<P>, a: &SanitizeArgs, io: &mut Io
             a.yes,
             &format!("Sanitize ({name}) of every namespace"),
             "all its data will be lost",
+            Guard::Countdown,
         )?;
     }
     ctrl.admin(AdminCommand::sanitize(sanact, a.ause, a.ovrpat))

@@ -80,13 +80,14 @@ pub enum AdminCmd {
     GetFeature(features::GetFeatureArgs),
     /// Set Features (nvme-cli `set-feature`).
     SetFeature(features::SetFeatureArgs),
-    /// Format NVM: erase a namespace, optionally with a new LBA format (asks first).
+    /// Format NVM: erase a namespace, optionally with a new LBA format (asks on a terminal;
+    /// otherwise a 10 s countdown, as nvme-cli; --force or --yes skips both).
     Format(format::FormatArgs),
-    /// Sanitize every namespace (asks first). Needs a controller that supports Sanitize (SANICAP).
+    /// Sanitize every namespace (guarded as format). Needs a controller that supports Sanitize (SANICAP).
     Sanitize(format::SanitizeArgs),
     /// Create a namespace. Needs a controller that supports Namespace Management (OACS bit 3).
     CreateNs(nsmgmt::CreateNsArgs),
-    /// Delete a namespace (asks first). Needs a controller that supports Namespace Management.
+    /// Delete a namespace (asks on a terminal). Needs a controller that supports Namespace Management.
     DeleteNs(nsmgmt::DeleteNsArgs),
     /// Attach a namespace to controllers. Needs a controller that supports Namespace Management.
     AttachNs(nsmgmt::AttachArgs),
@@ -144,6 +145,19 @@ pub struct Io<'a> {
     pub answers: Option<&'a mut dyn BufRead>,
     /// The controller's name for messages.
     pub name: String,
+    /// How long a destructive command guarded by a countdown waits for Ctrl-C when nobody can
+    /// be asked (nvme-cli's 10 s; zero in tests).
+    pub countdown: std::time::Duration,
+}
+
+/// How a destructive command is guarded when standard input is not a terminal (on one, it
+/// asks): as nvme-cli does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guard {
+    /// A countdown to cancel with Ctrl-C (nvme-cli's `format`).
+    Countdown,
+    /// None: the command goes ahead (nvme-cli's `delete-ns`, `fw-commit`).
+    Proceed,
 }
 
 /// The model `--model` runs on: namespaces 1 (512 B LBAs) and 2 (4 KiB), up to 8.
@@ -184,6 +198,7 @@ pub fn run(cmd: &AdminCmd) -> Result<()> {
         out: &mut stdout,
         answers: if tty { Some(&mut lock) } else { None },
         name,
+        countdown: std::time::Duration::from_secs(10),
     };
     #[cfg(feature = "model")]
     if target.model {
@@ -259,8 +274,9 @@ fn failed(e: Error, what: &str) -> anyhow::Error {
     }
 }
 
-/// Asks before a destructive command unless `yes`; refuses when nobody can answer.
-fn confirm(io: &mut Io, yes: bool, what: &str, consequence: &str) -> Result<()> {
+/// Before a destructive command, unless `yes` (`--yes`/`--force`): asks on a terminal;
+/// without one, guards it as nvme-cli does (`guard`), so scripts written for nvme-cli run.
+fn confirm(io: &mut Io, yes: bool, what: &str, consequence: &str, guard: Guard) -> Result<()> {
     if yes {
         return Ok(());
     }
@@ -269,7 +285,26 @@ fn confirm(io: &mut Io, yes: bool, what: &str, consequence: &str) -> Result<()> 
         io.name
     );
     let Some(answers) = io.answers.as_mut() else {
-        bail!("{what} on {}: {consequence}: pass --yes to confirm (standard input is not a terminal to ask)", io.name);
+        match guard {
+            Guard::Countdown => {
+                let secs = io.countdown.as_secs();
+                eprintln!(
+                    "You are about to: {what} on {}: {consequence}.\nPress Ctrl-C within {secs} s to cancel (--force or --yes skips this wait).",
+                    io.name
+                );
+                let mut left = io.countdown;
+                while !left.is_zero() {
+                    let step = left.min(std::time::Duration::from_secs(1));
+                    std::thread::sleep(step);
+                    left -= step;
+                }
+            }
+            Guard::Proceed => eprintln!(
+                "{what} on {}: {consequence} (standard input is not a terminal: going ahead as nvme-cli does)",
+                io.name
+            ),
+        }
+        return Ok(());
     };
     eprint!("{question}");
     let mut line = String::new();

@@ -1,7 +1,7 @@
 //! Namespace management: `create-ns`, `delete-ns`, `attach-ns`, `detach-ns`, `list-ns`,
 //! `list-ctrl`.
 
-use super::{check_nsid, confirm, failed, put, put_json, require_oacs, Format, Io, Target};
+use super::{check_nsid, confirm, failed, put, put_json, require_oacs, Format, Guard, Io, Target};
 use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::json;
@@ -129,6 +129,7 @@ pub fn delete_ns<P: Platform>(ctrl: &Controller<P>, a: &DeleteNsArgs, io: &mut I
         a.yes,
         &format!("Deleting namespace {:#x}", a.nsid),
         "all its data will be lost",
+        Guard::Proceed,
     )?;
     ctrl.admin(AdminCommand::namespace_delete(a.nsid))
         .map_err(|e| failed(e, NS_MGMT))?;

@@ -30,6 +30,7 @@ fn run_with(ctrl: &ModelCtrl, line: &str, answer: Option<&str>) -> Result<String
         out: &mut out,
         answers: answer.map(|_| &mut input as &mut dyn std::io::BufRead),
         name: "model".into(),
+        countdown: std::time::Duration::ZERO,
     };
     let r = exec(ctrl, &cmd, &mut io);
     let text = String::from_utf8_lossy(&out).into_owned();
@@ -149,11 +150,15 @@ fn namespace_management_round_trip() {
     fails(&c, "attach-ns -n 3 -c 99", "sct 0x1, sc 0x1c");
     run(&c, "detach-ns -n 3");
     assert!(c.namespace(3).is_none());
-    fails(&c, "delete-ns -n 3", "pass --yes");
+    // On a terminal it asks; without one it goes ahead, as nvme-cli's delete-ns.
     assert!(run_with(&c, "delete-ns -n 3", Some("no\n"))
         .unwrap_err()
         .contains("not confirmed"));
-    run_with(&c, "delete-ns -n 3", Some("yes\n")).unwrap();
+    assert_eq!(
+        run(&c, "list-ns --all"),
+        "[   0]:0x1\n[   1]:0x2\n[   2]:0x3\n"
+    );
+    run(&c, "delete-ns -n 3");
     assert_eq!(run(&c, "list-ns --all"), "[   0]:0x1\n[   1]:0x2\n");
     fails(&c, "delete-ns -n 3 --yes", "does not exist");
     fails(&c, "create-ns --nsze 10 --flbas 5", "LBA formats 0..=1");
@@ -164,7 +169,11 @@ fn namespace_management_round_trip() {
 #[test]
 fn format_and_sanitize_ask_check_and_erase() {
     let c = model();
-    fails(&c, "format -n 1 --lbaf 1", "pass --yes");
+    // On a terminal, "no" stops it; without one, the countdown (zero here) then the format.
+    assert!(run_with(&c, "format -n 1 --lbaf 1", Some("no\n"))
+        .unwrap_err()
+        .contains("not confirmed"));
+    assert_eq!(c.namespace(1).unwrap().lba_size(), 512);
     fails(
         &c,
         "format -n 1 --lbaf 7 --yes",
@@ -181,7 +190,9 @@ fn format_and_sanitize_ask_check_and_erase() {
     // Without --lbaf: the format in use (same block size, no metadata).
     let out = run(&c, "format --nsid 1 --yes");
     assert!(out.contains("now 16384 blocks of 4096 B"), "{out}");
-    fails(&c, "sanitize -a crypto-erase", "pass --yes");
+    assert!(run_with(&c, "sanitize -a crypto-erase", Some("\n"))
+        .unwrap_err()
+        .contains("not confirmed"));
     fails(&c, "sanitize -a melt --yes", "--sanact");
     run(&c, "sanitize -a block-erase --yes");
     let log = run(&c, "get-log --log-id 0x81 --log-len 16");
@@ -213,7 +224,8 @@ fn firmware_download_commit_and_reset() {
         &c,
         &format!("fw-download --fw {} --xfer 8192", fw.display()),
     );
-    fails(&c, "fw-commit --slot 1 --action 1", "pass --yes");
+    // Without a terminal it goes ahead, as nvme-cli's fw-commit (the model refuses slot 1).
+    fails(&c, "fw-commit --slot 1 --action 1", "sct 0x1, sc 0x06");
     fails(
         &c,
         "fw-commit --slot 1 --action 1 --yes",
@@ -314,10 +326,12 @@ fn format_takes_a_metadata_namespace_to_its_block_size_without_metadata() {
     )
     .unwrap();
     assert!(c.namespace(2).unwrap().io_refused());
-    fails(&c, "format --nsid 2", "pass --yes");
+    assert!(run_with(&c, "format --nsid 2", Some("no\n"))
+        .unwrap_err()
+        .contains("not confirmed"));
     assert!(
         c.namespace(2).unwrap().io_refused(),
-        "nothing done without --yes"
+        "nothing done when not confirmed"
     );
     fails(
         &c,
