@@ -41,7 +41,7 @@ pub mod spec;
 pub use vfnvme_hal::platform;
 pub use vfnvme_hal::vfio_platform;
 
-pub use controller::{Controller, ControllerInfo, ControllerOptions};
+pub use controller::{Controller, ControllerInfo, ControllerOptions, LogPageRequest};
 pub use controller::{QpairOptions, QueuePair};
 pub use error::{Error, SubmitError, SubmitErrorKind};
 pub use namespace::Namespace;

@@ -307,11 +307,48 @@ impl<P: Platform> Controller<P> {
         len: usize,
         rae: bool,
     ) -> Result<DmaBuffer, Error> {
+        self.get_log_page_with(&LogPageRequest {
+            lid,
+            nsid,
+            len,
+            rae,
+            ..LogPageRequest::default()
+        })
+    }
+
+    /// Reads a log page with every field of Get Log Page: [`get_log_page`](Self::get_log_page)
+    /// plus the log specific field, the log page offset, the log specific identifier and the
+    /// command set.
+    pub fn get_log_page_with(&self, req: &LogPageRequest) -> Result<DmaBuffer, Error> {
         let opcode = crate::spec::command::admin_opcode::GET_LOG_PAGE;
+        let LogPageRequest {
+            lid,
+            nsid,
+            len,
+            offset,
+            rae,
+            lsp,
+            lsi,
+            csi,
+        } = *req;
         if len == 0 || !len.is_multiple_of(4) {
             return Err(AdminCommandError::BadField {
                 opcode,
                 what: "a log page length must be a non-zero multiple of 4 bytes",
+            }
+            .into());
+        }
+        if !offset.is_multiple_of(4) {
+            return Err(AdminCommandError::BadField {
+                opcode,
+                what: "a log page offset must be a multiple of 4 bytes",
+            }
+            .into());
+        }
+        if lsp > 0x7f {
+            return Err(AdminCommandError::BadField {
+                opcode,
+                what: "the log specific field has 7 bits (0..=127)",
             }
             .into());
         }
@@ -323,7 +360,10 @@ impl<P: Platform> Controller<P> {
         let mut at = 0;
         while at < len {
             let n = (len - at).min(step);
-            let cmd = AdminCommand::get_log_page(lid, nsid, n as u32, at as u64, rae);
+            let mut cmd = AdminCommand::get_log_page(lid, nsid, n as u32, offset + at as u64, rae);
+            cmd.cdw10 |= u32::from(lsp) << 8;
+            cmd.cdw11 |= u32::from(lsi) << 16;
+            cmd.cdw14 |= u32::from(csi) << 24;
             (_, buf) = self.shared.admin_data(&cmd, buf, at, step)?;
             at += n;
         }
@@ -455,4 +495,25 @@ impl<P: Platform> Controller<P> {
         self.admin(AdminCommand::format_nvm_with(nsid, s))?;
         Ok(())
     }
+}
+
+/// Every field of a Get Log Page request (see [`Controller::get_log_page_with`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogPageRequest {
+    /// Log page identifier.
+    pub lid: u8,
+    /// Namespace (`0xffffffff` for the controller; 0 is what `Default` gives).
+    pub nsid: u32,
+    /// Bytes to read: a non-zero multiple of 4.
+    pub len: usize,
+    /// Byte offset into the log page: a multiple of 4.
+    pub offset: u64,
+    /// Retain Asynchronous Event.
+    pub rae: bool,
+    /// Log specific field (CDW10 bits 14:8).
+    pub lsp: u8,
+    /// Log specific identifier (CDW11 bits 31:16).
+    pub lsi: u16,
+    /// Command set identifier (CDW14 bits 31:24).
+    pub csi: u8,
 }

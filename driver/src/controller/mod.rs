@@ -9,6 +9,7 @@ mod reset;
 
 pub use crate::admin::AerResult;
 use crate::admin::Shared;
+pub use admin_data::LogPageRequest;
 pub use events::AdminEventReport;
 pub use queue_pair::{QpairOptions, QueuePair};
 

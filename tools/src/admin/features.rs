@@ -112,9 +112,12 @@ pub struct SetFeatureArgs {
     /// Namespace, for namespace features.
     #[arg(short = 'n', long = "namespace-id", default_value = "0", value_parser = super::num_u32)]
     pub nsid: u32,
-    /// The new value (CDW11).
-    #[arg(short = 'v', long = "value", default_value = "0", value_parser = super::num_u32)]
+    /// The new value (CDW11; nvme-cli's `-V`, `-v` also works).
+    #[arg(short = 'V', visible_short_alias = 'v', long = "value", default_value = "0", value_parser = super::num_u32)]
     pub value: u32,
+    /// CDW12 (feature specific).
+    #[arg(short = 'c', long = "cdw12", default_value = "0", value_parser = super::num_u32)]
+    pub cdw12: u32,
     /// Keep the value across resets (if the feature is saveable).
     #[arg(short = 's', long = "save")]
     pub save: bool,
@@ -174,6 +177,7 @@ pub fn set_feature<P: Platform>(
 ) -> Result<()> {
     let mut cmd = AdminCommand::set_features(a.fid, a.value);
     cmd.cdw10 |= u32::from(a.save) << 31;
+    cmd.cdw12 = a.cdw12;
     cmd.nsid = a.nsid;
     let what = format!("Set Features {:#04x} ({})", a.fid, name(a.fid));
     let c = match (cmd.transfer()?, &a.data) {
@@ -205,16 +209,17 @@ pub fn set_feature<P: Platform>(
     if a.format.json() {
         return put_json(
             io,
-            &json!({"feature_id": a.fid, "name": name(a.fid), "value": a.value, "save": a.save, "result": c.dw0}),
+            &json!({"feature_id": a.fid, "name": name(a.fid), "value": a.value, "cdw12": a.cdw12, "save": a.save, "result": c.dw0}),
         );
     }
     put(
         io,
         &format!(
-            "set-feature:{:#04x} ({}), value:{:#010x}, cdw12:0x00000000, save:{}",
+            "set-feature:{:#04x} ({}), value:{:#010x}, cdw12:{:#010x}, save:{}",
             a.fid,
             name(a.fid),
             a.value,
+            a.cdw12,
             u8::from(a.save)
         ),
     )

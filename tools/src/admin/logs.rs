@@ -58,6 +58,18 @@ pub struct GetLogArgs {
     /// Retain the asynchronous event this log clears.
     #[arg(short = 'r', long)]
     pub rae: bool,
+    /// Log specific field (0..=127).
+    #[arg(short = 's', long = "lsp", default_value = "0", value_parser = super::num_u8)]
+    pub lsp: u8,
+    /// Log page offset in bytes (a multiple of 4).
+    #[arg(short = 'o', long = "lpo", default_value = "0", value_parser = super::num_u64)]
+    pub lpo: u64,
+    /// Log specific identifier.
+    #[arg(short = 'S', long = "lsi", default_value = "0", value_parser = super::num_u16)]
+    pub lsi: u16,
+    /// Command set identifier.
+    #[arg(short = 'y', long = "csi", default_value = "0", value_parser = super::num_u8)]
+    pub csi: u8,
     /// Write the raw bytes to standard output instead of a hex dump.
     #[arg(short = 'b', long = "raw-binary")]
     pub raw: bool,
@@ -389,7 +401,16 @@ pub fn get_log<P: Platform>(ctrl: &Controller<P>, a: &GetLogArgs, io: &mut Io) -
     }
     let what = format!("log page {:#04x}", a.log_id);
     let b = ctrl
-        .get_log_page(a.log_id, a.nsid, a.log_len as usize, a.rae)
+        .get_log_page_with(&vfnvme::LogPageRequest {
+            lid: a.log_id,
+            nsid: a.nsid,
+            len: a.log_len as usize,
+            offset: a.lpo,
+            rae: a.rae,
+            lsp: a.lsp,
+            lsi: a.lsi,
+            csi: a.csi,
+        })
         .map_err(|e| failed(e, &what))?;
     if a.raw {
         return io.out.write_all(b.as_slice()).map_err(Into::into);

@@ -371,6 +371,16 @@ fn num_u8(s: &str) -> Result<u8, String> {
     u8::try_from(parse_num(s)?).map_err(|_| format!("{s} is out of range (0..=255)"))
 }
 
+/// clap value parser for u16 numbers in decimal or hex.
+fn num_u16(s: &str) -> Result<u16, String> {
+    u16::try_from(parse_num(s)?).map_err(|_| format!("{s} is out of range (0..=65535)"))
+}
+
+/// clap value parser for u64 numbers in decimal or hex.
+fn num_u64(s: &str) -> Result<u64, String> {
+    parse_num(s)
+}
+
 /// A shared controller handle for tests.
 #[cfg(test)]
 #[cfg(feature = "model")]

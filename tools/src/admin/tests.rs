@@ -100,6 +100,18 @@ fn identify_and_logs_match_the_controller() {
     let dump = run(&c, "get-log --log-id 0x02 --log-len 16");
     assert!(dump.contains("0000: 00 39 01 64 0a"), "{dump}");
     fails(&c, "get-log --log-id 2 --log-len 6", "multiple of 4");
+    // nvme-cli's --lpo: the same bytes from an offset; --lsp is range checked.
+    let at4 = run(
+        &c,
+        "get-log --log-id 0x02 --log-len 4 --lpo 4 --lsp 0 --lsi 0 --csi 0",
+    );
+    assert!(at4.contains("0000: 0a 00 00 00 "), "{at4}");
+    fails(
+        &c,
+        "get-log --log-id 2 --log-len 16 --lpo 2",
+        "offset must be a multiple of 4",
+    );
+    fails(&c, "get-log --log-id 2 --log-len 16 --lsp 200", "7 bits");
     fails(
         &c,
         "get-log --log-id 0x55 --log-len 512",
@@ -110,6 +122,9 @@ fn identify_and_logs_match_the_controller() {
 #[test]
 fn features_by_name_and_number() {
     let c = model();
+    // nvme-cli's -V and --cdw12.
+    let out = run(&c, "set-feature -f arbitration -V 0x0304 --cdw12 0x5");
+    assert!(out.contains("cdw12:0x00000005"), "{out}");
     let out = run(&c, "set-feature -f arbitration -v 0x0304");
     assert!(
         out.starts_with("set-feature:0x01 (Arbitration), value:0x00000304"),
