@@ -109,7 +109,7 @@ fn nvme_cli_admin_commands_on_qemu() {
         b,
         "-f",
         "async-event-configuration",
-        "-v",
+        "-V",
         "0x100",
     ]);
     assert_eq!(

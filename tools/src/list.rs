@@ -27,9 +27,6 @@ pub struct ListArgs {
     /// row per namespace) instead of vfnvme's grouped view.
     #[arg(short = 'o', long = "output-format", value_parser = ["normal", "json"])]
     pub output_format: Option<String>,
-    /// Accepted for nvme-cli's `-v`; vfnvme's JSON always has the detail.
-    #[arg(short = 'v', long)]
-    pub verbose: bool,
     /// Show only the subsystems (as nvme-cli's list-subsys): per subsystem NQN its
     /// controllers (address, cntlid), its heads (nsid, NGUID/EUI64/UUID, size) and per head
     /// its paths with ANA group and state.
@@ -384,9 +381,6 @@ pub struct ListSubsysArgs {
     /// Output format (nvme-cli's `-o`): normal or json.
     #[arg(short = 'o', long = "output-format", value_parser = ["normal", "json"], default_value = "normal")]
     pub output_format: String,
-    /// Accepted for nvme-cli's `-v`.
-    #[arg(short = 'v', long)]
-    pub verbose: bool,
     /// List the in-memory model's subsystem instead of the machine's.
     #[arg(long)]
     pub model: bool,

@@ -31,6 +31,20 @@ struct Cli {
     /// DMA: any device bug or misuse can write anywhere in memory.
     #[arg(long, global = true)]
     no_iommu: bool,
+    /// More log lines on standard error: -v info, -vv debug, -vvv trace (as RUST_LOG=debug;
+    /// RUST_LOG, when set, decides).
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+}
+
+/// The log filter: RUST_LOG when set, else warn raised by each `-v`.
+fn log_filter(verbose: u8) -> &'static str {
+    match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    }
 }
 
 /// The subcommands, in the order people need them (`--help` lists them so).
@@ -52,7 +66,7 @@ enum Command {
     /// nvme-cli's admin commands (id-ctrl, smart-log, get-feature, format, ...).
     #[command(flatten)]
     Admin(admin::AdminCmd),
-    /// Print a shell completion script (bash or zsh) to standard output.
+    /// Print a shell completion script (bash, zsh or fish) to standard output.
     Completions(CompletionsArgs),
     /// Print the man page (roff) to standard output, or write one page per command to a folder.
     Man(ManArgs),
@@ -74,6 +88,8 @@ struct CompletionsArgs {
 enum CompletionShell {
     /// bash (install as /usr/share/bash-completion/completions/vfnvme).
     Bash,
+    /// fish (install as /usr/share/fish/vendor_completions.d/vfnvme.fish).
+    Fish,
     /// zsh (install as _vfnvme in a folder of $fpath, e.g. /usr/local/share/zsh/site-functions).
     Zsh,
 }
@@ -97,6 +113,9 @@ fn completions(shell: CompletionShell, out: &mut dyn std::io::Write) {
         }
         CompletionShell::Zsh => {
             clap_complete::generate(clap_complete::Shell::Zsh, &mut cmd, "vfnvme", out)
+        }
+        CompletionShell::Fish => {
+            clap_complete::generate(clap_complete::Shell::Fish, &mut cmd, "vfnvme", out)
         }
     }
 }
@@ -146,8 +165,11 @@ fn error_text(e: &anyhow::Error) -> String {
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let mut cli = Cli::parse();
+    env_logger::Builder::from_env(
+        env_logger::Env::default().default_filter_or(log_filter(cli.verbose)),
+    )
+    .init();
     open::set_no_iommu(cli.no_iommu);
     if let Command::Setup(args) = &mut cli.command {
         args.no_iommu = cli.no_iommu;
@@ -241,11 +263,16 @@ mod tests {
 
     #[test]
     fn completions_and_man_page_cover_the_commands() {
-        for shell in [CompletionShell::Bash, CompletionShell::Zsh] {
+        for shell in [
+            CompletionShell::Bash,
+            CompletionShell::Zsh,
+            CompletionShell::Fish,
+        ] {
             let mut out = Vec::new();
             completions(shell, &mut out);
             let text = String::from_utf8(out).unwrap();
-            for word in ["setup", "identify", "--hugepages", "--persist"] {
+            // fish names long options without their dashes (`-l hugepages`).
+            for word in ["setup", "identify", "hugepages", "persist"] {
                 assert!(text.contains(word), "{shell:?}: no {word}");
             }
         }

@@ -112,8 +112,8 @@ pub struct SetFeatureArgs {
     /// Namespace, for namespace features.
     #[arg(short = 'n', long = "namespace-id", default_value = "0", value_parser = super::num_u32)]
     pub nsid: u32,
-    /// The new value (CDW11; nvme-cli's `-V`, `-v` also works).
-    #[arg(short = 'V', visible_short_alias = 'v', long = "value", default_value = "0", value_parser = super::num_u32)]
+    /// The new value (CDW11; nvme-cli's `-V`).
+    #[arg(short = 'V', long = "value", default_value = "0", value_parser = super::num_u32)]
     pub value: u32,
     /// CDW12 (feature specific).
     #[arg(short = 'c', long = "cdw12", default_value = "0", value_parser = super::num_u32)]

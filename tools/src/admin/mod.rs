@@ -39,6 +39,10 @@ pub struct Target {
     /// Run on the in-memory controller model instead (two namespaces, room for six more).
     #[arg(long, conflicts_with = "bdf")]
     pub model: bool,
+    /// How long the admin command may take, in milliseconds (nvme-cli's `-t`; default: the
+    /// driver's, longer for format and sanitize).
+    #[arg(short = 't', long = "timeout", value_name = "MS", value_parser = num_u64)]
+    pub timeout: Option<u64>,
 }
 
 /// Output format options (nvme-cli's `-o`).
@@ -181,10 +185,13 @@ pub fn run(cmd: &AdminCmd) -> Result<()> {
     let options = ControllerOptions {
         io_queues: 1,
         // Format NVM and Sanitize can take minutes on large SSDs.
-        admin_timeout_ms: if matches!(cmd, AdminCmd::Format(_) | AdminCmd::Sanitize(_)) {
-            600_000
-        } else {
-            ControllerOptions::default().admin_timeout_ms
+        admin_timeout_ms: match cmd.target().timeout {
+            Some(0) => {
+                bail!("--timeout 0: give the milliseconds an admin command may take (at least 1)")
+            }
+            Some(ms) => ms,
+            None if matches!(cmd, AdminCmd::Format(_) | AdminCmd::Sanitize(_)) => 600_000,
+            None => ControllerOptions::default().admin_timeout_ms,
         },
         ..ControllerOptions::default()
     };

@@ -125,7 +125,7 @@ fn features_by_name_and_number() {
     // nvme-cli's -V and --cdw12.
     let out = run(&c, "set-feature -f arbitration -V 0x0304 --cdw12 0x5");
     assert!(out.contains("cdw12:0x00000005"), "{out}");
-    let out = run(&c, "set-feature -f arbitration -v 0x0304");
+    let out = run(&c, "set-feature -f arbitration -V 0x0304");
     assert!(
         out.starts_with("set-feature:0x01 (Arbitration), value:0x00000304"),
         "{out}"
@@ -138,10 +138,10 @@ fn features_by_name_and_number() {
     fails(&c, "get-feature -f 0", "out of range");
     fails(&c, "get-feature -f 256", "out of range");
     fails(&c, "get-feature -f warp-drive", "unknown feature");
-    fails(&c, "set-feature -f timestamp -v 0", "pass it with --data");
+    fails(&c, "set-feature -f timestamp -V 0", "pass it with --data");
     fails(
         &c,
-        "set-feature -f 1 -v 1 --data /nonexistent/x",
+        "set-feature -f 1 -V 1 --data /nonexistent/x",
         "takes no data",
     );
 }
