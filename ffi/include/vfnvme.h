@@ -1347,6 +1347,17 @@ int32_t vfnvme_qpair_process_completions(struct vfnvme_qpair *qp, uint32_t max);
 // for `max` entries.
 int32_t vfnvme_qpair_poll_completions(struct vfnvme_qpair *qp, uint32_t max, struct vfnvme_completion *out);
 
+// Whether this queue pair sends every read and write with SGLs: 1 when
+// `vfnvme_qpair_opts.prefer_sgl` was set and the controller has SGLs (Identify Controller
+// SGLS), 0 otherwise (PRPs, and SGLs only for iovecs PRPs can't describe, where the
+// controller has them); VFNVME_ERR_INVALID_ARGUMENT for NULL.
+//
+// Thread safety: the queue pair's thread only.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_qpair_uses_sgl(const struct vfnvme_qpair *qp);
+
 // Commands submitted on this queue pair and not yet completed (0 for NULL).
 //
 // Thread safety: the queue pair's thread only.

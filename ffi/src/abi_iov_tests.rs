@@ -185,6 +185,8 @@ fn gather(iov: &[Iov]) -> Vec<u8> {
 fn odd_iovecs_round_trip_with_sgls_and_prefer_sgl_sends_every_list_with_them() {
     for prefer in [false, true] {
         let (ctrl, qp) = open(false, prefer, 64);
+        // SAFETY: a live queue pair.
+        assert_eq!(unsafe { vfnvme_qpair_uses_sgl(qp) }, i32::from(prefer));
         let src = alloc(ctrl, 128 << 10);
         let dst = alloc(ctrl, 128 << 10);
         // SAFETY: 128 KiB each.
@@ -228,6 +230,14 @@ fn odd_iovecs_round_trip_with_sgls_and_prefer_sgl_sends_every_list_with_them() {
 #[test]
 fn a_list_prps_cannot_describe_is_refused_without_sgls_and_prps_still_work() {
     let (ctrl, qp) = open(true, true, 64);
+    // SAFETY: a live queue pair, and NULL.
+    unsafe {
+        assert_eq!(vfnvme_qpair_uses_sgl(qp), 0, "no SGLs on this controller");
+        assert_eq!(
+            vfnvme_qpair_uses_sgl(null()),
+            Status::VfnvmeErrInvalidArgument.code()
+        );
+    }
     let buf = alloc(ctrl, 64 << 10);
     let back = alloc(ctrl, 64 << 10);
     // SAFETY: live handles and buffers.

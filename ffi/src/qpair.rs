@@ -924,6 +924,29 @@ pub unsafe extern "C" fn vfnvme_qpair_poll_completions(
     })
 }
 
+/// Whether this queue pair sends every read and write with SGLs: 1 when
+/// `vfnvme_qpair_opts.prefer_sgl` was set and the controller has SGLs (Identify Controller
+/// SGLS), 0 otherwise (PRPs, and SGLs only for iovecs PRPs can't describe, where the
+/// controller has them); VFNVME_ERR_INVALID_ARGUMENT for NULL.
+///
+/// Thread safety: the queue pair's thread only.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_qpair_uses_sgl(qp: *const Qpair) -> i32 {
+    guard("vfnvme_qpair_uses_sgl", || {
+        // SAFETY: NULL or a live queue pair used by this thread (header contract).
+        let q = unsafe { qp.as_ref() }.ok_or_else(|| {
+            FfiError::new(
+                Status::VfnvmeErrInvalidArgument,
+                "qpair is NULL; pass one from vfnvme_qpair_alloc",
+            )
+        })?;
+        Ok(i32::from(each!(&q.qp, p => p.prefers_sgl())))
+    })
+}
+
 /// Commands submitted on this queue pair and not yet completed (0 for NULL).
 ///
 /// Thread safety: the queue pair's thread only.
