@@ -148,7 +148,8 @@ missing=""
 for key in trtype traddr ns id namespaces lba_size blocks latency_ns seed backing hang_reads \
     admin_timeout_ms io_timeout_ms io_retries reset_after_ms defer_sq_doorbell tsc_issue_time \
     inline_qd1 paths mp_policy mp_queue_if_no_path mp_delayed_removal_ms mp_fail_after_ms mp_fail \
-    mp_detach_after_ms mp_attach_after_ms md_per_io_size pi_act pi_chk apptag apptag_mask; do
+    mp_detach_after_ms mp_attach_after_ms md_per_io_size pi_act pi_chk apptag apptag_mask \
+    enable_sgl; do
     grep -q "^$key  *: ." "$out/enghelp.log" || missing="$missing $key"
 done
 if [[ -z "$missing" ]]; then
@@ -156,6 +157,18 @@ if [[ -z "$missing" ]]; then
 else
     cat "$out/enghelp.log"
     bad "fio --enghelp lists every engine option (missing:$missing)"
+fi
+# enable_sgl (SPDK's name): the queue pairs send every I/O with SGLs (the engine says so), and
+# data still verifies.
+rc=0
+"$fio" --ioengine=external:"$engine" --thread=1 --name=sgl --rw=randwrite --bsrange=512-64k \
+    --iodepth=8 --size=8m --verify=crc32c --verify_fatal=1 --enable_sgl=1 \
+    "--filename=trtype=model ns=1 id=sgl lba_size=512 blocks=65536" >"$out/sgl.log" 2>&1 || rc=$?
+if [[ $rc -eq 0 ]] && grep -q "enable_sgl=1: every read and write goes with SGLs" "$out/sgl.log"; then
+    ok "enable_sgl=1: SGLs for every I/O, crc32c verify"
+else
+    cat "$out/sgl.log"
+    bad "enable_sgl=1: SGLs for every I/O, crc32c verify (exit $rc)"
 fi
 # No filename: fio names the file after the job; the target comes from the options alone.
 options_run "options table: model, namespace 2 of 2, 512-byte blocks, 4096 blocks" $((4096 * 512)) \

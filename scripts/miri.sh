@@ -9,7 +9,8 @@
 #   --full     everything (scripts/test-all.sh --full): also spec parsing and PRP building,
 #              which have no `unsafe` of their own and are most of Miri's time (PRP lists of
 #              every size and offset, the property test of Identify parsing), and the other C ABI
-#              tests (every command with borrowed buffers, namespaces, bounds of a buffer).
+#              tests (every command with borrowed buffers, namespaces, bounds of a buffer, the
+#              marks of an iovec's pieces).
 #
 # Miri needs a nightly toolchain with the miri and rust-src components. This script installs them
 # with rustup when they are missing; if that fails (no nightly can be fetched), it says so and
@@ -51,7 +52,9 @@ cargo +nightly miri setup
 # buffers, bounds). The long polling and whole-disk tests stay with the native runs.
 abi_tests=(abi_tests::write_read_verify_and_every_command abi_tests::callbacks_may_submit_but_not_poll
     abi_tests::lists_namespaces_and_info abi_bounds_tests::reads_past_the_end_of_the_buffer_are_refused
-    abi_bounds_tests::the_bound_is_the_length_asked_for_not_the_chunk)
+    abi_bounds_tests::the_bound_is_the_length_asked_for_not_the_chunk
+    abi_iov_tests::every_piece_buffer_is_refused_by_free_until_the_completion
+    requests::tests)
 
 if [[ "${1:-}" == --full ]]; then
     cargo +nightly miri test -p vfnvme --lib -- spec:: queue::prp namespaces::registry_tests

@@ -15,7 +15,7 @@
  * Engine options (fio's options table, listed by `fio --enghelp=PATH/vfnvme_fio.so`, without
  * external:): every filename key is also a job option (--trtype=model --ns=2 ...), plus
  * admin_timeout_ms, io_timeout_ms, io_retries, no_iommu, reset_after_ms (a test hook),
- * defer_sq_doorbell, tsc_issue_time and inline_qd1. The options are the job's defaults; a key in a filename
+ * defer_sq_doorbell, tsc_issue_time, inline_qd1 and enable_sgl. The options are the job's defaults; a key in a filename
  * overrides them for that file. With trtype given as an option, a filename that is neither
  * key=value nor a short form (fio uses the job name when there is no filename) only names the
  * file: the target comes from the options.
@@ -792,6 +792,7 @@ static int vf_init(struct thread_data *td)
 			.size = sizeof(qo),
 			.depth = (uint32_t)qd,
 			.defer_sq_doorbell = !o || o->defer_sq_doorbell,
+			.prefer_sgl = o && o->enable_sgl,
 		};
 		rc = vfnvme_qpair_alloc_opts(vf->c->ctrl, &qo, &tq->qp);
 		if (rc) {
@@ -799,6 +800,12 @@ static int vf_init(struct thread_data *td)
 				f->file_name, qd, vfnvme_strerror(rc), vfnvme_last_error());
 			goto fail;
 		}
+		if (qo.prefer_sgl)
+			log_info("vfnvme: %s: enable_sgl=1: %s\n", f->file_name,
+				 vfnvme_qpair_uses_sgl(tq->qp) == 1 ?
+					 "every read and write goes with SGLs" :
+					 "the controller has no SGL support (Identify Controller "
+					 "SGLS); PRPs are used");
 		pthread_mutex_lock(&vf_lock);
 		rc = vf_ctrl_use(vf->c);
 		pthread_mutex_unlock(&vf_lock);
@@ -1512,6 +1519,10 @@ static struct fio_option options[] = {
 		   "At iodepth=1, wait for each I/O's completion in queue() and return it done "
 		   "(as fio's synchronous engines do), sparing fio its commit and getevents "
 		   "rounds; 0 keeps the asynchronous rounds"),
+	VF_OPT("enable_sgl", "vfnvme SGLs", FIO_OPT_BOOL, enable_sgl,
+	       "Send every read and write with SGLs (SGL Data Block descriptors) instead of PRPs "
+	       "where the controller supports SGLs (Identify Controller SGLS; ignored otherwise, "
+	       "with a note); unset: 0, PRPs (SPDK's enable_sgl)"),
 	VF_OPT("md_per_io_size", "vfnvme metadata per I/O", FIO_OPT_INT, md_per_io_size,
 	       "Namespaces with separate metadata: bytes of each I/O's metadata buffer (at least "
 	       "the largest I/O's blocks times the metadata size; unset: exactly that)"),

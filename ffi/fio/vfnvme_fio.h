@@ -87,6 +87,7 @@ struct vf_options {
 	unsigned int defer_sq_doorbell;
 	unsigned int tsc_issue_time;
 	unsigned int inline_qd1;
+	unsigned int enable_sgl; /* SPDK's name: every read and write with SGLs */
 	/* Multipath heads (vfnvme_fio_mp.c). */
 	char *mp_policy;
 	unsigned int mp_queue_if_no_path;

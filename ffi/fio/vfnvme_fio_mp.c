@@ -399,6 +399,11 @@ int vf_mp_init(struct thread_data *td, struct vf_thread *vt)
 				vfnvme_strerror(rc), vfnvme_last_error());
 			return 1;
 		}
+		const struct vf_options *o = td->eo;
+		if (o && o->enable_sgl)
+			log_info("vfnvme: %s: enable_sgl=1 applies to single controllers; a "
+				 "multipath head's channels use PRPs\n",
+				 f->file_name);
 		c->vf = vf;
 		c->name = f->file_name;
 		mp->nchans++;

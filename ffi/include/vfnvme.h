@@ -51,6 +51,10 @@
 // PRCHK bit: the controller checks the reference tag (types 1 and 2).
 #define VFNVME_PI_CHECK_REF 1
 
+// Most pieces one vfnvme_qpair_readv or vfnvme_qpair_writev takes (more:
+// VFNVME_ERR_TOO_MANY_PIECES).
+#define VFNVME_MAX_IOV 256
+
 // What happened to a controller (`vfnvme_ctrl_next_ctrl_event`).
 enum vfnvme_ctrl_event_kind {
   // No event (the value of an unfilled `vfnvme_ctrl_event`).
@@ -193,6 +197,14 @@ enum vfnvme_status {
   // A protection information check on the host failed (vfnvme_pi_verify): the message names
   // the field, the LBA and the values.
   VFNVME_ERR_PI_CHECK = -13,
+  // An iovec of more pieces than one request takes (VFNVME_MAX_IOV): join adjacent pieces,
+  // or split the I/O into several requests.
+  VFNVME_ERR_TOO_MANY_PIECES = -14,
+  // An iovec that PRPs can't describe (every piece but the first must start on a 4 KiB page
+  // boundary and every piece but the last end on one) on a controller without SGL support,
+  // or one its SGLs can't take (SGLS 10b: 4-byte aligned pieces): the message names the
+  // piece; align the pieces, or copy them into one buffer.
+  VFNVME_ERR_NOT_PRP_DESCRIBABLE = -15,
 };
 
 // One thread's I/O handle on a multipath head (opaque): one queue pair per path, made on
@@ -360,6 +372,11 @@ struct vfnvme_model_opts {
   uint8_t protection_type;
   // The PI is in the first 8 bytes of the metadata (else the last).
   bool protection_first;
+  // Ignored (the previous version's tail padding, which an older caller may leave unset).
+  uint8_t reserved1[3];
+  // The model reports no SGL support (Identify Controller SGLS 0), so iovecs must be
+  // describable by PRPs; default: SGLs supported, as QEMU's NVMe device.
+  bool no_sgl;
 };
 #endif
 
@@ -591,6 +608,13 @@ struct vfnvme_qpair_opts {
   // otherwise sit idle), and leaves it to a later commit or the next poll otherwise. Polling
   // always rings. Off: vfnvme_qpair_commit always rings.
   bool defer_sq_doorbell;
+  // Ignored (the first version's tail padding, which an older caller may leave unset).
+  uint8_t reserved0[3];
+  // Send every read and write with SGLs (SPDK's `enable_sgl`) when the controller has them
+  // (Identify Controller SGLS); ignored without. Off (the default): PRPs, and SGLs only for
+  // an iovec PRPs can't describe (vfnvme_qpair_readv). Appended after `defer_sq_doorbell`:
+  // a caller built against an older header gets false.
+  bool prefer_sgl;
 };
 
 // The completion callback: `arg` is the pointer given at submission; `cpl` is valid only during
@@ -598,6 +622,15 @@ struct vfnvme_qpair_opts {
 // commands on the same queue pair, but must not poll or free it, and must not unwind (no C++
 // exception or longjmp may leave it).
 typedef void (*vfnvme_cb)(void *arg, const struct vfnvme_cpl *cpl);
+
+// One piece of an iovec (vfnvme_qpair_readv, vfnvme_qpair_writev): `len` bytes at `base`,
+// inside one buffer from vfnvme_dma_alloc (within the length asked for).
+struct vfnvme_iov {
+  // First byte of the piece.
+  void *base;
+  // Length of the piece in bytes (at least 1).
+  size_t len;
+};
 
 // One range of a deallocate (TRIM) command.
 struct vfnvme_range {
@@ -1226,6 +1259,37 @@ int32_t vfnvme_qpair_read_md(struct vfnvme_qpair *qp, uint32_t nsid, void *buf, 
 // Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_qpair_write_md(struct vfnvme_qpair *qp, uint32_t nsid, const void *buf, const void *md, uint64_t lba, uint32_t blocks, const struct vfnvme_pi_opts *pi, vfnvme_cb cb, void *arg);
 
+// Queues a read of `blocks` blocks at `lba` of namespace `nsid` into the `iovcnt` pieces at
+// `iov` (read during this call only), filled in order. Each piece lies inside one buffer
+// from vfnvme_dma_alloc (VFNVME_ERR_BAD_BUFFER otherwise, naming the piece) and stays marked
+// in flight until the completion: vfnvme_dma_free refuses its buffer meanwhile (don't touch
+// the pieces until then). The pieces together hold at least blocks * lba_size bytes.
+// `iovcnt` is 1..=VFNVME_MAX_IOV (more: VFNVME_ERR_TOO_MANY_PIECES). The queue pair
+// describes the pieces with PRPs when PRPs can (every piece but the first starting on a
+// 4 KiB page boundary, every piece but the last ending on one; the first 4-byte aligned),
+// else with SGLs if the controller has them (vfnvme_qpair_opts.prefer_sgl: always SGLs);
+// otherwise VFNVME_ERR_NOT_PRP_DESCRIBABLE. Not for namespaces formatted with metadata.
+// Otherwise as vfnvme_qpair_read (VFNVME_ERR_QUEUE_FULL also when the queue pair's marks for
+// pieces are all in use: poll, then retry).
+//
+// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above; `iov` points to
+// `iovcnt` entries.
+int32_t vfnvme_qpair_readv(struct vfnvme_qpair *qp, uint32_t nsid, const struct vfnvme_iov *iov, uint32_t iovcnt, uint64_t lba, uint32_t blocks, vfnvme_cb cb, void *arg);
+
+// Queues a write of `blocks` blocks at `lba` of namespace `nsid` from the `iovcnt` pieces at
+// `iov`, taken in order; otherwise as vfnvme_qpair_readv. Don't modify the pieces until the
+// completion.
+//
+// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above; `iov` points to
+// `iovcnt` entries.
+int32_t vfnvme_qpair_writev(struct vfnvme_qpair *qp, uint32_t nsid, const struct vfnvme_iov *iov, uint32_t iovcnt, uint64_t lba, uint32_t blocks, vfnvme_cb cb, void *arg);
+
 // Queues a flush of namespace `nsid` (the volatile write cache); otherwise as vfnvme_qpair_read.
 //
 // Thread safety: the queue pair's thread only; no allocation, lock or syscall.
@@ -1282,6 +1346,17 @@ int32_t vfnvme_qpair_process_completions(struct vfnvme_qpair *qp, uint32_t max);
 // Every pointer argument is NULL (where allowed) or valid as described above; `out` has room
 // for `max` entries.
 int32_t vfnvme_qpair_poll_completions(struct vfnvme_qpair *qp, uint32_t max, struct vfnvme_completion *out);
+
+// Whether this queue pair sends every read and write with SGLs: 1 when
+// `vfnvme_qpair_opts.prefer_sgl` was set and the controller has SGLs (Identify Controller
+// SGLS), 0 otherwise (PRPs, and SGLs only for iovecs PRPs can't describe, where the
+// controller has them); VFNVME_ERR_INVALID_ARGUMENT for NULL.
+//
+// Thread safety: the queue pair's thread only.
+//
+// # Safety
+// Every pointer argument is NULL (where allowed) or valid as described above.
+int32_t vfnvme_qpair_uses_sgl(const struct vfnvme_qpair *qp);
 
 // Commands submitted on this queue pair and not yet completed (0 for NULL).
 //

@@ -44,6 +44,14 @@ pub enum Status {
     /// A protection information check on the host failed (vfnvme_pi_verify): the message names
     /// the field, the LBA and the values.
     VfnvmeErrPiCheck = -13,
+    /// An iovec of more pieces than one request takes (VFNVME_MAX_IOV): join adjacent pieces,
+    /// or split the I/O into several requests.
+    VfnvmeErrTooManyPieces = -14,
+    /// An iovec that PRPs can't describe (every piece but the first must start on a 4 KiB page
+    /// boundary and every piece but the last end on one) on a controller without SGL support,
+    /// or one its SGLs can't take (SGLS 10b: 4-byte aligned pieces): the message names the
+    /// piece; align the pieces, or copy them into one buffer.
+    VfnvmeErrNotPrpDescribable = -15,
 }
 
 impl Status {
@@ -68,6 +76,8 @@ impl Status {
             -11 => c"no usable path to the namespace (and not queueing)",
             -12 => c"the controllers are not one NVM subsystem (SUBNQN, CMIC, DMA space)",
             -13 => c"protection information check failed (guard, application or reference tag)",
+            -14 => c"too many pieces in the iovec (at most VFNVME_MAX_IOV)",
+            -15 => c"iovec not describable by PRPs, and the controller has no SGLs for it",
             _ => c"unknown vfnvme status code",
         }
     }
@@ -206,7 +216,7 @@ mod tests {
 
     #[test]
     fn strerror_covers_every_code() {
-        for c in -12..=0 {
+        for c in -15..=0 {
             // SAFETY: static NUL-terminated strings.
             let s = unsafe { CStr::from_ptr(vfnvme_strerror(c)) };
             assert!(!s.to_bytes().is_empty());

@@ -33,6 +33,8 @@ mod abi_generator_tests;
 #[cfg(all(test, feature = "model"))]
 mod abi_handle_kind_tests;
 #[cfg(all(test, feature = "model"))]
+mod abi_iov_tests;
+#[cfg(all(test, feature = "model"))]
 mod abi_metadata_tests;
 #[cfg(all(test, feature = "model"))]
 mod abi_model_support;

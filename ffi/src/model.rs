@@ -56,9 +56,16 @@ pub struct ModelOpts {
     pub protection_type: u8,
     /// The PI is in the first 8 bytes of the metadata (else the last).
     pub protection_first: bool,
+    /// Ignored (the previous version's tail padding, which an older caller may leave unset).
+    pub reserved1: [u8; 3],
+    /// The model reports no SGL support (Identify Controller SGLS 0), so iovecs must be
+    /// describable by PRPs; default: SGLs supported, as QEMU's NVMe device.
+    pub no_sgl: bool,
 }
 
 growing_opts!(ModelOpts, "struct vfnvme_model_opts", first_last_field: io_retries: u32);
+// `no_sgl` lies past the end of the previous version (64 bytes), not in its tail padding.
+const _: () = assert!(std::mem::offset_of!(ModelOpts, no_sgl) == 64);
 
 /// Counters of an in-memory controller model (`vfnvme_ctrl_model_stats`): what the driver made the
 /// model do, to check doorbell batching and the like in tests and benchmarks.
@@ -136,6 +143,7 @@ fn open_model(opts: &ModelOpts) -> FfiResult<Arc<dyn CtrlOps>> {
     if opts.latency_ns > 0 {
         config.io_latency_ns = u64::from(opts.latency_ns);
     }
+    config.sgl = !opts.no_sgl;
     if opts.reserved0 != 0 {
         return Err(FfiError::new(
             Status::VfnvmeErrInvalidArgument,

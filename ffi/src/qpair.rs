@@ -11,17 +11,17 @@ use crate::ctrl::{deref, Ctrl};
 use crate::dma::DmaDomain;
 use crate::driver_ops::{each, refused, AnyQpair};
 use crate::error::{guard, FfiError, FfiResult, Status};
-use crate::requests::Requests;
+use crate::requests::{Requests, CHUNK};
 use crate::types::{
-    Callback, Completion, Cpl, PiOpts, QpairOpts, Range, VFNVME_PI_CHECK_APP,
+    Callback, Completion, Cpl, Iov, PiOpts, QpairOpts, Range, VFNVME_MAX_IOV, VFNVME_PI_CHECK_APP,
     VFNVME_PI_CHECK_GUARD, VFNVME_PI_CHECK_REF,
 };
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use vfnvme::hal::DmaRegion;
+use vfnvme::hal::{DmaRegion, DmaSpan};
 use vfnvme::namespace::Namespace;
-use vfnvme::queue::{metadata_transfer, Op, PiChecks, PiOptions, Request};
+use vfnvme::queue::{metadata_transfer, Op, PiChecks, PiOptions, Request, MAX_SPANS};
 
 /// Largest queue depth accepted by vfnvme_qpair_alloc.
 const MAX_DEPTH: u32 = 65536;
@@ -29,6 +29,8 @@ const MAX_DEPTH: u32 = 65536;
 /// Most requests a driver queue pair holds (in flight, and ended but held for good), plus one:
 /// the request table never runs out before the driver does, so the driver says why it is full.
 const MAX_REQUESTS: u32 = 1025;
+
+const _: () = assert!(VFNVME_MAX_IOV as usize == MAX_SPANS);
 
 /// One request as a C submit function gave it.
 #[derive(Clone, Copy)]
@@ -49,6 +51,14 @@ enum Req<'a> {
         lba: u64,
         blocks: u32,
         pi: PiOptions,
+    },
+    /// A read or write of `blocks` blocks at `lba` on the pieces `iov` (1..=VFNVME_MAX_IOV of
+    /// them, checked by the caller), in order.
+    Rwv {
+        write: bool,
+        iov: &'a [Iov],
+        lba: u64,
+        blocks: u32,
     },
     /// A command without data.
     Cmd(IoCmd<'a>),
@@ -72,6 +82,10 @@ pub struct Qpair {
     ns_cache: Vec<Option<Arc<Namespace>>>,
     /// The DMA region of the last data buffer (regions stay mapped while the controller lives).
     region: DmaRegion,
+    /// The spans of an iovec being submitted (capacity VFNVME_MAX_IOV, kept: no allocation).
+    spans: Vec<DmaSpan>,
+    /// The addresses of its pieces, to mark (capacity VFNVME_MAX_IOV, kept).
+    pieces: Vec<*const c_void>,
     in_callbacks: bool,
 }
 
@@ -121,6 +135,8 @@ impl Qpair {
                 qp,
                 requests,
                 region,
+                spans,
+                pieces,
                 ..
             } = &mut *self;
             let r: FfiResult<()> = 'hand_over: {
@@ -185,6 +201,37 @@ impl Qpair {
                         let r = made.and_then(|req| each!(qp, q => q.submit(req)).map(drop));
                         (r.map_err(|e| refused(&ns, &e.kind)), rec)
                     }
+                    Req::Rwv {
+                        write,
+                        iov,
+                        lba,
+                        blocks,
+                    } => {
+                        spans.clear();
+                        pieces.clear();
+                        for (i, piece) in iov.iter().enumerate() {
+                            if piece.base.is_null() || piece.len == 0 {
+                                break 'hand_over Err(empty_piece(i, piece));
+                            }
+                            match dma.span(region, piece.base, piece.len as u64) {
+                                Ok(s) => spans.push(s),
+                                Err(e) => break 'hand_over Err(bad_piece(i, piece, e)),
+                            }
+                            pieces.push(piece.base.cast_const());
+                        }
+                        let Some(rec) = requests.take_vectored(cb, arg, pieces) else {
+                            break 'hand_over Err(no_record());
+                        };
+                        let op = if write { Op::Write } else { Op::Read };
+                        // SAFETY: every span lies inside a live allocation of this
+                        // controller's pool (checked just now); the C caller keeps them
+                        // allocated and untouched until the completion (header contract), and
+                        // vfnvme_dma_free refuses each while the record's marks are set.
+                        let made =
+                            unsafe { Request::borrowed_vectored(op, &ns, lba, blocks, spans, rec) };
+                        let r = made.and_then(|req| each!(qp, q => q.submit(req)).map(drop));
+                        (r.map_err(|e| refused(&ns, &e.kind)), rec)
+                    }
                     Req::Cmd(cmd) => {
                         let Some(rec) = requests.take(cb, arg, std::ptr::null()) else {
                             break 'hand_over Err(no_record());
@@ -227,6 +274,59 @@ impl Qpair {
             .namespace(nsid)
             .filter(|now| !Arc::ptr_eq(now, ns))
     }
+}
+
+/// Piece `i` of an iovec has a NULL base or no bytes.
+#[cold]
+#[inline(never)]
+fn empty_piece(i: usize, piece: &Iov) -> FfiError {
+    FfiError::new(
+        Status::VfnvmeErrInvalidArgument,
+        format!(
+            "iov[{i}] is {:p} + {} bytes: every piece needs a base inside a buffer from vfnvme_dma_alloc and at least 1 byte; leave empty pieces out",
+            piece.base, piece.len
+        ),
+    )
+}
+
+/// Piece `i` of an iovec is not inside one live buffer (`e` says why).
+#[cold]
+#[inline(never)]
+fn bad_piece(i: usize, piece: &Iov, e: FfiError) -> FfiError {
+    FfiError::new(
+        e.status,
+        format!(
+            "iov[{i}] ({:p} + {} bytes): {}; every piece must lie inside one buffer from vfnvme_dma_alloc, within the length asked for",
+            piece.base, piece.len, e.message
+        ),
+    )
+}
+
+/// The pieces of an iovec given to vfnvme_qpair_readv or vfnvme_qpair_writev, checked for
+/// count.
+///
+/// # Safety
+/// `iov` is NULL or points to `iovcnt` readable `struct vfnvme_iov` (header contract).
+unsafe fn iov_slice<'a>(iov: *const Iov, iovcnt: u32) -> FfiResult<&'a [Iov]> {
+    if iovcnt > VFNVME_MAX_IOV {
+        return Err(FfiError::new(
+            Status::VfnvmeErrTooManyPieces,
+            format!(
+                "iovcnt is {iovcnt}: one request takes at most VFNVME_MAX_IOV ({VFNVME_MAX_IOV}) pieces; join adjacent pieces, or split the I/O into several requests"
+            ),
+        ));
+    }
+    if iov.is_null() || iovcnt == 0 {
+        return Err(FfiError::new(
+            Status::VfnvmeErrInvalidArgument,
+            format!(
+                "iov is {iov:p} with iovcnt {iovcnt}: pass an array of 1..={VFNVME_MAX_IOV} pieces"
+            ),
+        ));
+    }
+    // SAFETY: non-NULL, `iovcnt` readable entries (the caller's contract), read during the
+    // call only.
+    Ok(unsafe { std::slice::from_raw_parts(iov, iovcnt as usize) })
 }
 
 /// Every request record is in use (poll, then submit again).
@@ -312,8 +412,14 @@ unsafe fn alloc(ctrl: *const Ctrl, opts: QpairOpts, out: *mut *mut Qpair) -> Ffi
             format!("queue depth {depth} is out of range; use 2..={MAX_DEPTH}"),
         ));
     }
-    let qp = c.ops.alloc_qpair(depth, opts.defer_sq_doorbell)?;
-    let requests = Requests::new(depth.min(MAX_REQUESTS) as usize);
+    let qp = c
+        .ops
+        .alloc_qpair(depth, opts.defer_sq_doorbell, opts.prefer_sgl)?;
+    let records = depth.min(MAX_REQUESTS) as usize;
+    // On average CHUNK marks per record for the pieces of vectored requests, and room for one
+    // request of VFNVME_MAX_IOV pieces however shallow the queue pair.
+    let chunks = records.max(MAX_SPANS.div_ceil(CHUNK));
+    let requests = Requests::new(records, chunks);
     c.dma.track(requests.marks().clone());
     let qp = Qpair {
         qp,
@@ -322,6 +428,8 @@ unsafe fn alloc(ctrl: *const Ctrl, opts: QpairOpts, out: *mut *mut Qpair) -> Ffi
         requests,
         ns_cache: Vec::with_capacity(64),
         region: DmaRegion::default(),
+        spans: Vec::with_capacity(MAX_SPANS),
+        pieces: Vec::with_capacity(MAX_SPANS),
         in_callbacks: false,
     };
     c.qpairs.fetch_add(1, Ordering::AcqRel);
@@ -553,6 +661,85 @@ pub unsafe extern "C" fn vfnvme_qpair_write_md(
     )
 }
 
+/// Queues a read of `blocks` blocks at `lba` of namespace `nsid` into the `iovcnt` pieces at
+/// `iov` (read during this call only), filled in order. Each piece lies inside one buffer
+/// from vfnvme_dma_alloc (VFNVME_ERR_BAD_BUFFER otherwise, naming the piece) and stays marked
+/// in flight until the completion: vfnvme_dma_free refuses its buffer meanwhile (don't touch
+/// the pieces until then). The pieces together hold at least blocks * lba_size bytes.
+/// `iovcnt` is 1..=VFNVME_MAX_IOV (more: VFNVME_ERR_TOO_MANY_PIECES). The queue pair
+/// describes the pieces with PRPs when PRPs can (every piece but the first starting on a
+/// 4 KiB page boundary, every piece but the last ending on one; the first 4-byte aligned),
+/// else with SGLs if the controller has them (vfnvme_qpair_opts.prefer_sgl: always SGLs);
+/// otherwise VFNVME_ERR_NOT_PRP_DESCRIBABLE. Not for namespaces formatted with metadata.
+/// Otherwise as vfnvme_qpair_read (VFNVME_ERR_QUEUE_FULL also when the queue pair's marks for
+/// pieces are all in use: poll, then retry).
+///
+/// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above; `iov` points to
+/// `iovcnt` entries.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn vfnvme_qpair_readv(
+    qp: *mut Qpair,
+    nsid: u32,
+    iov: *const Iov,
+    iovcnt: u32,
+    lba: u64,
+    blocks: u32,
+    cb: Callback,
+    arg: *mut c_void,
+) -> i32 {
+    guard("vfnvme_qpair_readv", || {
+        let q = qp_mut(qp)?;
+        // SAFETY: the caller's array (header contract).
+        let iov = unsafe { iov_slice(iov, iovcnt) }?;
+        let req = Req::Rwv {
+            write: false,
+            iov,
+            lba,
+            blocks,
+        };
+        q.submit(nsid, req, cb, arg)
+    })
+}
+
+/// Queues a write of `blocks` blocks at `lba` of namespace `nsid` from the `iovcnt` pieces at
+/// `iov`, taken in order; otherwise as vfnvme_qpair_readv. Don't modify the pieces until the
+/// completion.
+///
+/// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above; `iov` points to
+/// `iovcnt` entries.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn vfnvme_qpair_writev(
+    qp: *mut Qpair,
+    nsid: u32,
+    iov: *const Iov,
+    iovcnt: u32,
+    lba: u64,
+    blocks: u32,
+    cb: Callback,
+    arg: *mut c_void,
+) -> i32 {
+    guard("vfnvme_qpair_writev", || {
+        let q = qp_mut(qp)?;
+        // SAFETY: the caller's array (header contract).
+        let iov = unsafe { iov_slice(iov, iovcnt) }?;
+        let req = Req::Rwv {
+            write: true,
+            iov,
+            lba,
+            blocks,
+        };
+        q.submit(nsid, req, cb, arg)
+    })
+}
+
 /// Queues a flush of namespace `nsid` (the volatile write cache); otherwise as vfnvme_qpair_read.
 ///
 /// Thread safety: the queue pair's thread only; no allocation, lock or syscall.
@@ -734,6 +921,29 @@ pub unsafe extern "C" fn vfnvme_qpair_poll_completions(
             requests.deliver(out, &mut n, rec, c, held)
         });
         Ok(i32::try_from(n).unwrap_or(i32::MAX))
+    })
+}
+
+/// Whether this queue pair sends every read and write with SGLs: 1 when
+/// `vfnvme_qpair_opts.prefer_sgl` was set and the controller has SGLs (Identify Controller
+/// SGLS), 0 otherwise (PRPs, and SGLs only for iovecs PRPs can't describe, where the
+/// controller has them); VFNVME_ERR_INVALID_ARGUMENT for NULL.
+///
+/// Thread safety: the queue pair's thread only.
+///
+/// # Safety
+/// Every pointer argument is NULL (where allowed) or valid as described above.
+#[no_mangle]
+pub unsafe extern "C" fn vfnvme_qpair_uses_sgl(qp: *const Qpair) -> i32 {
+    guard("vfnvme_qpair_uses_sgl", || {
+        // SAFETY: NULL or a live queue pair used by this thread (header contract).
+        let q = unsafe { qp.as_ref() }.ok_or_else(|| {
+            FfiError::new(
+                Status::VfnvmeErrInvalidArgument,
+                "qpair is NULL; pass one from vfnvme_qpair_alloc",
+            )
+        })?;
+        Ok(i32::from(each!(&q.qp, p => p.prefers_sgl())))
     })
 }
 

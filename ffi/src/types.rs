@@ -287,6 +287,21 @@ pub struct PiOpts {
 
 growing_opts!(PiOpts, "struct vfnvme_pi_opts", first_last_field: ref_tag: u32);
 
+/// Most pieces one vfnvme_qpair_readv or vfnvme_qpair_writev takes (more:
+/// VFNVME_ERR_TOO_MANY_PIECES).
+pub const VFNVME_MAX_IOV: u32 = 256;
+
+/// One piece of an iovec (vfnvme_qpair_readv, vfnvme_qpair_writev): `len` bytes at `base`,
+/// inside one buffer from vfnvme_dma_alloc (within the length asked for).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Iov {
+    /// First byte of the piece.
+    pub base: *mut std::ffi::c_void,
+    /// Length of the piece in bytes (at least 1).
+    pub len: usize,
+}
+
 /// Options for `vfnvme_qpair_alloc_opts`. Zero-initialise, set
 /// `size = sizeof(struct vfnvme_qpair_opts)`, then set what you need; NULL means defaults.
 #[repr(C)]
@@ -305,9 +320,18 @@ pub struct QpairOpts {
     /// otherwise sit idle), and leaves it to a later commit or the next poll otherwise. Polling
     /// always rings. Off: vfnvme_qpair_commit always rings.
     pub defer_sq_doorbell: bool,
+    /// Ignored (the first version's tail padding, which an older caller may leave unset).
+    pub reserved0: [u8; 3],
+    /// Send every read and write with SGLs (SPDK's `enable_sgl`) when the controller has them
+    /// (Identify Controller SGLS); ignored without. Off (the default): PRPs, and SGLs only for
+    /// an iovec PRPs can't describe (vfnvme_qpair_readv). Appended after `defer_sq_doorbell`:
+    /// a caller built against an older header gets false.
+    pub prefer_sgl: bool,
 }
 
 growing_opts!(QpairOpts, "struct vfnvme_qpair_opts", first_last_field: defer_sq_doorbell: bool);
+// `prefer_sgl` lies past the end of the first version (12 bytes), not in its tail padding.
+const _: () = assert!(std::mem::offset_of!(QpairOpts, prefer_sgl) == 12);
 
 /// What a controller reported at bring-up.
 #[repr(C)]

@@ -36,9 +36,14 @@ pub trait CtrlOps: Send + Sync {
     fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>>;
     /// The DMA pool of the controller.
     fn dma(&self) -> &DmaPool;
-    /// A new I/O queue pair of `depth` entries; `defer_sq_doorbell` as in
+    /// A new I/O queue pair of `depth` entries; `defer_sq_doorbell` and `prefer_sgl` as in
     /// [`vfnvme::QpairOptions`].
-    fn alloc_qpair(&self, depth: u32, defer_sq_doorbell: bool) -> FfiResult<AnyQpair>;
+    fn alloc_qpair(
+        &self,
+        depth: u32,
+        defer_sq_doorbell: bool,
+        prefer_sgl: bool,
+    ) -> FfiResult<AnyQpair>;
     /// A short name (PCI address or "model").
     fn name(&self) -> String;
     /// What the controller reported at bring-up.

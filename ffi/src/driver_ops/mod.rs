@@ -48,6 +48,12 @@ pub(crate) fn status_of_submit(k: &SubmitErrorKind) -> Status {
         SubmitErrorKind::BufferTooSmall { .. }
         | SubmitErrorKind::MetadataBuffer { .. }
         | SubmitErrorKind::Prp(_) => Status::VfnvmeErrBadBuffer,
+        SubmitErrorKind::BadSpanCount { count, max } if count > max => {
+            Status::VfnvmeErrTooManyPieces
+        }
+        SubmitErrorKind::NotPrpDescribable { .. } | SubmitErrorKind::SglMisaligned { .. } => {
+            Status::VfnvmeErrNotPrpDescribable
+        }
         _ => Status::VfnvmeErrInvalidArgument,
     }
 }
@@ -155,12 +161,18 @@ impl<P: AbiPlatform> CtrlOps for Controller<P> {
     fn dma(&self) -> &DmaPool {
         Controller::dma(self)
     }
-    fn alloc_qpair(&self, depth: u32, defer_sq_doorbell: bool) -> FfiResult<AnyQpair> {
+    fn alloc_qpair(
+        &self,
+        depth: u32,
+        defer_sq_doorbell: bool,
+        prefer_sgl: bool,
+    ) -> FfiResult<AnyQpair> {
         let qp = Controller::alloc_qpair_with_payload::<u32>(
             self,
             QpairOptions {
                 depth,
                 defer_sq_doorbell,
+                prefer_sgl,
                 ..QpairOptions::default()
             },
         )

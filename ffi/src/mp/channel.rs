@@ -163,7 +163,7 @@ pub unsafe extern "C" fn vfnvme_channel_open(
         let capacity = copts.capacity;
         // Validates the capacity (1..=1048576) before anything is sized by it.
         let inner = s.ops.open_channel(head, copts)?;
-        let requests = Requests::new(capacity + depth as usize * paths);
+        let requests = Requests::new(capacity + depth as usize * paths, 0);
         s.dma.track(requests.marks().clone());
         let ch = Box::into_raw(Box::new(Channel {
             magic: OPEN,
