@@ -8,4 +8,5 @@ pub mod guest_metadata;
 pub mod guest_multipath;
 pub mod host_qmp;
 pub mod mp_workload;
+pub mod tcp_client;
 pub mod vfnvme_cli;

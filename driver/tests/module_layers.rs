@@ -1,7 +1,7 @@
 //! The workspace points one way, at two levels.
 //!
-//! Modules: no import cycles between the top-level modules of `driver/src`, `hal/src` and
-//! `ffi/src`, and every import of the driver goes down the layer list written at the top of
+//! Modules: no import cycles between the top-level modules of `driver/src`, `hal/src`,
+//! `target/src` and `ffi/src`, and every import of the driver goes down the layer list written at the top of
 //! `driver/src/lib.rs`. The check reads the sources: every `crate::x` (and `super::x` that
 //! reaches the crate root) outside test code is an edge from the file's top-level module to
 //! `x`; `crate::Name` of an item the crate root re-exports (`pub use x::...::Name`) is an edge
@@ -11,7 +11,9 @@
 //! `[dependencies]`, `[build-dependencies]` and, separately, `[dev-dependencies]` too; and the
 //! seam stays where it belongs: `vfnvme-hal` depends on no other member, the model
 //! (`vfnvme-model`) does not depend on the driver (`vfnvme`), and the driver uses the model only
-//! as a dev-dependency.
+//! as a dev-dependency; the NVMe/TCP target (`vfnvme-target`) sits above the driver (hal →
+//! driver → target → tools): nothing below depends on it, it uses the model only in its tests
+//! and never depends on the CLI.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -401,6 +403,11 @@ fn hal_modules_have_no_import_cycles() {
 }
 
 #[test]
+fn target_modules_have_no_import_cycles() {
+    assert_no_module_cycles("target", 10);
+}
+
+#[test]
 fn ffi_modules_have_no_import_cycles() {
     assert_no_module_cycles("ffi", 5);
 }
@@ -787,6 +794,28 @@ fn crate_violations(members: &[Manifest]) -> Vec<String> {
         "vfnvme-model",
         "the driver may use the model only as a dev-dependency",
     );
+    // hal → driver → target → tools: the target (vfnvme-target) builds on the driver's public
+    // API; nothing below it depends on it, and it reaches the model only in its tests.
+    for below in ["vfnvme-hal", "vfnvme", "vfnvme-model"] {
+        forbid(
+            &mut wrong,
+            below,
+            "vfnvme-target",
+            "the NVMe/TCP target sits above the driver and the model",
+        );
+    }
+    forbid(
+        &mut wrong,
+        "vfnvme-target",
+        "vfnvme-model",
+        "the target may use the model only as a dev-dependency (the CLI makes model backends)",
+    );
+    forbid(
+        &mut wrong,
+        "vfnvme-target",
+        "vfnvme-tools",
+        "the target is a library under the CLI",
+    );
     wrong
 }
 
@@ -799,6 +828,7 @@ fn crates_point_one_way() {
         "vfnvme-hal",
         "vfnvme",
         "vfnvme-model",
+        "vfnvme-target",
         "vfnvme-ffi",
         "vfnvme-tools",
     ] {
@@ -818,6 +848,7 @@ fn crates_point_one_way() {
         driver["vfnvme-model"].contains_key("vfnvme-hal"),
         "{driver:?}"
     );
+    assert!(driver["vfnvme-target"].contains_key("vfnvme"), "{driver:?}");
     let dev = crate_graph(&members, &[DepKind::Dev]);
     assert!(dev["vfnvme"].contains_key("vfnvme-model"), "{dev:?}");
     let wrong = crate_violations(&members);

@@ -1,0 +1,351 @@
+//! Host tests (model): `vfnvme-target` over a model controller, driven by the test client
+//! (`vfnvme_tests::tcp_client`) through a real TCP socket on 127.0.0.1: bring-up as Linux's
+//! initiator does it, Identify, write then read back (in-capsule and by R2T, with and without
+//! digests), a refused host NQN, garbage that ends only its own connection, discovery, and a
+//! shutdown that answers what is outstanding. The target polls on its own thread; the client
+//! waits with socket timeouts (deadlines), never sleeps.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use vfnvme::{Controller, ControllerOptions};
+use vfnvme_model::{Backing, ModelConfig, ModelNamespaceConfig, ModelPlatform};
+use vfnvme_target::{ControllerBackend, ShutdownReport, SubsystemConfig, Target, TargetConfig};
+use vfnvme_tests::tcp_client::{Client, Received, DISCOVERY_NQN};
+
+const SUBNQN: &str = "nqn.2026-12.io.vfnvme:test";
+const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:host-allowed";
+const OTHER_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:host-refused";
+
+struct Running {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<ShutdownReport>>,
+}
+
+impl Running {
+    fn stop(mut self) -> ShutdownReport {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .take()
+            .expect("thread")
+            .join()
+            .expect("target thread")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A target on an ephemeral port over a model with namespace 1 (512 B blocks) and 2 (4 KiB).
+fn start() -> Running {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let flag = stop.clone();
+    let thread = std::thread::spawn(move || {
+        let platform = ModelPlatform::new(ModelConfig {
+            namespaces: vec![
+                ModelNamespaceConfig {
+                    nsid: 1,
+                    blocks: 1 << 16,
+                    lba_size: 512,
+                    backing: Backing::Ram,
+                },
+                ModelNamespaceConfig {
+                    nsid: 2,
+                    blocks: 1 << 12,
+                    lba_size: 4096,
+                    backing: Backing::Ram,
+                },
+            ],
+            ..ModelConfig::default()
+        })
+        .expect("model");
+        let ctrl = Controller::new(platform, ControllerOptions::default()).expect("bring-up");
+        let backend = ControllerBackend::new(Arc::new(ctrl), None).expect("backend");
+        let mut sub = SubsystemConfig::new(SUBNQN);
+        sub.allowed_hosts.push(HOST.into());
+        let mut cfg = TargetConfig::new(sub);
+        cfg.listen = "127.0.0.1:0".parse().expect("address");
+        cfg.maxh2cdata = 16 * 1024;
+        let mut target = Target::bind(cfg, backend).expect("bind");
+        tx.send(target.local_addr().expect("address"))
+            .expect("send address");
+        target.run(&flag, Duration::from_secs(5))
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("target started");
+    Running {
+        addr,
+        stop,
+        thread: Some(thread),
+    }
+}
+
+/// ICReq, admin Connect, CC.EN = 1, one I/O queue: as Linux's initiator brings a controller
+/// up. Returns the admin and I/O clients and the controller ID.
+fn bring_up(addr: SocketAddr, digests: bool) -> (Client, Client, u16) {
+    let mut admin = Client::open(addr).expect("connect");
+    admin.icreq(digests, digests);
+    let c = admin.connect(0, 31, 0xFFFF, SUBNQN, HOST);
+    assert_eq!(c.status, 0, "admin Connect: {c:?}");
+    let cntlid = c.result as u16;
+    assert_ne!(cntlid, 0xFFFF);
+    let cap = admin.prop_get(0x00, true);
+    assert_eq!(cap.status, 0);
+    assert_eq!(cap.result & 0xffff, 127, "CAP.MQES");
+    assert_ne!(cap.result & (1 << 37), 0, "CAP.CSS NVM");
+    assert_eq!(admin.prop_set(0x14, 0x0046_0000).status, 0);
+    assert_eq!(admin.prop_set(0x14, 0x0046_0001).status, 0);
+    assert_eq!(admin.prop_get(0x1C, false).result & 1, 1, "CSTS.RDY");
+    assert_eq!(admin.prop_get(0x08, false).result, 0x0001_0400, "VS");
+    let nq = admin.admin(0x09, 0x07, 0x0003_0003);
+    assert_eq!(nq.status, 0, "Set Features Number of Queues");
+    let mut io = Client::open(addr).expect("connect I/O");
+    io.icreq(digests, digests);
+    let c = io.connect(1, 127, cntlid, SUBNQN, HOST);
+    assert_eq!(c.status, 0, "I/O Connect: {c:?}");
+    assert_eq!(c.sqid, 1);
+    (admin, io, cntlid)
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn identify_reports_what_linux_checks() {
+    let t = start();
+    let (mut admin, _io, cntlid) = bring_up(t.addr, false);
+    let (c, id) = admin.admin_read(0x06, 0, 0x01, 0, 4096);
+    assert_eq!(c.status, 0);
+    assert_eq!(id.len(), 4096);
+    assert_eq!(
+        u16::from_le_bytes([id[78], id[79]]),
+        cntlid,
+        "CNTLID matches Connect's"
+    );
+    assert_ne!(u16::from_le_bytes([id[320], id[321]]), 0, "KAS");
+    assert_eq!(id[111], 1, "CNTRLTYPE I/O");
+    assert_eq!(&id[768..768 + SUBNQN.len()], SUBNQN.as_bytes(), "SUBNQN");
+    assert_eq!(id[768 + SUBNQN.len()], 0);
+    let ioccsz = u32::from_le_bytes(id[1792..1796].try_into().expect("4"));
+    assert_eq!(ioccsz * 16 - 64, 8192, "IOCCSZ: 8 KiB in-capsule");
+    assert_eq!(u16::from_le_bytes([id[1800], id[1801]]), 0, "ICDOFF");
+    assert_ne!(
+        u32::from_le_bytes(id[536..540].try_into().expect("4")) & 3,
+        0,
+        "SGLS"
+    );
+    assert_eq!(
+        u32::from_le_bytes(id[516..520].try_into().expect("4")),
+        2,
+        "NN"
+    );
+    // Active namespaces, descriptors, namespace data.
+    let (c, list) = admin.admin_read(0x06, 0, 0x02, 0, 4096);
+    assert_eq!(c.status, 0);
+    assert_eq!(&list[..12], &[1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]);
+    let (c, d) = admin.admin_read(0x06, 2, 0x03, 0, 4096);
+    assert_eq!(c.status, 0);
+    assert_eq!((d[0], d[1]), (2, 16), "NGUID descriptor");
+    assert_ne!(&d[4..20], &[0; 16], "NGUID");
+    let (c, ns) = admin.admin_read(0x06, 2, 0x00, 0, 4096);
+    assert_eq!(c.status, 0);
+    assert_eq!(
+        u64::from_le_bytes(ns[0..8].try_into().expect("8")),
+        1 << 12,
+        "NSZE"
+    );
+    assert_eq!(ns[130], 12, "LBADS 4 KiB");
+    let (c, _) = admin.admin_read(0x06, 9, 0x00, 0, 4096);
+    assert_eq!(
+        c.status & 0xff,
+        0x0B,
+        "an nsid not exported: invalid namespace"
+    );
+    // ANA log: one optimized group with both namespaces.
+    let numd = (16 + 32 + 8) / 4 - 1;
+    let (c, ana) = admin.admin_read(0x02, 0xFFFF_FFFF, 0x0C | (numd << 16), 0, 56);
+    assert_eq!(c.status, 0);
+    assert_eq!(ana[32], 1, "group state optimized");
+    assert_eq!(&ana[48..56], &[1, 0, 0, 0, 2, 0, 0, 0]);
+    // Keep Alive and an unknown opcode.
+    assert_eq!(admin.admin(0x18, 0, 0).status, 0);
+    assert_eq!(
+        admin.admin(0xC5, 0, 0).status & 0xff,
+        0x01,
+        "invalid opcode"
+    );
+}
+
+fn write_read_back(digests: bool) {
+    let t = start();
+    let (_admin, mut io, _) = bring_up(t.addr, digests);
+    // In-capsule (4 KiB on 512 B blocks), then by R2T: 64 KiB in 16 KiB H2CData pieces
+    // (MAXH2CDATA), on both namespaces.
+    for (nsid, bs) in [(1u32, 512u32), (2, 4096)] {
+        for (lba, len, seed) in [(8u64, 4096usize, 1u8), (64, 64 * 1024, 2), (1000, 8192, 3)] {
+            let data = pattern(len, seed ^ nsid as u8);
+            let w = io.write(nsid, lba, &data, bs);
+            assert_eq!(w.status, 0, "write ns {nsid} lba {lba} len {len}: {w:?}");
+            let (r, back) = io.read(nsid, lba, (len / bs as usize) as u32, bs);
+            assert_eq!(r.status, 0, "read: {r:?}");
+            assert!(
+                back == data,
+                "ns {nsid} lba {lba}: the data read back differs"
+            );
+        }
+    }
+    // A range past the end, and a flush.
+    let (r, _) = io.read(2, (1 << 12) - 1, 2, 4096);
+    assert_eq!(r.status & 0xff, 0x80, "LBA out of range: {r:?}");
+    let mut sqe = [0u8; 64];
+    sqe[4] = 1;
+    sqe[39] = 0x5A;
+    let cid = io.send_cmd(sqe, &[]);
+    assert_eq!(io.wait(cid).0.status, 0, "flush");
+}
+
+#[test]
+fn write_then_read_back_without_digests() {
+    write_read_back(false);
+}
+
+#[test]
+fn write_then_read_back_with_header_and_data_digests() {
+    write_read_back(true);
+}
+
+#[test]
+fn a_host_not_on_the_list_is_refused() {
+    let t = start();
+    let mut c = Client::open(t.addr).expect("connect");
+    c.icreq(false, false);
+    let r = c.connect(0, 31, 0xFFFF, SUBNQN, OTHER_HOST);
+    assert_eq!(r.status & 0x7ff, 0x184, "Connect Invalid Host: {r:?}");
+    // An unknown subsystem: invalid parameters pointing at SUBNQN in the data.
+    let mut c = Client::open(t.addr).expect("connect");
+    c.icreq(false, false);
+    let r = c.connect(0, 31, 0xFFFF, "nqn.2026-12.io.vfnvme:nope", HOST);
+    assert_eq!(r.status & 0x7ff, 0x182, "{r:?}");
+    assert_eq!(r.result & 0x1_ffff, (1 << 16) | 256, "IATTR/IPO");
+    // An I/O queue for a controller the host doesn't have.
+    let mut c = Client::open(t.addr).expect("connect");
+    c.icreq(false, false);
+    let r = c.connect(1, 31, 77, SUBNQN, HOST);
+    assert_eq!(r.status & 0x7ff, 0x182, "{r:?}");
+}
+
+#[test]
+fn garbage_ends_only_its_own_connection() {
+    let t = start();
+    let (_admin, mut io, _) = bring_up(t.addr, false);
+    let data = pattern(4096, 9);
+    assert_eq!(io.write(1, 0, &data, 512).status, 0);
+    // Garbage before ICReq, and a bad PDU after it.
+    let mut bad = Client::open(t.addr).expect("connect");
+    bad.send_raw(&[0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6, 7, 8])
+        .expect("send");
+    match bad.try_recv() {
+        Ok(Received::Term { fes }) => assert_eq!(fes, 1, "invalid header field"),
+        other => panic!("expected C2HTermReq, got {other:?}"),
+    }
+    assert!(
+        bad.try_recv().is_err(),
+        "the connection is closed after the C2HTermReq"
+    );
+    let mut bad = Client::open(t.addr).expect("connect");
+    bad.icreq(false, false);
+    // A capsule with HLEN 70 instead of 72.
+    let mut p = vec![4u8, 0, 70, 0];
+    p.extend_from_slice(&72u32.to_le_bytes());
+    p.resize(72, 0);
+    bad.send_raw(&p).expect("send");
+    assert!(matches!(bad.try_recv(), Ok(Received::Term { fes: 1 })));
+    // H2CData nobody asked for, on a connected I/O queue of another controller.
+    let (_a2, mut io2, _) = bring_up(t.addr, false);
+    let mut p = vec![6u8, 0x04, 24, 24];
+    p.extend_from_slice(&(24u32 + 8).to_le_bytes());
+    p.extend_from_slice(&[1, 0, 3, 0, 0, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0]);
+    p.extend_from_slice(&[0xaa; 8]);
+    io2.send_raw(&p).expect("send");
+    assert!(
+        matches!(io2.try_recv(), Ok(Received::Term { fes: 2 })),
+        "PDU sequence error"
+    );
+    // The first host's queue still works.
+    let (r, back) = io.read(1, 0, 8, 512);
+    assert_eq!(r.status, 0);
+    assert!(back == data);
+}
+
+#[test]
+fn discovery_lists_the_subsystem_for_an_allowed_host_only() {
+    let t = start();
+    for (host, expect) in [(HOST, 1u64), (OTHER_HOST, 0)] {
+        let mut d = Client::open(t.addr).expect("connect");
+        d.icreq(false, false);
+        let c = d.connect(0, 31, 0xFFFF, DISCOVERY_NQN, host);
+        assert_eq!(c.status, 0, "discovery Connect: {c:?}");
+        let (c, id) = d.admin_read(0x06, 0, 0x01, 0, 4096);
+        assert_eq!(c.status, 0);
+        assert_eq!(id[111], 2, "CNTRLTYPE discovery");
+        let numd = 2048 / 4 - 1;
+        let (c, log) = d.admin_read(0x02, 0, 0x70 | (numd << 16), 0, 2048);
+        assert_eq!(c.status, 0);
+        assert_eq!(
+            u64::from_le_bytes(log[8..16].try_into().expect("8")),
+            expect,
+            "NUMREC for {host}"
+        );
+        if expect == 1 {
+            let e = &log[1024..];
+            assert_eq!((e[0], e[1], e[2]), (3, 1, 2), "TCP, IPv4, NVM subsystem");
+            assert_eq!(&e[256..256 + SUBNQN.len()], SUBNQN.as_bytes());
+            assert_eq!(&e[512..521], b"127.0.0.1");
+            let port = t.addr.port().to_string();
+            assert_eq!(&e[32..32 + port.len()], port.as_bytes());
+        }
+        // The discovery controller has no I/O queues.
+        let mut io = Client::open(t.addr).expect("connect");
+        io.icreq(false, false);
+        let r = io.connect(1, 31, c.sqid, DISCOVERY_NQN, host);
+        assert_ne!(r.status, 0);
+    }
+}
+
+#[test]
+fn shutdown_answers_a_write_still_waiting_for_data() {
+    let t = start();
+    let (_admin, mut io, _) = bring_up(t.addr, false);
+    let mut sqe = [0u8; 64];
+    sqe[0] = 0x01;
+    sqe[4] = 1;
+    sqe[48..52].copy_from_slice(&127u32.to_le_bytes()); // 128 blocks: 64 KiB, by R2T
+    sqe[32..36].copy_from_slice(&(64u32 * 1024).to_le_bytes());
+    sqe[39] = 0x5A;
+    let cid = io.send_cmd(sqe, &[]);
+    assert!(matches!(io.recv(), Received::R2t { cid: c, offset: 0, .. } if c == cid));
+    let report = t.stop();
+    assert_eq!(report.aborted, 1, "{report:?}");
+    assert_eq!(report.abandoned, 0, "{report:?}");
+    match io.recv() {
+        Received::Resp(c) => {
+            assert_eq!(c.cid, cid);
+            assert_eq!(c.status, 0x0008, "aborted due to SQ deletion");
+        }
+        other => panic!("{other:?}"),
+    }
+}
