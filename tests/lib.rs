@@ -9,4 +9,5 @@ pub mod guest_multipath;
 pub mod host_qmp;
 pub mod mp_workload;
 pub mod tcp_client;
+pub mod tcp_target;
 pub mod vfnvme_cli;
