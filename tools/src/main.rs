@@ -11,6 +11,7 @@ mod nvme_cli_list;
 mod open;
 mod output;
 mod perf;
+mod serve;
 mod setup;
 mod subsys;
 mod vm;
@@ -63,6 +64,9 @@ enum Command {
     Identify(identify::IdentifyArgs),
     /// Measure IOPS and latency on controllers bound to vfio-pci (or on the in-memory model).
     Perf(perf::PerfArgs),
+    /// Export a controller's namespaces (or the model's) over NVMe/TCP to the kernel's
+    /// initiator (`nvme connect -t tcp`); only allowed host NQNs may connect.
+    Serve(serve::ServeArgs),
     /// nvme-cli's admin commands (id-ctrl, smart-log, get-feature, format, ...).
     #[command(flatten)]
     Admin(admin::AdminCmd),
@@ -177,6 +181,7 @@ fn main() -> ExitCode {
     let is_vm = matches!(cli.command, Command::Vm(_));
     let result = match cli.command {
         Command::Perf(args) => perf::run(&args).map(|()| 0),
+        Command::Serve(args) => serve::run(&args).map(|()| 0),
         Command::List(args) => list::run(&args).map(|()| 0),
         Command::ListSubsys(args) => list::run_subsys(&args).map(|()| 0),
         Command::Identify(args) => identify::run(&args).map(|()| 0),
