@@ -178,7 +178,18 @@ fn namespace_management_round_trip() {
     fails(&c, "delete-ns -n 3 --yes", "does not exist");
     fails(&c, "create-ns --nsze 10 --flbas 5", "LBA formats 0..=1");
     fails(&c, "create-ns --nsze 0", "at least one block");
-    fails(&c, "list-ctrl", "Identify controller list");
+    // The model's controller lists (CNS 13h, and 12h for its attached namespaces).
+    let l = json(&c, "list-ctrl --json");
+    assert_eq!(
+        (
+            l["num_ctrl"].as_u64(),
+            l["ctrl_list"][0]["ctrl_id"].as_u64()
+        ),
+        (Some(1), Some(1)),
+        "{l}"
+    );
+    assert_eq!(json(&c, "list-ctrl -n 1 --json")["num_ctrl"], 1);
+    assert_eq!(json(&c, "list-ctrl --cntid 2 --json")["num_ctrl"], 0);
 }
 
 #[test]
