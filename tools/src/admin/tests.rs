@@ -221,6 +221,17 @@ fn format_and_sanitize_ask_check_and_erase() {
         .contains("not confirmed"));
     fails(&c, "sanitize -a melt --yes", "--sanact");
     run(&c, "sanitize -a block-erase --yes");
+    // sanitize-log: nvme-cli's shape; the block erase completed.
+    let v = json(&c, "sanitize-log -o json");
+    assert_eq!(
+        v["model"]["sstat"]["status"], "(1) Most Recent Sanitize Command Completed Successfully.",
+        "{v}"
+    );
+    let t = run(&c, "sanitize-log");
+    assert!(
+        t.contains("Sanitize Status                        (SSTAT) :  0x1\n"),
+        "{t}"
+    );
     let log = run(&c, "get-log --log-id 0x81 --log-len 16");
     assert!(log.contains("0000: ff ff 01 01"), "{log}");
 }
