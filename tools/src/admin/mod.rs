@@ -13,6 +13,7 @@ mod identify;
 mod logs;
 mod nsmgmt;
 mod passthru;
+mod progress;
 #[cfg(test)]
 mod prop_tests;
 #[cfg(all(test, feature = "model"))]

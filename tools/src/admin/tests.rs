@@ -220,7 +220,11 @@ fn format_and_sanitize_ask_check_and_erase() {
         .unwrap_err()
         .contains("not confirmed"));
     fails(&c, "sanitize -a melt --yes", "--sanact");
-    run(&c, "sanitize -a block-erase --yes");
+    let out = run(&c, "sanitize -a block-erase --yes --wait");
+    assert!(
+        out.contains("ended: (1) Most Recent Sanitize Command Completed Successfully."),
+        "{out}"
+    );
     // sanitize-log: nvme-cli's shape; the block erase completed.
     let v = json(&c, "sanitize-log -o json");
     assert_eq!(
