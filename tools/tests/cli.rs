@@ -510,7 +510,8 @@ fn perf_prints_a_line_per_second_on_a_terminal() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{out}");
     let lines: Vec<&str> = out.lines().filter(|l| l.contains(" s] IOPS")).collect();
-    assert!((2..=4).contains(&lines.len()), "{out}");
+    // About one a second; a loaded host may stretch or merge one.
+    assert!((1..=5).contains(&lines.len()), "{out}");
     assert!(
         lines[0].starts_with("[   1 s]") && lines[0].contains("MiB/s"),
         "{out}"
