@@ -13,6 +13,7 @@ mod open;
 mod output;
 mod perf;
 mod setup;
+mod setup_sh;
 mod subsys;
 mod vm;
 

@@ -411,4 +411,43 @@ fn list_groups_by_subsystem_and_names_who_drives_each_namespace() {
         assert_eq!(c["namespaces"][0]["size_bytes"], 16u64 << 20, "{c}");
         assert_eq!(c["namespaces"][0]["lba_size"], 512, "{c}");
     }
+
+    // setup.sh's words and environment: status shows both controllers with their drivers
+    // and the kernel's block device, and the hugepages per node; PCI_BLOCKED keeps a
+    // controller out of a dry run; cleanup finds nothing held.
+    let vfio = ctrls
+        .iter()
+        .find(|c| c["driver"] == "vfio-pci")
+        .and_then(|c| c["address"].as_str())
+        .expect("a controller on vfio-pci")
+        .to_string();
+    let s = expect(
+        &["setup", "status"],
+        0,
+        &["NVMe controllers", "vfio-pci", "nvme", "Hugepages (2 MiB)"],
+    );
+    assert!(
+        s.lines()
+            .any(|l| l.starts_with(&vfio) && l.contains("vfio-pci")),
+        "{s}"
+    );
+    assert!(
+        s.lines().any(|l| l.contains(" nvme ") && l.contains("n1")),
+        "{s}"
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_vfnvme"))
+        .args(["setup", "--dry-run", &vfio])
+        .env("PCI_BLOCKED", &vfio)
+        .output()
+        .expect("run vfnvme");
+    let t = text(&o);
+    assert!(
+        t.contains(&format!("{vfio}: skipped (PCI_ALLOWED / PCI_BLOCKED)")),
+        "{t}"
+    );
+    expect(
+        &["setup", "cleanup"],
+        0,
+        &[&format!("{vfio}: on vfio-pci, no process holds it")],
+    );
 }
