@@ -14,6 +14,7 @@ mod output;
 mod perf;
 mod setup;
 mod setup_sh;
+mod setup_user;
 mod subsys;
 mod vm;
 

@@ -46,6 +46,10 @@ pub struct SetupArgs {
     /// Only show what would be done.
     #[arg(long)]
     pub dry_run: bool,
+    /// Let this user (name or uid) run vfnvme on the controllers bound: their VFIO group
+    /// files, and an unlimited locked-memory limit (setup.sh's TARGET_USER, also read).
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
     /// The global `--no-iommu`: bind for the explicit no-IOMMU mode (uio_pci_generic) instead
     /// of vfio-pci; set by `main`.
     #[arg(skip)]
@@ -232,6 +236,17 @@ pub fn run(args: &SetupArgs) -> Result<()> {
     if args.hugepages.is_none() {
         args.hugepages = env.hugepages;
     }
+    if args.user.is_none() {
+        args.user = env.user.clone();
+    }
+    let user = args
+        .user
+        .as_deref()
+        .map(crate::setup_user::TargetUser::resolve)
+        .transpose()?;
+    if user.is_some() && args.no_iommu {
+        bail!("--user with --no-iommu: uio_pci_generic and physical addresses need root; run as root, or use an IOMMU");
+    }
     let args = &args;
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
     let mut actions = plan(args, &paths, Path::new("/proc"), &mounts)?;
@@ -352,6 +367,9 @@ pub fn run(args: &SetupArgs) -> Result<()> {
     } else {
         let count = args.hugepages.unwrap_or(DEFAULT_HUGEPAGES);
         crate::setup_sh::reserve_on_nodes(&paths, &env.nodes, count, args.dry_run)?;
+    }
+    if let Some(u) = &user {
+        crate::setup_user::grant(&paths, &bound, u, args.dry_run)?;
     }
     check_memlock()?;
     if !refused.is_empty() && args.bdfs.is_empty() && args.reset.is_empty() {

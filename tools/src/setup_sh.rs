@@ -1,6 +1,6 @@
 //! SPDK's `setup.sh` interface on `vfnvme setup`: the words `status`, `reset`, `cleanup` and
 //! `config`, and the environment setup.sh reads (`HUGEMEM`, `NRHUGE`, `HUGENODE`,
-//! `PCI_ALLOWED`, `PCI_BLOCKED`), so scripts written for setup.sh run unchanged.
+//! `PCI_ALLOWED`, `PCI_BLOCKED`, `TARGET_USER`), so scripts written for setup.sh run unchanged.
 
 use crate::output::say;
 use crate::{kernel_nvme, setup};
@@ -47,6 +47,8 @@ pub struct Env {
     pub allowed: Vec<PciAddress>,
     /// `PCI_BLOCKED`: never these.
     pub blocked: Vec<PciAddress>,
+    /// `TARGET_USER`: who may use the controllers bound.
+    pub user: Option<String>,
 }
 
 fn addresses(name: &str, v: &str) -> Result<Vec<PciAddress>> {
@@ -92,6 +94,7 @@ impl Env {
             nodes,
             allowed: addresses("PCI_ALLOWED", &get("PCI_ALLOWED").unwrap_or_default())?,
             blocked: addresses("PCI_BLOCKED", &get("PCI_BLOCKED").unwrap_or_default())?,
+            user: get("TARGET_USER").filter(|u| !u.trim().is_empty()),
         })
     }
 

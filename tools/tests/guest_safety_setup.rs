@@ -451,3 +451,68 @@ fn list_groups_by_subsystem_and_names_who_drives_each_namespace() {
         &[&format!("{vfio}: on vfio-pci, no process holds it")],
     );
 }
+
+#[test]
+fn a_user_given_the_controller_runs_vfnvme_without_root() {
+    if !in_guest("guest_safety_setup::a_user_given_the_controller_runs_vfnvme_without_root") {
+        return;
+    }
+    let vfio = device_list("VFNVME_VFIO_DEVICES")
+        .into_iter()
+        .next()
+        .expect("a controller on vfio-pci");
+    let group = fs::read_link(
+        Path::new("/sys/bus/pci/devices")
+            .join(&vfio)
+            .join("iommu_group"),
+    )
+    .expect("its IOMMU group");
+    let node = Path::new("/dev/vfio").join(group.file_name().expect("a group number"));
+    // TARGET_USER as setup.sh reads it (a uid: the guest has no user database of its own).
+    let o = Command::new(env!("CARGO_BIN_EXE_vfnvme"))
+        .args(["setup", &vfio])
+        .env("TARGET_USER", "4242")
+        .output()
+        .expect("run vfnvme");
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("now belongs to 4242"), "{t}");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(fs::metadata(&node).expect("the group file").uid(), 4242);
+    // As uid 4242, with the memlock limit the limits.d entry would give at login.
+    let as_user = |args: &[&str]| {
+        let o = Command::new("prlimit")
+            .args([
+                "--memlock=unlimited:unlimited",
+                "setpriv",
+                "--reuid=4242",
+                "--regid=4242",
+                "--clear-groups",
+            ])
+            .arg(env!("CARGO_BIN_EXE_vfnvme"))
+            .args(args)
+            .output()
+            .expect("run prlimit/setpriv (util-linux)");
+        let t = text(&o);
+        println!("as uid 4242: vfnvme {args:?}\n{t}");
+        (o.status.success(), t)
+    };
+    let (ok, t) = as_user(&["identify", &vfio]);
+    // Give the group back to root before asserting, so a failure leaves nothing behind.
+    let (perf_ok, perf) = as_user(&["perf", "--device", &vfio, "--qd", "4", "--ios", "2000"]);
+    nix_chown_root(&node);
+    assert!(ok, "identify as uid 4242: {t}");
+    assert!(
+        perf_ok && perf.contains("Total"),
+        "perf as uid 4242: {perf}"
+    );
+}
+
+fn nix_chown_root(node: &Path) {
+    let s = Command::new("chown")
+        .arg("0:0")
+        .arg(node)
+        .status()
+        .expect("chown");
+    assert!(s.success());
+}
