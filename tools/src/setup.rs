@@ -602,6 +602,7 @@ mod tests {
             persist: false,
             dry_run: true,
             no_iommu: false,
+            user: None,
         }
     }
 
