@@ -200,6 +200,9 @@ fn main() -> ExitCode {
     if let Command::Setup(args) = &mut cli.command {
         args.no_iommu = cli.no_iommu;
     }
+    if let Command::Vm(args) = &mut cli.command {
+        args.verbose = cli.verbose > 0;
+    }
     let is_vm = matches!(cli.command, Command::Vm(_));
     let result = match cli.command {
         Command::Perf(args) => perf::run(&args).map(|()| 0),
@@ -253,6 +256,16 @@ mod tests {
             .to_string();
         assert!(help.contains("--no-iommu"), "{help}");
         assert!(help.contains("write anywhere in memory"), "{help}");
+    }
+
+    /// clap's own checks of the whole command line (a global flag must not clash with a
+    /// subcommand's argument of the same name).
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from(["vfnvme", "vm", "-v", "--list-scenarios"]).unwrap();
+        assert_eq!(cli.verbose, 1);
     }
 
     #[test]
