@@ -7,8 +7,8 @@
 #     libvfnvme.so.0 from the prefix;
 #   - statically: `pkg-config --static --libs vfnvme` with libvfnvme.a in place of -lvfnvme; it
 #     must have no libvfnvme.so dependency (readelf -d) and run without LD_LIBRARY_PATH.
-# Both must print the library's version (the workspace's, and pkg-config's) and the expected
-# typed errors. Reuses target/product (ffi/check-product-symbols.sh builds the same library).
+# Both must print the library's version (the workspace's, and pkg-config's), the expected
+# typed errors and the same list of NVMe controllers (vfnvme_enumerate). Reuses target/product (ffi/check-product-symbols.sh builds the same library).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cc=${CC:-cc}
@@ -63,9 +63,15 @@ options without size: invalid argument (NULL pointer, zero or oversized count, b
 open 0000:ff:1f.7: device or controller error"
 dynamic=$(LD_LIBRARY_PATH=$prefix/lib "$tmp/version-dynamic") || fail "the dynamic program failed"
 static=$(env -u LD_LIBRARY_PATH "$tmp/version-static") || fail "the static program failed"
+# The first lines are fixed; then the machine's NVMe controllers (their count, then one line
+# each), which only have to be the same for both programs.
+[[ "$dynamic" == "$static" ]] || fail "the dynamic and static programs disagree:"$'\n'"$dynamic"$'\n'"$static"
 for out in "$dynamic" "$static"; do
-    [[ "$out" == "$expected" ]] || fail "unexpected output:"$'\n'"$out"$'\n'"expected:"$'\n'"$expected"
+    [[ "$(head -n 3 <<<"$out")" == "$expected" ]] ||
+        fail "unexpected output:"$'\n'"$out"$'\n'"expected first:"$'\n'"$expected"
+    grep -Eq '^NVMe controllers: [0-9]+$' <<<"$out" || fail "no controller count (vfnvme_enumerate):"$'\n'"$out"
 done
+expected=$dynamic
 echo "check-install: installed $version; version.c built with pkg-config, dynamic" \
     "(libvfnvme.so.0) and static (libvfnvme.a, no libvfnvme.so dependency), both print:"
 while IFS= read -r line; do

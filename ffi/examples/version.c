@@ -1,7 +1,8 @@
 /*
  * version.c: a program that needs only the product library (no controller model, no device).
  * Prints the library's version and what opening a controller that does not exist gives: the
- * options refused without their size, then a typed error. ffi/check-install.sh builds it
+ * options refused without their size, then a typed error; then the machine's NVMe
+ * controllers (vfnvme_enumerate). ffi/check-install.sh builds it
  * against the installed library, linked dynamically and statically.
  *
  *   version [PCI-ADDRESS]    default 0000:ff:1f.7 (no such device is expected there)
@@ -36,5 +37,19 @@ int main(int argc, char **argv)
 		vfnvme_ctrl_close(ctrl);
 		return 1;
 	}
+
+	/* The machine's NVMe controllers (none on a host without PCI NVMe devices). */
+	struct vfnvme_pci_device devs[16];
+	int n = vfnvme_enumerate(devs, 16);
+	if (n < 0) {
+		printf("enumerate: %s\n", vfnvme_last_error());
+		return 1;
+	}
+	printf("NVMe controllers: %d\n", n);
+	for (int i = 0; i < n && i < 16; i++)
+		printf("  %s %04x:%04x %s%s\n", (const char *)devs[i].address, devs[i].vendor,
+		       devs[i].device, (const char *)devs[i].driver, devs[i].vfio ? " (vfio)" : "");
+	if (vfnvme_enumerate(NULL, 4) != VFNVME_ERR_INVALID_ARGUMENT)
+		return 1;
 	return 0;
 }

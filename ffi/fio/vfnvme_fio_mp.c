@@ -218,6 +218,21 @@ static void vf_mp_poller_stop(struct vf_sub *sub)
 }
 
 /* Finds or opens the subsystem of a target. Call with vf_lock held. */
+
+/* A multipath policy by the name mp_policy= takes (Linux's names). */
+static const char *vf_policy_name(enum vfnvme_mp_policy p)
+{
+	switch (p) {
+	case VFNVME_MP_POLICY_NUMA:
+		return "numa";
+	case VFNVME_MP_POLICY_ROUND_ROBIN:
+		return "round-robin";
+	case VFNVME_MP_POLICY_QUEUE_DEPTH:
+		return "queue-depth";
+	}
+	return "unknown";
+}
+
 static struct vf_sub *vf_sub_get(const struct vf_target *t, const struct vf_options *o)
 {
 	char key[sizeof(((struct vf_sub *)0)->key)];
@@ -353,8 +368,8 @@ int vf_mp_attach_file(struct thread_data *td, struct fio_file *f, const struct v
 	f->real_file_size = hi.blocks * hi.lba_size;
 	f->filetype = FIO_TYPE_BLOCK;
 	fio_file_set_size_known(f);
-	fprintf(stderr, "vfnvme: %s: head of ns %u (%s), %u path(s), policy %u\n", f->file_name,
-		t->nsid, (const char *)hi.unique_id, hi.paths, (unsigned int)hi.policy);
+	fprintf(stderr, "vfnvme: %s: head of ns %u (%s), %u path(s), policy %s\n", f->file_name,
+		t->nsid, (const char *)hi.unique_id, hi.paths, vf_policy_name(hi.policy));
 	if (rc > 1)
 		fprintf(stderr, "vfnvme: %s: WARNING: the controllers report %d different identifiers "
 			"for namespace %u: %d heads, never merged; this one has %u path(s)\n",

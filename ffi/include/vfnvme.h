@@ -29,6 +29,15 @@
 // The most controllers (paths) a subsystem has over its lifetime.
 #define VFNVME_MAX_PATHS 32
 
+// No data moves.
+#define VFNVME_DATA_NONE 0
+
+// The command reads from the device into the caller's buffer.
+#define VFNVME_DATA_FROM_DEVICE 1
+
+// The command writes the caller's buffer to the device.
+#define VFNVME_DATA_TO_DEVICE 2
+
 // Status Code Type 3h (path related): the type of the two statuses vfnvme gives commands it
 // ends itself (see `vfnvme_cpl.status`).
 #define VFNVME_SCT_PATH 3
@@ -567,6 +576,47 @@ struct vfnvme_mp_event {
   enum vfnvme_path_state new_state;
   // For VFNVME_MP_EVENT_ANA_CHANGE: how many notices.
   uint32_t count;
+};
+
+// One raw command: the submission queue entry's fields the caller chooses (the driver sets
+// the command identifier, PSDT and the data pointer).
+struct vfnvme_passthru_cmd {
+  // Opcode (CDW0 bits 7:0).
+  uint8_t opcode;
+  // Must be zero.
+  uint8_t reserved[3];
+  // Namespace ID (I/O commands: the namespace the command goes to).
+  uint32_t nsid;
+  // CDW2.
+  uint32_t cdw2;
+  // CDW3.
+  uint32_t cdw3;
+  // CDW10.
+  uint32_t cdw10;
+  // CDW11.
+  uint32_t cdw11;
+  // CDW12.
+  uint32_t cdw12;
+  // CDW13.
+  uint32_t cdw13;
+  // CDW14.
+  uint32_t cdw14;
+  // CDW15.
+  uint32_t cdw15;
+};
+
+// One NVMe controller of the machine (PCI class 010802) as `vfnvme_enumerate` lists it.
+struct vfnvme_pci_device {
+  // Its PCI address, e.g. "0000:01:00.0" (NUL-terminated).
+  uint8_t address[16];
+  // PCI vendor ID.
+  uint16_t vendor;
+  // PCI device ID.
+  uint16_t device;
+  // The driver it is bound to ("" when none; NUL-terminated).
+  uint8_t driver[32];
+  // Whether it is bound to vfio-pci (vfnvme_ctrl_open can open it).
+  bool vfio;
 };
 
 // Protection information options of one request (vfnvme_qpair_read_md, vfnvme_qpair_write_md).
@@ -1146,6 +1196,54 @@ int32_t vfnvme_subsys_dma_alloc(const struct vfnvme_subsys *subsys, size_t len, 
 // # Safety
 // Every pointer argument is NULL (where allowed) or valid as described above.
 int32_t vfnvme_subsys_dma_free(const struct vfnvme_subsys *subsys, void *ptr);
+
+// Sends one admin command and waits for it. `direction` says which way `len` bytes of
+// `data` move (VFNVME_DATA_NONE with `data` NULL and `len` 0, VFNVME_DATA_FROM_DEVICE or
+// VFNVME_DATA_TO_DEVICE); the driver checks the length against what the opcode moves where
+// it knows it (Identify 4096 bytes, Get Log Page its NUMD, ...) and refuses commands it
+// handles itself (queue creation and deletion, Abort, Asynchronous Event Request, Doorbell
+// Buffer Config). Returns 0 on success, the completion's status (`sct << 8 | sc`, > 0) when
+// the controller failed the command, or a negative vfnvme_status; `*cdw0` (if not NULL)
+// receives dword 0 of the completion.
+//
+// Thread safety: thread-safe (the admin queue's lock).
+//
+// # Safety
+// `ctrl` and `cmd` are valid; `data` is NULL or valid for `len` bytes; `cdw0` is NULL or
+// writable.
+int32_t vfnvme_ctrl_admin_passthru(const struct vfnvme_ctrl *ctrl, const struct vfnvme_passthru_cmd *cmd, void *data, size_t len, uint8_t direction, uint32_t *cdw0);
+
+// Sends one NVM I/O command to namespace `cmd->nsid` on a queue pair of its own and waits
+// for it. The driver reads the length the command moves from it (NLB of Read, Write and
+// Compare; NR of Dataset Management) and refuses other opcodes with data and namespaces with
+// metadata; `len` must cover that length. Returns as vfnvme_ctrl_admin_passthru.
+//
+// Thread safety: thread-safe (it uses an I/O queue of its own for the command's duration;
+// VFNVME_ERR_BUSY when the controller has no queue left).
+//
+// # Safety
+// As vfnvme_ctrl_admin_passthru.
+int32_t vfnvme_ctrl_io_passthru(const struct vfnvme_ctrl *ctrl, const struct vfnvme_passthru_cmd *cmd, void *data, size_t len, uint8_t direction, uint32_t *cdw0);
+
+// Copies the full Identify data of CNS `cns` (e.g. 1 = controller, 0 = namespace `nsid`)
+// into `out`, which must hold 4096 bytes (`len` ≥ 4096). Returns 0, the NVMe status (> 0)
+// when the controller failed the command, or a negative vfnvme_status.
+//
+// Thread safety: thread-safe.
+//
+// # Safety
+// `ctrl` is valid; `out` is valid for `len` bytes.
+int32_t vfnvme_ctrl_identify(const struct vfnvme_ctrl *ctrl, uint8_t cns, uint32_t nsid, void *out, size_t len);
+
+// Lists the machine's NVMe controllers (PCI class 010802), bound to any driver or none:
+// writes up to `cap` entries to `out` (NULL when `cap` is 0) and returns how many there are
+// (which may exceed `cap`), or a negative vfnvme_status.
+//
+// Thread safety: thread-safe (it reads sysfs).
+//
+// # Safety
+// `out` is NULL or valid for `cap` entries.
+int32_t vfnvme_enumerate(struct vfnvme_pci_device *out, size_t cap);
 
 // Generates the protection information of the blocks in `buf` (`len` bytes), the first of
 // them at `lba`, for the namespace `info` describes, as a PRACT=0 write needs it: the guard

@@ -15,6 +15,7 @@ pub mod model;
 pub mod mp;
 pub mod open;
 mod opts;
+pub mod passthru;
 pub mod pi;
 pub mod qpair;
 mod requests;
@@ -42,6 +43,8 @@ mod abi_model_support;
 mod abi_mp_tests;
 #[cfg(all(test, feature = "model"))]
 mod abi_opts_tests;
+#[cfg(all(test, feature = "model"))]
+mod abi_passthru_tests;
 #[cfg(test)]
 mod abi_pi_tests;
 #[cfg(all(test, feature = "model"))]

@@ -225,6 +225,29 @@ pub(crate) fn execute(core: &Core, sqe: &Sqe, page: u64, firmware: Option<[u8; 8
                 None => return Status::INVALID_NAMESPACE.into(),
             }
         }
+        // Controller lists: every controller of the subsystem (13h), or those `nsid` is
+        // attached to (12h; the model knows only its own attachment, so a namespace of a
+        // subsystem is refused there), with CNTLID at least CDW10's CNTID.
+        0x12 | 0x13 => {
+            let from = (sqe.cdw(10) >> 16) as u16;
+            let ids: Vec<u16> = match (cns, core.subsys.as_deref()) {
+                (0x13, Some(l)) => (1..=l.controllers).collect(),
+                (0x13, None) => vec![core.cfg.cntlid],
+                (_, Some(_)) => return Status::INVALID_FIELD.into(),
+                (_, None) => match core.ns_read().get(&nsid) {
+                    Some(ns) if ns.is_attached() => vec![core.cfg.cntlid],
+                    Some(_) => vec![],
+                    None => return Status::INVALID_NAMESPACE.into(),
+                },
+            };
+            let ids: Vec<u16> = ids.into_iter().filter(|&c| c >= from).take(2047).collect();
+            let mut b = vec![0u8; PAGE];
+            b[0..2].copy_from_slice(&(ids.len() as u16).to_le_bytes());
+            for (slot, id) in b[2..].chunks_exact_mut(2).zip(&ids) {
+                slot.copy_from_slice(&id.to_le_bytes());
+            }
+            b
+        }
         _ => return Status::INVALID_FIELD.into(),
     };
     match super::prp::write_out(&core.iommu, sqe.prp1(), sqe.prp2(), page, &data) {

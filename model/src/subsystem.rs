@@ -72,6 +72,8 @@ pub(crate) struct SubsystemLink {
     /// One IOMMU and DMA pool for every controller: a buffer can be resubmitted on any path.
     pub iommu: Arc<ModelIommu>,
     pub pool: DmaPool,
+    /// How many controllers the subsystem has (CNTLIDs 1..=controllers).
+    pub controllers: u16,
 }
 
 impl SubsystemLink {
@@ -168,6 +170,7 @@ impl ModelSubsystem {
             clock: super::core::VirtualClock::default(),
             iommu,
             pool,
+            controllers: cfg.controllers,
         });
         let controllers = (0..cfg.controllers)
             .map(|i| {

@@ -12,8 +12,11 @@ use vfnvme::{Controller, ControllerOptions};
 #[derive(Args, Debug)]
 pub struct IdentifyArgs {
     /// The controller, bound to vfio-pci (e.g. 0000:01:00.0).
-    #[arg(value_name = "BDF")]
-    pub bdf: String,
+    #[arg(value_name = "BDF", required_unless_present = "model")]
+    pub bdf: Option<String>,
+    /// Show the in-memory controller model instead (the one the admin commands' --model use).
+    #[arg(long, conflicts_with = "bdf")]
+    pub model: bool,
     /// Show only this namespace.
     #[arg(long)]
     pub nsid: Option<u32>,
@@ -171,21 +174,47 @@ pub fn run(args: &IdentifyArgs) -> Result<()> {
     // Ask for as many I/O queue pairs as a controller may have, so that the count printed is
     // what the controller can give (Set Features grants at most what it has; nothing is
     // allocated until queues are created).
-    let ctrl = open::open_controller(
-        &args.bdf,
-        ControllerOptions {
-            io_queues: MAX_IO_QUEUES,
-            ..ControllerOptions::default()
-        },
-    )?;
-    let mut v = describe(&ctrl, args.nsid)?;
-    v["mode"] = serde_json::json!(open::mode().to_string());
+    let options = ControllerOptions {
+        io_queues: MAX_IO_QUEUES,
+        ..ControllerOptions::default()
+    };
+    let mut v = match &args.bdf {
+        Some(bdf) => {
+            let ctrl = open::open_controller(bdf, options)?;
+            let mut v = describe(&ctrl, args.nsid)?;
+            v["mode"] = serde_json::json!(open::mode().to_string());
+            v
+        }
+        None => model_view(args.nsid, options)?,
+    };
+    if v.get("mode").is_none() {
+        v["mode"] = serde_json::json!("model");
+    }
     if args.json {
         say!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         crate::output::text(&text(&v));
     }
     Ok(())
+}
+
+/// `identify --model`: the admin commands' model controller.
+#[cfg(feature = "model")]
+fn model_view(nsid: Option<u32>, options: ControllerOptions) -> Result<Value> {
+    use anyhow::Context;
+    let platform = vfnvme_model::ModelPlatform::new(crate::admin::model_config())
+        .context("creating the model")?;
+    let ctrl = open::open_platform(platform, "model", options)?;
+    describe(&ctrl, nsid)
+}
+
+/// `identify --model` in a build without the model: how to get it.
+#[cfg(not(feature = "model"))]
+fn model_view(_: Option<u32>, _: ControllerOptions) -> Result<Value> {
+    anyhow::bail!(
+        "--model: this vfnvme was built without the in-memory model; rebuild with \
+         `cargo build -p vfnvme-tools --features model` (on by default)"
+    )
 }
 
 #[cfg(all(test, feature = "model"))]

@@ -5,6 +5,7 @@ mod holders;
 mod identify;
 mod kernel_nvme;
 mod list;
+mod man_extra;
 #[cfg(feature = "model")]
 mod model_subsys;
 mod nvme_cli_list;
@@ -13,6 +14,8 @@ mod output;
 mod perf;
 mod serve;
 mod setup;
+mod setup_sh;
+mod setup_user;
 mod subsys;
 mod vm;
 
@@ -132,8 +135,30 @@ fn man(args: &ManArgs) -> anyhow::Result<()> {
     match &args.dir {
         Some(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            let names: Vec<String> = cmd
+                .get_subcommands()
+                .map(|c| c.get_name().to_string())
+                .collect();
             clap_mangen::generate_to(cmd, dir)
                 .with_context(|| format!("writing the man pages to {}", dir.display()))?;
+            // EXAMPLES, EXIT STATUS and ENVIRONMENT after what clap wrote.
+            let pages = std::iter::once(("vfnvme.1".to_string(), None)).chain(
+                names
+                    .iter()
+                    .map(|n| (format!("vfnvme-{n}.1"), Some(n.as_str()))),
+            );
+            for (file, command) in pages {
+                let path = dir.join(&file);
+                if !path.exists() {
+                    continue;
+                }
+                let mut f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&path)
+                    .with_context(|| format!("appending to {}", path.display()))?;
+                std::io::Write::write_all(&mut f, man_extra::sections(command).as_bytes())
+                    .with_context(|| format!("appending to {}", path.display()))?;
+            }
             output::line(&format!(
                 "wrote vfnvme.1 and vfnvme-<command>.1 to {}",
                 dir.display()
@@ -142,6 +167,7 @@ fn man(args: &ManArgs) -> anyhow::Result<()> {
         None => {
             let mut page = Vec::new();
             clap_mangen::Man::new(cmd).render(&mut page)?;
+            page.extend_from_slice(man_extra::sections(None).as_bytes());
             output::text(&String::from_utf8_lossy(&page));
         }
     }
@@ -177,6 +203,9 @@ fn main() -> ExitCode {
     open::set_no_iommu(cli.no_iommu);
     if let Command::Setup(args) = &mut cli.command {
         args.no_iommu = cli.no_iommu;
+    }
+    if let Command::Vm(args) = &mut cli.command {
+        args.verbose = cli.verbose > 0;
     }
     let is_vm = matches!(cli.command, Command::Vm(_));
     let result = match cli.command {
@@ -234,6 +263,16 @@ mod tests {
         assert!(help.contains("write anywhere in memory"), "{help}");
     }
 
+    /// clap's own checks of the whole command line (a global flag must not clash with a
+    /// subcommand's argument of the same name).
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from(["vfnvme", "vm", "-v", "--list-scenarios"]).unwrap();
+        assert_eq!(cli.verbose, 1);
+    }
+
     #[test]
     fn help_lists_commands_in_the_order_people_need_them() {
         use clap::CommandFactory;
@@ -288,6 +327,10 @@ mod tests {
         .unwrap();
         let page = std::fs::read_to_string(dir.join("vfnvme-setup.1")).unwrap();
         assert!(page.contains(".TH") && page.contains("hugepages"), "{page}");
+        assert!(
+            page.contains(".SH EXAMPLES") && page.contains(".SH ENVIRONMENT"),
+            "{page}"
+        );
         assert!(dir.join("vfnvme.1").exists());
         let _ = std::fs::remove_dir_all(&dir);
     }

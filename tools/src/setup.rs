@@ -19,9 +19,14 @@ use vfnvme::hal::{PageSize, PciAddress, SysPaths};
 pub const DEFAULT_HUGEPAGES: u64 = 256;
 
 /// Arguments of `vfnvme setup`.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct SetupArgs {
     /// Controllers to bind to vfio-pci. None: every NVMe controller not in use by the system.
+    /// Or one of setup.sh's words: `status` (controllers, drivers, NUMA nodes, block devices,
+    /// hugepages per node), `reset` (give every controller on vfio-pci or uio_pci_generic back
+    /// to the kernel), `cleanup` (what a crashed process left), `config` (the default).
+    /// setup.sh's environment is read too: HUGEMEM (MiB) or NRHUGE (pages), HUGENODE (NUMA
+    /// nodes to reserve on, e.g. 0,1), PCI_ALLOWED and PCI_BLOCKED (addresses).
     #[arg(value_name = "BDF")]
     pub bdfs: Vec<String>,
     /// Make sure at least this many 2 MiB hugepages are reserved (default: 256 if none are).
@@ -41,6 +46,10 @@ pub struct SetupArgs {
     /// Only show what would be done.
     #[arg(long)]
     pub dry_run: bool,
+    /// Let this user (name or uid) run vfnvme on the controllers bound: their VFIO group
+    /// files, and an unlimited locked-memory limit (setup.sh's TARGET_USER, also read).
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
     /// The global `--no-iommu`: bind for the explicit no-IOMMU mode (uio_pci_generic) instead
     /// of vfio-pci; set by `main`.
     #[arg(skip)]
@@ -192,9 +201,64 @@ const RESET_WAIT: Duration = Duration::from_secs(5);
 
 /// Runs `vfnvme setup`.
 pub fn run(args: &SetupArgs) -> Result<()> {
+    use crate::setup_sh::{self, Mode};
     let paths = SysPaths::default();
+    let env = setup_sh::Env::from_process()?;
+    let mut args = args.clone();
+    match setup_sh::mode_of(&args.bdfs) {
+        Some(Mode::Status) => {
+            crate::output::text(&setup_sh::status(&paths)?);
+            return Ok(());
+        }
+        Some(Mode::Cleanup) => {
+            crate::output::text(&setup_sh::cleanup(&paths)?);
+            return Ok(());
+        }
+        Some(Mode::Reset) => {
+            args.bdfs.clear();
+            let ours = [pci_sysfs::VFIO_PCI, noiommu::UIO_PCI_GENERIC];
+            args.reset = pci_bind::PciBinder::new(paths.clone())
+                .list_nvme_devices()
+                .context("listing NVMe controllers")?
+                .into_iter()
+                .filter(|d| d.driver.as_deref().is_some_and(|dr| ours.contains(&dr)))
+                .filter(|d| env.admits(&d.address))
+                .map(|d| d.address.to_string())
+                .collect();
+            if args.reset.is_empty() {
+                say!("no controller on vfio-pci or uio_pci_generic to give back");
+                return Ok(());
+            }
+        }
+        Some(Mode::Config) => args.bdfs.clear(),
+        None => {}
+    }
+    if args.hugepages.is_none() {
+        args.hugepages = env.hugepages;
+    }
+    if args.user.is_none() {
+        args.user = env.user.clone();
+    }
+    let user = args
+        .user
+        .as_deref()
+        .map(crate::setup_user::TargetUser::resolve)
+        .transpose()?;
+    if user.is_some() && args.no_iommu {
+        bail!("--user with --no-iommu: uio_pci_generic and physical addresses need root; run as root, or use an IOMMU");
+    }
+    let args = &args;
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-    let actions = plan(args, &paths, Path::new("/proc"), &mounts)?;
+    let mut actions = plan(args, &paths, Path::new("/proc"), &mounts)?;
+    // PCI_ALLOWED / PCI_BLOCKED, as setup.sh applies them.
+    actions.retain(|a| {
+        let addr = action_address(a);
+        let ok = env.admits(addr);
+        if !ok {
+            say!("{addr}: skipped (PCI_ALLOWED / PCI_BLOCKED)");
+        }
+        ok
+    });
     // A hugepage count that would starve the system fails before anything is bound.
     precheck_hugepages(args)?;
     let iommu = iommu_enabled(&paths);
@@ -298,7 +362,15 @@ pub fn run(args: &SetupArgs) -> Result<()> {
     if !iommu && !args.no_iommu {
         say!("warning: {IOMMU_ADVICE}\n{}", noiommu::OPT_IN);
     }
-    check_hugepages(args)?;
+    if env.nodes.is_empty() {
+        check_hugepages(args)?;
+    } else {
+        let count = args.hugepages.unwrap_or(DEFAULT_HUGEPAGES);
+        crate::setup_sh::reserve_on_nodes(&paths, &env.nodes, count, args.dry_run)?;
+    }
+    if let Some(u) = &user {
+        crate::setup_user::grant(&paths, &bound, u, args.dry_run)?;
+    }
     check_memlock()?;
     if !refused.is_empty() && args.bdfs.is_empty() && args.reset.is_empty() {
         say!(
@@ -323,6 +395,18 @@ pub fn run(args: &SetupArgs) -> Result<()> {
         say!("undo: vfnvme setup --reset {addr}");
     }
     Ok(())
+}
+
+/// The controller an action is about.
+fn action_address(a: &Action) -> &PciAddress {
+    match a {
+        Action::Bind(addr, _)
+        | Action::AlreadyBound(addr)
+        | Action::InUse(addr, _)
+        | Action::NotNvme(addr, _)
+        | Action::Reset(addr)
+        | Action::ResetRefused(addr, _) => addr,
+    }
 }
 
 /// Fails if `--hugepages` asks for more than the memory floor allows (see
@@ -518,6 +602,7 @@ mod tests {
             persist: false,
             dry_run: true,
             no_iommu: false,
+            user: None,
         }
     }
 

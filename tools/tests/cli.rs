@@ -270,6 +270,18 @@ fn a_closed_stdout_is_not_a_panic() {
 fn identify_list_and_setup_fail_cleanly() {
     fails_with(&["identify", "nonsense"], 1, "DDDD:BB:DD.F");
     fails_with(&["identify", "ffff:ff:1f.7"], 1, "no PCI device");
+    // --model: the controller the admin commands' --model use.
+    let o = vfnvme(&["identify", "--model", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("identify JSON");
+    let id: serde_json::Value =
+        serde_json::from_slice(&vfnvme(&["id-ctrl", "--model", "-o", "json"]).stdout)
+            .expect("id-ctrl JSON");
+    assert_eq!(
+        v["serial"].as_str(),
+        id["sn"].as_str().map(str::trim_end),
+        "{v}"
+    );
     fails_with(&["identify"], 2, "BDF");
     fails_with(&["setup", "--dry-run", "nonsense"], 1, "DDDD:BB:DD.F");
     fails_with(&["setup", "--dry-run", "--reset", "x"], 1, "DDDD:BB:DD.F");
@@ -498,7 +510,8 @@ fn perf_prints_a_line_per_second_on_a_terminal() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{out}");
     let lines: Vec<&str> = out.lines().filter(|l| l.contains(" s] IOPS")).collect();
-    assert!((2..=4).contains(&lines.len()), "{out}");
+    // About one a second; a loaded host may stretch or merge one.
+    assert!((1..=5).contains(&lines.len()), "{out}");
     assert!(
         lines[0].starts_with("[   1 s]") && lines[0].contains("MiB/s"),
         "{out}"

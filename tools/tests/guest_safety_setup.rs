@@ -411,4 +411,108 @@ fn list_groups_by_subsystem_and_names_who_drives_each_namespace() {
         assert_eq!(c["namespaces"][0]["size_bytes"], 16u64 << 20, "{c}");
         assert_eq!(c["namespaces"][0]["lba_size"], 512, "{c}");
     }
+
+    // setup.sh's words and environment: status shows both controllers with their drivers
+    // and the kernel's block device, and the hugepages per node; PCI_BLOCKED keeps a
+    // controller out of a dry run; cleanup finds nothing held.
+    let vfio = ctrls
+        .iter()
+        .find(|c| c["driver"] == "vfio-pci")
+        .and_then(|c| c["address"].as_str())
+        .expect("a controller on vfio-pci")
+        .to_string();
+    let s = expect(
+        &["setup", "status"],
+        0,
+        &["NVMe controllers", "vfio-pci", "nvme", "Hugepages (2 MiB)"],
+    );
+    assert!(
+        s.lines()
+            .any(|l| l.starts_with(&vfio) && l.contains("vfio-pci")),
+        "{s}"
+    );
+    assert!(
+        s.lines().any(|l| l.contains(" nvme ") && l.contains("n1")),
+        "{s}"
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_vfnvme"))
+        .args(["setup", "--dry-run", &vfio])
+        .env("PCI_BLOCKED", &vfio)
+        .output()
+        .expect("run vfnvme");
+    let t = text(&o);
+    assert!(
+        t.contains(&format!("{vfio}: skipped (PCI_ALLOWED / PCI_BLOCKED)")),
+        "{t}"
+    );
+    expect(
+        &["setup", "cleanup"],
+        0,
+        &[&format!("{vfio}: on vfio-pci, no process holds it")],
+    );
+}
+
+#[test]
+fn a_user_given_the_controller_runs_vfnvme_without_root() {
+    if !in_guest("guest_safety_setup::a_user_given_the_controller_runs_vfnvme_without_root") {
+        return;
+    }
+    let vfio = device_list("VFNVME_VFIO_DEVICES")
+        .into_iter()
+        .next()
+        .expect("a controller on vfio-pci");
+    let group = fs::read_link(
+        Path::new("/sys/bus/pci/devices")
+            .join(&vfio)
+            .join("iommu_group"),
+    )
+    .expect("its IOMMU group");
+    let node = Path::new("/dev/vfio").join(group.file_name().expect("a group number"));
+    // TARGET_USER as setup.sh reads it (a uid: the guest has no user database of its own).
+    let o = Command::new(env!("CARGO_BIN_EXE_vfnvme"))
+        .args(["setup", &vfio])
+        .env("TARGET_USER", "4242")
+        .output()
+        .expect("run vfnvme");
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("now belongs to 4242"), "{t}");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(fs::metadata(&node).expect("the group file").uid(), 4242);
+    // As uid 4242, with the memlock limit the limits.d entry would give at login.
+    let as_user = |args: &[&str]| {
+        let o = Command::new("prlimit")
+            .args([
+                "--memlock=unlimited:unlimited",
+                "setpriv",
+                "--reuid=4242",
+                "--regid=4242",
+                "--clear-groups",
+            ])
+            .arg(env!("CARGO_BIN_EXE_vfnvme"))
+            .args(args)
+            .output()
+            .expect("run prlimit/setpriv (util-linux)");
+        let t = text(&o);
+        println!("as uid 4242: vfnvme {args:?}\n{t}");
+        (o.status.success(), t)
+    };
+    let (ok, t) = as_user(&["identify", &vfio]);
+    // Give the group back to root before asserting, so a failure leaves nothing behind.
+    let (perf_ok, perf) = as_user(&["perf", "--device", &vfio, "--qd", "4", "--ios", "2000"]);
+    nix_chown_root(&node);
+    assert!(ok, "identify as uid 4242: {t}");
+    assert!(
+        perf_ok && perf.contains("Total"),
+        "perf as uid 4242: {perf}"
+    );
+}
+
+fn nix_chown_root(node: &Path) {
+    let s = Command::new("chown")
+        .arg("0:0")
+        .arg(node)
+        .status()
+        .expect("chown");
+    assert!(s.success());
 }

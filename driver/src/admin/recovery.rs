@@ -107,13 +107,20 @@ impl<P: Platform> Shared<P> {
         let requested = queues.in_use.len() as u16;
         self.device.store(RESETTING, Ordering::Release);
         self.events.publish(ControllerEvent::ResetStarted);
-        log::warn!("{}: resetting the controller", self.platform.name());
+        // A reset the driver decided on (recovery: `if_epoch`) is news; one the caller asked
+        // for is not, unless it fails.
+        let level = if if_epoch.is_some() {
+            log::Level::Warn
+        } else {
+            log::Level::Info
+        };
+        log::log!(level, "{}: resetting the controller", self.platform.name());
         let result = self.reset_locked(requested);
         match &result {
             Ok(()) => {
                 self.device.store(LIVE, Ordering::Release);
                 self.events.publish(ControllerEvent::ResetDone);
-                log::warn!("{}: controller reset done", self.platform.name());
+                log::log!(level, "{}: controller reset done", self.platform.name());
             }
             Err(e) => {
                 log::error!("{}: controller reset failed: {e}", self.platform.name());

@@ -59,4 +59,16 @@ pub trait CtrlOps: Send + Sync {
     fn reset(&self) -> FfiResult<()>;
     /// The platform under the controller, for the optional model module to recognise its own.
     fn platform_any(&self) -> &dyn std::any::Any;
+    /// One raw admin command through the safe admin API's checks.
+    fn admin_passthru(
+        &self,
+        cmd: &crate::passthru::PassthruCmd,
+        data: crate::passthru::PassthruData<'_>,
+    ) -> FfiResult<crate::passthru::PassthruResult>;
+    /// One raw NVM I/O command on a queue pair of its own (`QueuePair::passthru_sync`).
+    fn io_passthru(
+        &self,
+        cmd: &crate::passthru::PassthruCmd,
+        data: crate::passthru::PassthruData<'_>,
+    ) -> FfiResult<crate::passthru::PassthruResult>;
 }

@@ -7,6 +7,7 @@ pub mod channel;
 
 use self::backend::{CtrlOps, IoCmd};
 use crate::error::{FfiError, FfiResult, Status};
+use crate::passthru::{PassthruCmd, PassthruData, PassthruResult};
 use crate::types::{copy_cstr, Completion, Cpl, CtrlInfo, MpFail};
 use std::sync::Arc;
 use vfnvme::hal::DmaPool;
@@ -152,6 +153,104 @@ impl AbiPlatform for vfnvme_model::ModelPlatform {
 }
 
 impl<P: AbiPlatform> CtrlOps for Controller<P> {
+    fn admin_passthru(
+        &self,
+        cmd: &PassthruCmd,
+        data: PassthruData<'_>,
+    ) -> FfiResult<PassthruResult> {
+        let ac = vfnvme::spec::AdminCommand {
+            opcode: cmd.opcode,
+            nsid: cmd.nsid,
+            cdw2: cmd.cdw2,
+            cdw3: cmd.cdw3,
+            cdw10: cmd.cdw10,
+            cdw11: cmd.cdw11,
+            cdw12: cmd.cdw12,
+            cdw13: cmd.cdw13,
+            cdw14: cmd.cdw14,
+            cdw15: cmd.cdw15,
+        };
+        let done = match data {
+            PassthruData::None => self.admin(ac),
+            PassthruData::ToDevice(d) => self.admin_write(ac, d),
+            PassthruData::FromDevice(d) => self.admin_read(ac, d.len()).map(|(c, b)| {
+                crate::passthru::deliver(PassthruData::FromDevice(d), b.as_slice());
+                c
+            }),
+        };
+        match done {
+            Ok(c) => Ok(PassthruResult {
+                cdw0: c.dw0,
+                status: 0,
+            }),
+            Err(Error::AdminFailed { status, .. }) => Ok(PassthruResult {
+                cdw0: 0,
+                status: crate::passthru::status_field(status),
+            }),
+            Err(e) => Err(ffi_error(
+                &format!(
+                    "{}: admin opcode {:#04x}",
+                    self.platform().name(),
+                    cmd.opcode
+                ),
+                &e,
+            )),
+        }
+    }
+    fn io_passthru(&self, cmd: &PassthruCmd, data: PassthruData<'_>) -> FfiResult<PassthruResult> {
+        let name = self.platform().name();
+        let what = format!("{name}: I/O opcode {:#04x}", cmd.opcode);
+        let ns = Controller::namespace(self, cmd.nsid).ok_or_else(|| {
+            FfiError::new(
+                Status::VfnvmeErrNotFound,
+                format!(
+                    "{what}: namespace {} is not active; give an active nsid",
+                    cmd.nsid
+                ),
+            )
+        })?;
+        let mut c = vfnvme::spec::Command::new(cmd.opcode);
+        c.cdw2 = cmd.cdw2;
+        c.cdw3 = cmd.cdw3;
+        c.cdw10 = cmd.cdw10;
+        c.cdw11 = cmd.cdw11;
+        c.cdw12 = cmd.cdw12;
+        c.cdw13 = cmd.cdw13;
+        c.cdw14 = cmd.cdw14;
+        c.cdw15 = cmd.cdw15;
+        let buf = match &data {
+            PassthruData::None => None,
+            PassthruData::FromDevice(d) => Some(self.dma().alloc(d.len())),
+            PassthruData::ToDevice(d) => Some(self.dma().alloc(d.len()).map(|mut b| {
+                b.as_mut_slice()[..d.len()].copy_from_slice(d);
+                b
+            })),
+        }
+        .transpose()
+        .map_err(|e| FfiError::new(Status::VfnvmeErrNoMemory, format!("{what}: {e}")))?;
+        let mut qp = Controller::alloc_qpair(
+            self,
+            QpairOptions {
+                depth: 2,
+                ..QpairOptions::default()
+            },
+        )
+        .map_err(|e| ffi_error(&format!("{what}: its queue pair"), &e))?;
+        let (status, back) = qp
+            .passthru_sync(&ns, c, buf)
+            .map_err(|e| ffi_error(&what, &e))?;
+        if let Some(b) = back {
+            crate::passthru::deliver(data, b.as_slice());
+        }
+        Ok(PassthruResult {
+            cdw0: 0,
+            status: if status.is_success() {
+                0
+            } else {
+                crate::passthru::status_field(status)
+            },
+        })
+    }
     fn namespaces(&self) -> Vec<Arc<Namespace>> {
         Controller::namespaces(self)
     }

@@ -66,6 +66,7 @@ pub fn fw_download<P: Platform>(
     if !a.offset.is_multiple_of(4) {
         bail!("--offset {}: give a multiple of 4", a.offset);
     }
+    let mut sent = 0;
     for (i, part) in image.chunks(a.xfer as usize).enumerate() {
         let at = a.offset + i as u32 * a.xfer;
         ctrl.admin_write(
@@ -73,6 +74,8 @@ pub fn fw_download<P: Platform>(
             part,
         )
         .map_err(|e| failed(e, "Firmware Image Download"))?;
+        sent += part.len();
+        super::progress::fraction("fw-download", sent, image.len(), "bytes");
     }
     put(
         io,

@@ -62,6 +62,10 @@ pub struct SanitizeArgs {
     /// Overwrite pattern.
     #[arg(short = 'p', long = "ovrpat", default_value = "0", value_parser = super::num_u32)]
     pub ovrpat: u32,
+    /// Wait until the sanitize ends, showing its progress (SPROG of the Sanitize Status log),
+    /// and print how it ended.
+    #[arg(long)]
+    pub wait: bool,
     /// Don't ask for confirmation.
     #[arg(short = 'y', long = "yes", alias = "force")]
     pub yes: bool,
@@ -168,7 +172,10 @@ pub fn format<P: Platform>(ctrl: &Controller<P>, a: &FormatArgs, io: &mut Io) ->
         "all its data will be lost",
         Guard::Countdown,
     )?;
-    match ctrl.format_nvm_with(a.nsid, settings) {
+    let ticker = super::progress::Ticker::start(&format!("format namespace {:#x}", a.nsid));
+    let formatted = ctrl.format_nvm_with(a.nsid, settings);
+    drop(ticker);
+    match formatted {
         Ok(()) => {}
         Err(Error::NoSuchNamespace { nsid }) => bail!("namespace {nsid} does not exist"),
         Err(e) => return Err(failed(e, "Format NVM")),
@@ -223,6 +230,28 @@ pub fn sanitize<P: Platform>(ctrl: &Controller<P>, a: &SanitizeArgs, io: &mut Io
     }
     ctrl.admin(AdminCommand::sanitize(sanact, a.ause, a.ovrpat))
         .map_err(|e| failed(e, "Sanitize"))?;
+    if a.wait {
+        loop {
+            let log = ctrl
+                .get_log_page(0x81, u32::MAX, 32, false)
+                .map_err(|e| failed(e, "Sanitize Status log (81h)"))?;
+            let b = log.as_slice();
+            let sprog = u32::from(u16::from_le_bytes([b[0], b[1]]));
+            let sstat = u16::from_le_bytes([b[2], b[3]]);
+            if sstat & 7 != 2 {
+                let v = super::logs::sanitize_json(b, "log");
+                return put(
+                    io,
+                    &format!(
+                        "sanitize ({name}): ended: {}",
+                        v["log"]["sstat"]["status"].as_str().unwrap_or("?")
+                    ),
+                );
+            }
+            super::progress::fraction("sanitize", sprog as usize, 0x10000, "of SPROG");
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+    }
     put(
         io,
         &format!("sanitize ({name}): started; see `vfnvme get-log --log-id 0x81 --log-len 512`"),

@@ -32,7 +32,7 @@ pub struct ErrorLogArgs {
     pub format: Format,
 }
 
-/// Arguments of `fw-log`.
+/// Arguments of `fw-log` and `sanitize-log`.
 #[derive(Args, Debug)]
 pub struct FwLogArgs {
     #[command(flatten)]
@@ -375,6 +375,109 @@ pub fn fw_log<P: Platform>(ctrl: &Controller<P>, a: &FwLogArgs, io: &mut Io) -> 
         put(io, &format!("frs{slot} : {raw:#016x} ({shown})"))?;
     }
     Ok(())
+}
+
+/// SSTAT's status (bits 2:0) as nvme-cli words it.
+fn sanitize_status(sstat: u64) -> &'static str {
+    match sstat & 7 {
+        0 => "NVM Subsystem has never been sanitized.",
+        1 => "Most Recent Sanitize Command Completed Successfully.",
+        2 => "Sanitize in Progress.",
+        3 => "Most Recent Sanitize Command Failed.",
+        4 => "Most Recent Sanitize Command (No-Deallocate After Sanitize) Completed Successfully.",
+        _ => "Unknown",
+    }
+}
+
+/// The Sanitize Status log's estimated times, nvme-cli's JSON name and text label each.
+const SANITIZE_TIMES: [(&str, &str, usize); 6] = [
+    (
+        "time_over_write",
+        "Estimated Time For Overwrite                   ",
+        8,
+    ),
+    (
+        "time_block_erase",
+        "Estimated Time For Block Erase                 ",
+        12,
+    ),
+    (
+        "time_crypto_erase",
+        "Estimated Time For Crypto Erase                ",
+        16,
+    ),
+    (
+        "time_over_write_no_dealloc",
+        "Estimated Time For Overwrite (No-Deallocate)   ",
+        20,
+    ),
+    (
+        "time_block_erase_no_dealloc",
+        "Estimated Time For Block Erase (No-Deallocate) ",
+        24,
+    ),
+    (
+        "time_crypto_erase_no_dealloc",
+        "Estimated Time For Crypto Erase (No-Deallocate)",
+        28,
+    ),
+];
+
+/// The Sanitize Status log (81h) as nvme-cli's JSON: its fields under the device's name.
+pub fn sanitize_json(b: &[u8], device: &str) -> Value {
+    let sstat = le(b, 2, 2);
+    let mut dev = Map::new();
+    dev.insert("sprog".into(), json!(le(b, 0, 2)));
+    dev.insert(
+        "sstat".into(),
+        json!({
+            "global_erased": sstat >> 8 & 1,
+            "no_cmplted_passes": sstat >> 3 & 0x1f,
+            "status": format!("({}) {}", sstat & 7, sanitize_status(sstat)),
+        }),
+    );
+    dev.insert("cdw10_info".into(), json!(le(b, 4, 4)));
+    for (name, _, off) in SANITIZE_TIMES {
+        dev.insert(name.into(), json!(le(b, off, 4)));
+    }
+    let mut root = Map::new();
+    root.insert(device.into(), Value::Object(dev));
+    Value::Object(root)
+}
+
+/// The Sanitize Status log in nvme-cli's text layout.
+pub fn sanitize_text(b: &[u8]) -> String {
+    let mut t = format!(
+        "Sanitize Progress                      (SPROG) :  {}\nSanitize Status                        (SSTAT) :  {:#x}\nSanitize Command Dword 10 Information (SCDW10) :  {:#x}\n",
+        le(b, 0, 2),
+        le(b, 2, 2) & 7,
+        le(b, 4, 4)
+    );
+    for (_, label, off) in SANITIZE_TIMES {
+        let v = le(b, off, 4);
+        let none = if v == 0xffff_ffff {
+            " (No time period reported)"
+        } else {
+            ""
+        };
+        t.push_str(&format!("{label}:  {v}{none}\n"));
+    }
+    t
+}
+
+/// `vfnvme sanitize-log`.
+pub fn sanitize_log<P: Platform>(ctrl: &Controller<P>, a: &FwLogArgs, io: &mut Io) -> Result<()> {
+    let b = read_log(ctrl, 0x81, u32::MAX, 512, "Sanitize Status log (81h)")?;
+    if a.format.binary() {
+        return io.out.write_all(&b).map_err(Into::into);
+    }
+    if a.format.json() {
+        let v = sanitize_json(&b, &io.name);
+        return put_json(io, &v);
+    }
+    io.out
+        .write_all(sanitize_text(&b).as_bytes())
+        .map_err(Into::into)
 }
 
 /// nvme-cli's hex dump: 16 bytes a line with an offset and the printable characters.

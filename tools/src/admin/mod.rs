@@ -13,6 +13,7 @@ mod identify;
 mod logs;
 mod nsmgmt;
 mod passthru;
+mod progress;
 #[cfg(test)]
 mod prop_tests;
 #[cfg(all(test, feature = "model"))]
@@ -78,6 +79,8 @@ pub enum AdminCmd {
     ErrorLog(logs::ErrorLogArgs),
     /// Firmware Slot Information log (nvme-cli `fw-log`).
     FwLog(logs::FwLogArgs),
+    /// Sanitize Status log (nvme-cli `sanitize-log`).
+    SanitizeLog(logs::FwLogArgs),
     /// Any log page, as a hex dump or raw (nvme-cli `get-log`).
     GetLog(logs::GetLogArgs),
     /// Get Features (nvme-cli `get-feature`).
@@ -123,6 +126,7 @@ impl AdminCmd {
             SmartLog(a) => &a.target,
             ErrorLog(a) => &a.target,
             FwLog(a) => &a.target,
+            SanitizeLog(a) => &a.target,
             GetLog(a) => &a.target,
             GetFeature(a) => &a.target,
             SetFeature(a) => &a.target,
@@ -236,6 +240,7 @@ pub fn exec<P: Platform>(ctrl: &Controller<P>, cmd: &AdminCmd, io: &mut Io) -> R
         SmartLog(a) => logs::smart_log(ctrl, a, io),
         ErrorLog(a) => logs::error_log(ctrl, a, io),
         FwLog(a) => logs::fw_log(ctrl, a, io),
+        SanitizeLog(a) => logs::sanitize_log(ctrl, a, io),
         GetLog(a) => logs::get_log(ctrl, a, io),
         GetFeature(a) => features::get_feature(ctrl, a, io),
         SetFeature(a) => features::set_feature(ctrl, a, io),

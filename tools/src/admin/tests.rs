@@ -178,7 +178,18 @@ fn namespace_management_round_trip() {
     fails(&c, "delete-ns -n 3 --yes", "does not exist");
     fails(&c, "create-ns --nsze 10 --flbas 5", "LBA formats 0..=1");
     fails(&c, "create-ns --nsze 0", "at least one block");
-    fails(&c, "list-ctrl", "Identify controller list");
+    // The model's controller lists (CNS 13h, and 12h for its attached namespaces).
+    let l = json(&c, "list-ctrl --json");
+    assert_eq!(
+        (
+            l["num_ctrl"].as_u64(),
+            l["ctrl_list"][0]["ctrl_id"].as_u64()
+        ),
+        (Some(1), Some(1)),
+        "{l}"
+    );
+    assert_eq!(json(&c, "list-ctrl -n 1 --json")["num_ctrl"], 1);
+    assert_eq!(json(&c, "list-ctrl --cntid 2 --json")["num_ctrl"], 0);
 }
 
 #[test]
@@ -209,7 +220,22 @@ fn format_and_sanitize_ask_check_and_erase() {
         .unwrap_err()
         .contains("not confirmed"));
     fails(&c, "sanitize -a melt --yes", "--sanact");
-    run(&c, "sanitize -a block-erase --yes");
+    let out = run(&c, "sanitize -a block-erase --yes --wait");
+    assert!(
+        out.contains("ended: (1) Most Recent Sanitize Command Completed Successfully."),
+        "{out}"
+    );
+    // sanitize-log: nvme-cli's shape; the block erase completed.
+    let v = json(&c, "sanitize-log -o json");
+    assert_eq!(
+        v["model"]["sstat"]["status"], "(1) Most Recent Sanitize Command Completed Successfully.",
+        "{v}"
+    );
+    let t = run(&c, "sanitize-log");
+    assert!(
+        t.contains("Sanitize Status                        (SSTAT) :  0x1\n"),
+        "{t}"
+    );
     let log = run(&c, "get-log --log-id 0x81 --log-len 16");
     assert!(log.contains("0000: ff ff 01 01"), "{log}");
 }

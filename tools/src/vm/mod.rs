@@ -86,9 +86,10 @@ pub struct VmArgs {
     /// Accelerator.
     #[arg(long, value_enum, default_value_t = AccelChoice::Auto)]
     accel: AccelChoice,
-    /// Show the guest kernel's messages (no `quiet`).
-    #[arg(long)]
-    verbose: bool,
+    /// Show the guest kernel's messages (no `quiet`): the global `-v`/`--verbose`, set by
+    /// `main`.
+    #[arg(skip)]
+    pub verbose: bool,
     /// Plain QEMU: keep the timer slack QEMU inherits (Linux's default is 50 µs) instead of
     /// lowering it to 1 ns, and the guest kernel's default clocksource (hpet under TCG) instead of
     /// `clocksource=tsc tsc=reliable`. For figures that must hold outside the harness's settings.
