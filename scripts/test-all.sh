@@ -172,7 +172,7 @@ shared_boot=(guest_data_identify guest_data_large guest_data_qpairs guest_data_b
     guest_data4k_identify guest_data4k_large guest_ns256_identify guest_ns256_scan
     guest_multins_identify guest_multins_io guest_multins_perf guest_pair_concurrent
     guest_pair_perf guest_multipath_shared guest_multipath_cli guest_multipath_container
-    guest_pi_io guest_pi_image guest_pi_errors guest_pi_fio guest_data_sgl)
+    guest_pi_io guest_pi_image guest_pi_errors guest_pi_fio guest_data_sgl guest_data_tcp)
 shares_boot() {
     local s
     for s in "${shared_boot[@]}"; do
