@@ -1,5 +1,6 @@
 //! Scenario `data` (shares its boot): `vfnvme serve` on the vfio-bound controller, used by the
-//! guest kernel's own NVMe/TCP initiator. A host NQN not on the allow list is refused by
+//! guest kernel's own NVMe/TCP initiator. `nvme discover` lists the subsystem for the allowed
+//! host only. A host NQN not on the allow list is refused by
 //! `nvme connect`; the allowed one connects, the kernel's block device takes writes with dd
 //! (4 KiB in-capsule, 1 MiB by R2T) that read back equal, then the original data is put back,
 //! the host disconnects and Ctrl-C stops the target cleanly.
@@ -213,6 +214,43 @@ fn the_kernel_initiator_reads_and_writes_through_vfnvme_serve() {
             ],
         )
     };
+    // nvme-cli reads the discovery log: the subsystem at this port, for the allowed host only.
+    let log = must(
+        "nvme",
+        &[
+            "discover",
+            "-t",
+            "tcp",
+            "-a",
+            "127.0.0.1",
+            "-s",
+            PORT,
+            "--hostnqn",
+            HOST,
+        ],
+    );
+    assert!(
+        log.contains(NQN) && log.contains("trsvcid: 4420"),
+        "discovery log: {log}"
+    );
+    let log = must(
+        "nvme",
+        &[
+            "discover",
+            "-t",
+            "tcp",
+            "-a",
+            "127.0.0.1",
+            "-s",
+            PORT,
+            "--hostnqn",
+            OTHER,
+        ],
+    );
+    assert!(
+        !log.contains(NQN),
+        "a host not on the list discovered the subsystem: {log}"
+    );
     let (ok, text) = connect(OTHER);
     assert!(!ok, "a host NQN not on the list connected: {text}");
     must(
