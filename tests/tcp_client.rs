@@ -185,6 +185,18 @@ impl Client {
         cid
     }
 
+    /// Whether the target closed the connection: the next read ends the stream (a PDU, or the
+    /// read timeout running out, is not a close).
+    pub fn closed(&mut self) -> bool {
+        match self.try_recv() {
+            Err(e) => matches!(
+                e.kind(),
+                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+            ),
+            Ok(_) => false,
+        }
+    }
+
     /// Receives one PDU (panics on a malformed one or a timeout).
     pub fn recv(&mut self) -> Received {
         self.try_recv().expect("receive a PDU")
@@ -278,7 +290,7 @@ impl Client {
         }
     }
 
-    /// Fabrics Connect of queue `qid`; returns the completion.
+    /// Fabrics Connect of queue `qid` (KATO 5 s on the admin queue); returns the completion.
     pub fn connect(
         &mut self,
         qid: u16,
@@ -287,6 +299,20 @@ impl Client {
         subnqn: &str,
         hostnqn: &str,
     ) -> Completion {
+        let kato = if qid == 0 { 5000 } else { 0 };
+        self.connect_kato(qid, sqsize, cntlid, subnqn, hostnqn, kato)
+    }
+
+    /// Fabrics Connect of queue `qid` with a Keep Alive Timeout of `kato_ms`.
+    pub fn connect_kato(
+        &mut self,
+        qid: u16,
+        sqsize: u16,
+        cntlid: u16,
+        subnqn: &str,
+        hostnqn: &str,
+        kato_ms: u32,
+    ) -> Completion {
         let mut sqe = [0u8; 64];
         sqe[0] = 0x7F;
         sqe[4] = 0x01;
@@ -294,7 +320,7 @@ impl Client {
         sqe[39] = 0x01; // data block, offset
         sqe[42..44].copy_from_slice(&qid.to_le_bytes());
         sqe[44..46].copy_from_slice(&sqsize.to_le_bytes());
-        sqe[48..52].copy_from_slice(&(if qid == 0 { 5000u32 } else { 0 }).to_le_bytes());
+        sqe[48..52].copy_from_slice(&kato_ms.to_le_bytes());
         let mut data = vec![0u8; 1024];
         data[0..16].copy_from_slice(b"vfnvme-test-host");
         data[16..18].copy_from_slice(&cntlid.to_le_bytes());

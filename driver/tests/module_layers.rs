@@ -1,8 +1,8 @@
 //! The workspace points one way, at two levels.
 //!
 //! Modules: no import cycles between the top-level modules of `driver/src`, `hal/src`,
-//! `target/src` and `ffi/src`, and every import of the driver goes down the layer list written at the top of
-//! `driver/src/lib.rs`. The check reads the sources: every `crate::x` (and `super::x` that
+//! `tcp-target/src` and `ffi/src`, and every import of the driver goes down the layer list
+//! written at the top of `driver/src/lib.rs`. The check reads the sources: every `crate::x` (and `super::x` that
 //! reaches the crate root) outside test code is an edge from the file's top-level module to
 //! `x`; `crate::Name` of an item the crate root re-exports (`pub use x::...::Name`) is an edge
 //! to `x`. A new cycle, or an import of a higher layer, fails a test here and names the edges.
@@ -404,7 +404,7 @@ fn hal_modules_have_no_import_cycles() {
 
 #[test]
 fn target_modules_have_no_import_cycles() {
-    assert_no_module_cycles("target", 10);
+    assert_no_module_cycles("tcp-target", 10);
 }
 
 #[test]

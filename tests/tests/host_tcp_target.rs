@@ -153,7 +153,7 @@ fn garbage_ends_only_its_own_connection() {
         other => panic!("expected C2HTermReq, got {other:?}"),
     }
     assert!(
-        bad.try_recv().is_err(),
+        bad.closed(),
         "the connection is closed after the C2HTermReq"
     );
     let mut bad = Client::open(t.addr).expect("connect");
@@ -238,4 +238,32 @@ fn shutdown_answers_a_write_still_waiting_for_data() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn a_controller_without_keep_alive_ends_with_its_queues() {
+    let t = start();
+    let mut admin = Client::open(t.addr).expect("connect");
+    admin.icreq(false, false);
+    // KATO 1 ms: the host never sends Keep Alive in time. The test waits for the target to
+    // close the connection (a socket read with a deadline), not for a clock.
+    let c = admin.connect_kato(0, 31, 0xFFFF, SUBNQN, HOST, 1);
+    assert_eq!(c.status, 0);
+    let cntlid = c.result as u16;
+    let mut io = Client::open(t.addr).expect("connect I/O");
+    io.icreq(false, false);
+    let c = io.connect(1, 31, cntlid, SUBNQN, HOST);
+    // The controller may already be gone (then the I/O Connect is refused and that connection
+    // stays, free to try again); if not, its I/O queue ends with it.
+    assert!(admin.closed(), "the admin queue ends");
+    if c.status == 0 {
+        assert!(io.closed(), "its I/O queue ends");
+    } else {
+        assert_eq!(c.status & 0x7ff, 0x182, "{c:?}");
+    }
+    // Another host's controller with a sane KATO is unaffected.
+    let (mut a, mut io, _) = bring_up(t.addr, false);
+    assert_eq!(a.admin(0x18, 0, 0).status, 0, "Keep Alive");
+    let (r, _) = io.read(1, 0, 1, 512);
+    assert_eq!(r.status, 0);
 }

@@ -1,0 +1,300 @@
+//! One target I/O queue: Read, Write and Flush capsules mapped onto a [`BackendQueue`],
+//! with write data taken in-capsule or solicited by R2T (one R2T outstanding per command, at
+//! most MAXH2CDATA each). A command's slot index is both its backend tag and its R2T transfer
+//! tag, so nothing is looked up by the host's command identifier. Slots keep their last buffer
+//! for the next command: the steady state allocates nothing.
+
+use crate::backend::{BackendQueue, IoBuffer, IoOp, IoRequest};
+use crate::command::*;
+use crate::error::{BackendError, PduError};
+use crate::export::Export;
+use crate::pdu::H2cDataHeader;
+use crate::tx::Tx;
+
+/// NVM opcode: Flush.
+pub const OPC_FLUSH: u8 = 0x00;
+/// NVM opcode: Write.
+pub const OPC_WRITE: u8 = 0x01;
+/// NVM opcode: Read.
+pub const OPC_READ: u8 = 0x02;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Free,
+    /// A write waiting for H2CData.
+    AwaitData,
+    /// Submitted to the backend.
+    InBackend,
+}
+
+#[derive(Debug)]
+struct Slot<B> {
+    state: State,
+    cid: u16,
+    req: IoRequest,
+    len: u32,
+    received: u32,
+    solicited: u32,
+    buf: Option<B>,
+    spare: Option<B>,
+}
+
+/// One I/O queue's commands in flight.
+pub struct IoQueue<Q: BackendQueue> {
+    q: Q,
+    slots: Box<[Slot<Q::Buf>]>,
+    free: Vec<u16>,
+    maxh2cdata: u32,
+}
+
+impl<Q: BackendQueue> IoQueue<Q> {
+    /// A queue of `size` commands over `q`.
+    pub fn new(q: Q, size: u16, maxh2cdata: u32) -> Self {
+        let slots = (0..size)
+            .map(|_| Slot {
+                state: State::Free,
+                cid: 0,
+                req: IoRequest {
+                    op: IoOp::Flush,
+                    nsid: 0,
+                    lba: 0,
+                    blocks: 0,
+                    tag: 0,
+                },
+                len: 0,
+                received: 0,
+                solicited: 0,
+                buf: None,
+                spare: None,
+            })
+            .collect();
+        IoQueue {
+            q,
+            slots,
+            free: (0..size).rev().collect(),
+            maxh2cdata,
+        }
+    }
+
+    /// Commands the queue holds (waiting for data or in the backend).
+    pub fn busy(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// Takes one command capsule; errors in the command are answered with a status, only
+    /// transport violations return an error.
+    pub fn command(
+        &mut self,
+        sqe: Sqe<'_>,
+        data: &[u8],
+        export: &Export,
+        tx: &mut Tx,
+    ) -> Result<(), PduError> {
+        let cid = sqe.cid();
+        let op = match sqe.opcode() {
+            OPC_READ => IoOp::Read,
+            OPC_WRITE => IoOp::Write,
+            OPC_FLUSH => IoOp::Flush,
+            _ => {
+                tx.respond(cid, SC_INVALID_OPCODE, 0);
+                return Ok(());
+            }
+        };
+        let Some(ns) = export.namespace(sqe.nsid()) else {
+            tx.respond(cid, SC_INVALID_NS, 0);
+            return Ok(());
+        };
+        let (lba, blocks) = if op == IoOp::Flush {
+            (0, 0)
+        } else {
+            (sqe.cdw10_11(), (sqe.cdw(12) & 0xffff) + 1)
+        };
+        let len = blocks << ns.lba_shift;
+        if op != IoOp::Flush {
+            if lba
+                .checked_add(blocks.into())
+                .is_none_or(|end| end > ns.blocks)
+            {
+                tx.respond(cid, SC_LBA_OUT_OF_RANGE, 0);
+                return Ok(());
+            }
+            if len > export.max_transfer() {
+                tx.respond(cid, SC_INVALID_FIELD, 0);
+                return Ok(());
+            }
+        }
+        let sgl = sqe.sgl();
+        let in_capsule = sgl.kind == SGL_DATA_BLOCK_OFFSET;
+        let sgl_ok = match op {
+            IoOp::Flush => data.is_empty(),
+            IoOp::Read => sgl.kind == SGL_TRANSPORT && sgl.length == len && data.is_empty(),
+            IoOp::Write if in_capsule => {
+                sgl.address == 0 && sgl.length == len && data.len() == len as usize
+            }
+            IoOp::Write => sgl.kind == SGL_TRANSPORT && sgl.length == len && data.is_empty(),
+        };
+        if !sgl_ok {
+            tx.respond(cid, SC_SGL_LENGTH_INVALID, 0);
+            return Ok(());
+        }
+        let Some(tag) = self.free.pop() else {
+            log::warn!(
+                "queue {}: command {cid:#x} beyond the queue size the host connected with",
+                tx.sqid
+            );
+            tx.respond(cid, SC_INTERNAL, 0);
+            return Ok(());
+        };
+        let req = IoRequest {
+            op,
+            nsid: ns.nsid,
+            lba,
+            blocks,
+            tag,
+        };
+        let buf = if op == IoOp::Flush {
+            None
+        } else {
+            match self.buffer(tag, len as usize) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    log::warn!("queue {}: {e}", tx.sqid);
+                    self.free.push(tag);
+                    tx.respond(cid, SC_INTERNAL, 0);
+                    return Ok(());
+                }
+            }
+        };
+        let s = &mut self.slots[usize::from(tag)];
+        s.cid = cid;
+        s.req = req;
+        s.len = len;
+        s.received = 0;
+        s.buf = buf;
+        if op == IoOp::Write && !in_capsule {
+            s.state = State::AwaitData;
+            s.solicited = len.min(self.maxh2cdata);
+            tx.r2t(cid, tag, 0, s.solicited);
+            return Ok(());
+        }
+        if op == IoOp::Write {
+            if let Some(b) = s.buf.as_mut() {
+                b.bytes_mut().copy_from_slice(data);
+            }
+        }
+        self.submit(tag, tx);
+        Ok(())
+    }
+
+    /// A buffer for `len` bytes: the slot's last one if large enough, else a new one.
+    fn buffer(&mut self, tag: u16, len: usize) -> Result<Q::Buf, BackendError> {
+        if let Some(mut b) = self.slots[usize::from(tag)].spare.take() {
+            if b.set_len(len) {
+                return Ok(b);
+            }
+        }
+        self.q.alloc(len)
+    }
+
+    fn submit(&mut self, tag: u16, tx: &mut Tx) {
+        let s = &mut self.slots[usize::from(tag)];
+        match self.q.submit(s.req, s.buf.take()) {
+            Ok(()) => s.state = State::InBackend,
+            Err((status, buf)) => {
+                s.spare = buf;
+                s.state = State::Free;
+                tx.respond(s.cid, status, 0);
+                self.free.push(tag);
+            }
+        }
+    }
+
+    /// Takes H2CData for a write this queue sent an R2T for.
+    pub fn h2c_data(
+        &mut self,
+        h: &H2cDataHeader,
+        data: &[u8],
+        tx: &mut Tx,
+    ) -> Result<(), PduError> {
+        let s = match self.slots.get_mut(usize::from(h.ttag)) {
+            Some(s) if s.state == State::AwaitData && s.cid == h.cccid => s,
+            _ => {
+                return Err(PduError::Sequence {
+                    what: "H2CData",
+                    why: "its transfer tag and command identifier match no R2T outstanding",
+                })
+            }
+        };
+        let end = u64::from(h.datao) + data.len() as u64;
+        if h.datao != s.received || end > u64::from(s.solicited) {
+            return Err(PduError::OutOfRange {
+                cid: h.cccid,
+                offset: h.datao,
+                end,
+                limit: s.solicited,
+            });
+        }
+        if let Some(b) = s.buf.as_mut() {
+            b.bytes_mut()[h.datao as usize..end as usize].copy_from_slice(data);
+        }
+        s.received = end as u32;
+        if s.received < s.solicited {
+            return Ok(());
+        }
+        if s.received < s.len {
+            s.solicited = s.len.min(s.received.saturating_add(self.maxh2cdata));
+            let (cid, off, n) = (s.cid, s.received, s.solicited - s.received);
+            tx.r2t(cid, h.ttag, off, n);
+            return Ok(());
+        }
+        self.submit(h.ttag, tx);
+        Ok(())
+    }
+
+    /// Sends what was submitted since the last commit.
+    pub fn commit(&mut self) {
+        self.q.commit();
+    }
+
+    /// Delivers up to `max` finished commands as C2HData and response capsules.
+    pub fn poll(&mut self, max: usize, tx: &mut Tx) -> usize {
+        let slots = &mut self.slots;
+        let free = &mut self.free;
+        self.q.poll(max, &mut |done| {
+            let Some(s) = slots.get_mut(usize::from(done.tag)) else {
+                return;
+            };
+            if done.status == SC_SUCCESS && s.req.op == IoOp::Read {
+                match &done.buffer {
+                    Some(b) => tx.data(s.cid, b.bytes()),
+                    None => {
+                        tx.respond(s.cid, SC_DATA_TRANSFER_ERROR, 0);
+                        s.state = State::Free;
+                        free.push(done.tag);
+                        return;
+                    }
+                }
+            }
+            tx.respond(s.cid, done.status, 0);
+            s.spare = done.buffer;
+            s.state = State::Free;
+            free.push(done.tag);
+        })
+    }
+
+    /// Ends the writes still waiting for data (the queue is going away): each answered with
+    /// "aborted due to SQ deletion". Returns how many.
+    pub fn abort_waiting(&mut self, tx: &mut Tx) -> usize {
+        let mut n = 0;
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            if s.state == State::AwaitData {
+                tx.respond(s.cid, SC_ABORTED_SQ_DELETION, 0);
+                s.spare = s.buf.take();
+                s.state = State::Free;
+                self.free.push(i as u16);
+                n += 1;
+            }
+        }
+        n
+    }
+}

@@ -1,0 +1,546 @@
+//! The target: a listening socket and every connection, served by one thread that polls them
+//! all (non-blocking sockets, no thread per connection or per I/O), the controllers they
+//! form, keep-alive timers, and a clean shutdown.
+
+use crate::admin::{self, AdminCtx, AdminReply, FCTYPE_CONNECT, FCTYPE_DISCONNECT, OPC_FABRICS};
+use crate::backend::Backend;
+use crate::codec::Codec;
+use crate::command::*;
+use crate::config::TargetConfig;
+use crate::conn::{Conn, Role};
+use crate::connect::{self, ConnectKind};
+use crate::ctrl::CtrlState;
+use crate::error::{PduError, TargetError};
+use crate::export::Export;
+use crate::io::IoQueue;
+use crate::pdu::Pdu;
+use crate::tx::Tx;
+use std::collections::BTreeMap;
+use std::io::ErrorKind;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Completions taken from one I/O queue per poll.
+const POLL_BATCH: usize = 64;
+/// Polls between two runs of the backend's admin housekeeping.
+const ADMIN_EVERY: u32 = 1024;
+
+/// What a shutdown did with the commands it found.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Connections closed.
+    pub connections: usize,
+    /// Writes still waiting for data, and held AERs, answered "aborted due to SQ deletion".
+    pub aborted: usize,
+    /// Commands in the backend when the grace period ended (their queue pairs delete them).
+    pub abandoned: usize,
+}
+
+/// An NVMe/TCP target serving one subsystem from `B`.
+pub struct Target<B: Backend> {
+    listener: TcpListener,
+    backend: B,
+    export: Export,
+    conns: Vec<Option<Conn<B::Queue>>>,
+    ctrls: BTreeMap<u16, CtrlState>,
+    polls: u32,
+}
+
+/// Everything a connection's PDUs may touch besides the connection.
+struct Ctx<'a, B: Backend> {
+    backend: &'a B,
+    export: &'a Export,
+    ctrls: &'a mut BTreeMap<u16, CtrlState>,
+    conn: usize,
+    peer: SocketAddr,
+    local: SocketAddr,
+    now: Instant,
+    disconnect: bool,
+}
+
+impl<B: Backend> Target<B> {
+    /// Listens on `config.listen` and exports `backend`'s namespaces.
+    pub fn bind(config: TargetConfig, backend: B) -> Result<Self, TargetError> {
+        config.validate().map_err(TargetError::Config)?;
+        let listen = |source| TargetError::Listen {
+            addr: config.listen.to_string(),
+            source,
+        };
+        let listener = TcpListener::bind(config.listen).map_err(listen)?;
+        listener.set_nonblocking(true).map_err(listen)?;
+        let export = Export::new(
+            config,
+            backend.namespaces().to_vec(),
+            backend.max_transfer(),
+        );
+        log::info!(
+            "serving {} ({} namespaces, MDTS {} KiB) on {}; hosts allowed: {}",
+            export.config.subsystem.nqn,
+            export.namespaces.len(),
+            export.max_transfer() / 1024,
+            listener
+                .local_addr()
+                .map_or_else(|_| "?".into(), |a| a.to_string()),
+            if export.config.subsystem.allowed_hosts.is_empty() {
+                "none (add --allow-host NQN)".into()
+            } else {
+                export.config.subsystem.allowed_hosts.join(", ")
+            }
+        );
+        Ok(Target {
+            listener,
+            backend,
+            export,
+            conns: Vec::new(),
+            ctrls: BTreeMap::new(),
+            polls: 0,
+        })
+    }
+
+    /// The address listened on (the port chosen when 0 was asked for).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Open connections.
+    pub fn connections(&self) -> usize {
+        self.conns.iter().flatten().count()
+    }
+
+    /// Live controllers.
+    pub fn controllers(&self) -> usize {
+        self.ctrls.len()
+    }
+
+    /// The export (configuration, namespaces, limits).
+    pub fn export(&self) -> &Export {
+        &self.export
+    }
+
+    /// Serves until `stop` is set, then shuts down within `grace`. Idle, it yields the CPU
+    /// between polls and naps 100 µs after a long idle stretch.
+    pub fn run(&mut self, stop: &AtomicBool, grace: Duration) -> ShutdownReport {
+        let mut idle = 0u32;
+        while !stop.load(Ordering::Relaxed) {
+            if self.poll(Instant::now()) > 0 {
+                idle = 0;
+            } else {
+                idle = idle.saturating_add(1);
+                if idle > 10_000 {
+                    std::thread::sleep(Duration::from_micros(100));
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        self.shutdown(grace)
+    }
+
+    /// One pass over the listener and every connection; returns a measure of the work done
+    /// (0: nothing happened).
+    pub fn poll(&mut self, now: Instant) -> usize {
+        let mut work = self.accept();
+        for i in 0..self.conns.len() {
+            let Some(mut c) = self.conns[i].take() else {
+                continue;
+            };
+            let (w, keep) = self.service(i, &mut c, now);
+            work += w;
+            if keep {
+                self.conns[i] = Some(c);
+            } else {
+                self.close(c);
+            }
+        }
+        self.keep_alive(now);
+        self.polls = self.polls.wrapping_add(1);
+        if self.polls.is_multiple_of(ADMIN_EVERY) {
+            self.backend.poll_admin();
+        }
+        work
+    }
+
+    fn accept(&mut self) -> usize {
+        let mut n = 0;
+        loop {
+            match self.listener.accept() {
+                Ok((s, peer)) => {
+                    let cfg = &self.export.config;
+                    match Conn::new(s, Codec::new(cfg.maxh2cdata, cfg.in_capsule)) {
+                        Ok(c) => {
+                            log::debug!("{peer}: connected");
+                            match self.conns.iter().position(Option::is_none) {
+                                Some(i) => self.conns[i] = Some(c),
+                                None => self.conns.push(Some(c)),
+                            }
+                            n += 1;
+                        }
+                        Err(e) => log::warn!("{peer}: could not set the socket up: {e}"),
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    log::warn!("accept: {e}");
+                    return n;
+                }
+            }
+        }
+    }
+
+    /// Serves one connection; returns the work done and whether to keep it.
+    fn service(&mut self, i: usize, c: &mut Conn<B::Queue>, now: Instant) -> (usize, bool) {
+        if let Some(id) = c.cntlid() {
+            if !self.ctrls.contains_key(&id) && c.closing.is_none() {
+                c.closing = Some(format!("controller {id} is gone"));
+            }
+        }
+        let mut work = 0;
+        if c.closing.is_none() {
+            match c.fill() {
+                Ok(n) => work += n,
+                Err(e) => {
+                    log::debug!("{}: {e}", c.peer);
+                    return (work, false);
+                }
+            }
+            let mut cx = Ctx {
+                backend: &self.backend,
+                export: &self.export,
+                ctrls: &mut self.ctrls,
+                conn: i,
+                peer: c.peer,
+                local: c.local,
+                now,
+                disconnect: false,
+            };
+            let r = c.each_pdu(|tx, role, pdu| cx.pdu(tx, role, pdu));
+            if let Err((e, offending)) = r {
+                c.terminate(&e, &offending);
+            } else if cx.disconnect {
+                c.closing = Some("Disconnect".into());
+            }
+        }
+        if let Role::Io { queue, .. } = &mut c.role {
+            queue.commit();
+            work += queue.poll(POLL_BATCH, &mut c.tx);
+        }
+        if let Err(e) = c.flush() {
+            log::debug!("{}: {e}", c.peer);
+            return (work, false);
+        }
+        if c.closing.is_some() && c.tx.pending() == 0 {
+            return (work, false);
+        }
+        let idle_io = match &c.role {
+            Role::Io { queue, .. } => queue.busy() == 0,
+            _ => true,
+        };
+        if c.eof && idle_io && c.tx.pending() == 0 {
+            return (work, false);
+        }
+        (work, true)
+    }
+
+    fn close(&mut self, c: Conn<B::Queue>) {
+        let why = c.closing.as_deref().unwrap_or("closed by the host");
+        log::debug!("{}: connection closed ({why})", c.peer);
+        match c.role {
+            Role::Admin { cntlid } => {
+                if self.ctrls.remove(&cntlid).is_some() {
+                    log::info!(
+                        "controller {cntlid}: admin queue closed ({why}); its I/O queues close too"
+                    );
+                }
+            }
+            Role::Io { cntlid, qid, .. } => {
+                if let Some(ctrl) = self.ctrls.get_mut(&cntlid) {
+                    ctrl.io_qids &= !(1u64 << (qid % 64));
+                }
+            }
+            Role::Fresh => {}
+        }
+    }
+
+    fn keep_alive(&mut self, now: Instant) {
+        let expired: Vec<u16> = self
+            .ctrls
+            .values()
+            .filter(|c| c.keep_alive_expired(now))
+            .map(|c| c.cntlid)
+            .collect();
+        for id in expired {
+            if let Some(c) = self.ctrls.remove(&id) {
+                log::warn!(
+                    "controller {id} (host {}): no Keep Alive within {} ms; ending its queues",
+                    c.hostnqn,
+                    c.kato_ms
+                );
+            }
+        }
+    }
+
+    /// Stops serving: answers writes still waiting for data and held AERs with "aborted due
+    /// to SQ deletion", lets commands in the backend finish within `grace` and sends their
+    /// responses, then closes every connection.
+    pub fn shutdown(&mut self, grace: Duration) -> ShutdownReport {
+        let mut report = ShutdownReport::default();
+        for c in self.conns.iter_mut().flatten() {
+            match &mut c.role {
+                Role::Io { queue, .. } => report.aborted += queue.abort_waiting(&mut c.tx),
+                Role::Admin { cntlid } => {
+                    if let Some(ctrl) = self.ctrls.get_mut(cntlid) {
+                        for cid in ctrl.aers.drain(..) {
+                            c.tx.respond(cid, SC_ABORTED_SQ_DELETION, 0);
+                            report.aborted += 1;
+                        }
+                    }
+                }
+                Role::Fresh => {}
+            }
+            c.closing
+                .get_or_insert_with(|| "the target is shutting down".into());
+        }
+        let deadline = Instant::now() + grace;
+        loop {
+            let mut busy = 0;
+            for c in self.conns.iter_mut().flatten() {
+                if let Role::Io { queue, .. } = &mut c.role {
+                    queue.commit();
+                    queue.poll(POLL_BATCH, &mut c.tx);
+                    busy += queue.busy();
+                }
+                if c.flush().is_ok() {
+                    busy += c.tx.pending();
+                }
+            }
+            if busy == 0 || Instant::now() >= deadline {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        for c in self.conns.drain(..).flatten() {
+            if let Role::Io { queue, .. } = &c.role {
+                report.abandoned += queue.busy();
+            }
+            let _ = c.stream.shutdown(std::net::Shutdown::Both);
+            report.connections += 1;
+        }
+        self.ctrls.clear();
+        log::info!(
+            "shut down: {} connections closed, {} commands aborted, {} left to the backend",
+            report.connections,
+            report.aborted,
+            report.abandoned
+        );
+        report
+    }
+}
+
+impl<B: Backend> Ctx<'_, B> {
+    fn pdu(
+        &mut self,
+        tx: &mut Tx,
+        role: &mut Role<B::Queue>,
+        pdu: Pdu<'_>,
+    ) -> Result<(), PduError> {
+        match pdu {
+            Pdu::IcReq(ic) => {
+                if ic.hpda != 0 {
+                    return Err(PduError::Unsupported {
+                        field: "HPDA",
+                        offset: 10,
+                        value: ic.hpda.into(),
+                        why: "this target sends data right after the header (HPDA 0)",
+                    });
+                }
+                tx.codec.hdgst = ic.hdgst;
+                tx.codec.ddgst = ic.ddgst;
+                tx.icresp();
+                tx.codec.ready = true;
+                Ok(())
+            }
+            Pdu::H2cTermReq { fes } => Err(PduError::HostTerminated { fes }),
+            Pdu::H2cData { header, data } => match role {
+                Role::Io { queue, .. } => queue.h2c_data(&header, data, tx),
+                _ => Err(PduError::Sequence {
+                    what: "H2CData",
+                    why: "this target sends R2Ts only on I/O queues",
+                }),
+            },
+            Pdu::CapsuleCmd { sqe, data } => {
+                tx.consumed_sqe();
+                let sqe = Sqe(sqe);
+                if sqe.opcode() == OPC_FABRICS && sqe.fctype() == FCTYPE_CONNECT {
+                    self.connect(tx, role, sqe, data);
+                    return Ok(());
+                }
+                if sqe.opcode() == OPC_FABRICS && sqe.fctype() == FCTYPE_DISCONNECT {
+                    tx.respond(sqe.cid(), SC_SUCCESS, 0);
+                    self.disconnect = true;
+                    return Ok(());
+                }
+                match role {
+                    Role::Fresh => {
+                        tx.respond(sqe.cid(), SC_SEQUENCE_ERROR, 0);
+                        Ok(())
+                    }
+                    Role::Io { queue, .. } => queue.command(sqe, data, self.export, tx),
+                    Role::Admin { cntlid } => {
+                        let Some(ctrl) = self.ctrls.get_mut(cntlid) else {
+                            tx.respond(sqe.cid(), SC_SEQUENCE_ERROR, 0);
+                            self.disconnect = true;
+                            return Ok(());
+                        };
+                        let mut acx = AdminCtx {
+                            export: self.export,
+                            ctrl,
+                            local: self.local,
+                            now: self.now,
+                        };
+                        match admin::execute(&mut acx, sqe, data) {
+                            AdminReply::Held => {}
+                            AdminReply::Done {
+                                status,
+                                result,
+                                data,
+                            } => {
+                                if let Some(d) = data.filter(|d| !d.is_empty()) {
+                                    tx.data(sqe.cid(), &d);
+                                }
+                                tx.respond(sqe.cid(), status, result);
+                            }
+                        }
+                        Ok(())
+                    }
+                }
+            }
+        }
+    }
+
+    fn connect(&mut self, tx: &mut Tx, role: &mut Role<B::Queue>, sqe: Sqe<'_>, data: &[u8]) {
+        let cid = sqe.cid();
+        let refuse = |tx: &mut Tx, r: connect::Refusal, host: &str| {
+            log::warn!(
+                "{}: refused Connect from host {host:?}: {}",
+                self.peer,
+                r.reason
+            );
+            tx.respond(cid, r.status, r.result);
+        };
+        if !matches!(role, Role::Fresh) {
+            let r = connect::Refusal {
+                status: SC_SEQUENCE_ERROR,
+                result: 0,
+                reason: "a second Connect on one connection".into(),
+            };
+            return refuse(tx, r, "?");
+        }
+        let req = match connect::parse(sqe, data) {
+            Ok(r) => r,
+            Err(r) => return refuse(tx, r, "?"),
+        };
+        let kind = match connect::admit(&req, self.export) {
+            Ok(k) => k,
+            Err(r) => return refuse(tx, r, &req.hostnqn),
+        };
+        let size = req.sqsize + 1;
+        match kind {
+            ConnectKind::Admin { discovery } => {
+                let Some(cntlid) = (1..0xFFF0u16).find(|id| !self.ctrls.contains_key(id)) else {
+                    let r = connect::Refusal {
+                        status: SC_INTERNAL,
+                        result: 0,
+                        reason: "no controller ID left".into(),
+                    };
+                    return refuse(tx, r, &req.hostnqn);
+                };
+                let ctrl = CtrlState::new(
+                    cntlid,
+                    discovery,
+                    req.hostnqn.clone(),
+                    req.hostid,
+                    req.kato_ms,
+                    self.conn,
+                    self.now,
+                );
+                self.ctrls.insert(cntlid, ctrl);
+                log::info!(
+                    "{}: host {:?} connected controller {cntlid} of {} (KATO {} ms)",
+                    self.peer,
+                    req.hostnqn,
+                    if discovery {
+                        crate::config::DISCOVERY_NQN
+                    } else {
+                        &self.export.config.subsystem.nqn
+                    },
+                    req.kato_ms
+                );
+                *role = Role::Admin { cntlid };
+                tx.sqid = 0;
+                tx.queue_size = size;
+                tx.consumed_sqe();
+                tx.respond(cid, SC_SUCCESS, cntlid.into());
+            }
+            ConnectKind::Io { cntlid } => {
+                let bit = 1u64 << (req.qid % 64);
+                let why = match self.ctrls.get(&cntlid) {
+                    None => Some(format!(
+                        "no controller {cntlid}: connect the admin queue first"
+                    )),
+                    Some(c) if c.hostnqn != req.hostnqn => {
+                        Some(format!("controller {cntlid} belongs to another host"))
+                    }
+                    Some(c) if c.discovery => {
+                        Some("the discovery controller has no I/O queues".into())
+                    }
+                    Some(c) if !c.enabled() => {
+                        Some(format!("controller {cntlid} is not enabled (CC.EN = 0)"))
+                    }
+                    Some(c) if c.io_qids & bit != 0 => Some(format!(
+                        "queue {} of controller {cntlid} is already connected",
+                        req.qid
+                    )),
+                    Some(_) => None,
+                };
+                if let Some(reason) = why {
+                    let r = connect::Refusal {
+                        status: SC_CONNECT_INVALID_PARAM,
+                        result: (1 << 16) | 16,
+                        reason,
+                    };
+                    return refuse(tx, r, &req.hostnqn);
+                }
+                let q = match self.backend.open_queue(size.into()) {
+                    Ok(q) => q,
+                    Err(e) => {
+                        let r = connect::Refusal {
+                            status: SC_INTERNAL,
+                            result: 0,
+                            reason: e.to_string(),
+                        };
+                        return refuse(tx, r, &req.hostnqn);
+                    }
+                };
+                if let Some(c) = self.ctrls.get_mut(&cntlid) {
+                    c.io_qids |= bit;
+                }
+                *role = Role::Io {
+                    cntlid,
+                    qid: req.qid,
+                    queue: IoQueue::new(q, size, self.export.config.maxh2cdata),
+                };
+                tx.sqid = req.qid;
+                tx.queue_size = size;
+                tx.consumed_sqe();
+                tx.respond(cid, SC_SUCCESS, cntlid.into());
+                log::debug!(
+                    "{}: controller {cntlid} I/O queue {} ({size} entries)",
+                    self.peer,
+                    req.qid
+                );
+            }
+        }
+    }
+}
