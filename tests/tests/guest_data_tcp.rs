@@ -2,7 +2,8 @@
 //! guest kernel's own NVMe/TCP initiator. `nvme discover` lists the subsystem for the allowed
 //! host only. A host NQN not on the allow list is refused by
 //! `nvme connect`; the allowed one connects, the kernel's block device takes writes with dd
-//! (4 KiB in-capsule, 1 MiB by R2T) that read back equal, then the original data is put back,
+//! (4 KiB in-capsule, 1 MiB by R2T) that read back equal and fio (io_uring, QD 16,
+//! verify=crc32c) passes, then the original data is put back,
 //! the host disconnects and Ctrl-C stops the target cleanly.
 
 use std::io::{BufRead, BufReader};
@@ -18,6 +19,8 @@ const OTHER: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000
 const PORT: &str = "4420";
 /// Where the test writes: 32 MiB into the 64 MiB namespace.
 const OFFSET_MIB: u64 = 32;
+/// MiB the fio verify run covers from there (saved first and put back after).
+const FIO_MIB: u64 = 8;
 
 fn sh(cmd: &str, args: &[&str]) -> (bool, String) {
     let o = Command::new(cmd)
@@ -274,7 +277,7 @@ fn the_kernel_initiator_reads_and_writes_through_vfnvme_serve() {
     let dir = std::env::temp_dir().join(format!("vfnvme-tcp-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let (orig, pattern, back) = (dir.join("orig"), dir.join("pattern"), dir.join("back"));
-    dd_read(&dev, &orig, "1M", 1, OFFSET_MIB);
+    dd_read(&dev, &orig, "1M", FIO_MIB, OFFSET_MIB);
     let data: Vec<u8> = (0..1u32 << 20)
         .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
         .collect();
@@ -294,9 +297,30 @@ fn the_kernel_initiator_reads_and_writes_through_vfnvme_serve() {
         std::fs::read(&back).expect("back") == vec![0x5Au8; 4096],
         "4 KiB read back differs"
     );
+    // fio with io_uring at queue depth 16, 4 KiB to 128 KiB random writes verified with
+    // crc32c, over 8 MiB (both I/O queues: one per guest CPU).
+    must(
+        "fio",
+        &[
+            "--name=tcp-verify",
+            &format!("--filename={}", dev.display()),
+            "--ioengine=io_uring",
+            "--direct=1",
+            "--rw=randwrite",
+            "--bsrange=4k-128k",
+            "--iodepth=16",
+            &format!("--offset={OFFSET_MIB}M"),
+            &format!("--size={FIO_MIB}M"),
+            "--verify=crc32c",
+            "--do_verify=1",
+            "--verify_fatal=1",
+            "--verify_state_save=0",
+            "--numjobs=1",
+        ],
+    );
     // Leave the namespace as the scenario's other tests expect it.
-    dd_write(&orig, &dev, "1M", 1, OFFSET_MIB);
-    dd_read(&dev, &back, "1M", 1, OFFSET_MIB);
+    dd_write(&orig, &dev, "1M", FIO_MIB, OFFSET_MIB);
+    dd_read(&dev, &back, "1M", FIO_MIB, OFFSET_MIB);
     assert!(
         std::fs::read(&back).expect("back") == std::fs::read(&orig).expect("orig"),
         "restore"
