@@ -49,6 +49,11 @@ impl Drop for Running {
 
 /// A target on an ephemeral port over a model with namespace 1 (512 B blocks) and 2 (4 KiB).
 pub fn start() -> Running {
+    start_with(|_| {})
+}
+
+/// [`start`] with the configuration changed by `tweak` first.
+pub fn start_with(tweak: impl FnOnce(&mut TargetConfig) + Send + 'static) -> Running {
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
     let flag = stop.clone();
@@ -78,6 +83,7 @@ pub fn start() -> Running {
         let mut cfg = TargetConfig::new(sub);
         cfg.listen = "127.0.0.1:0".parse().expect("address");
         cfg.maxh2cdata = 16 * 1024;
+        tweak(&mut cfg);
         let mut target = Target::bind(cfg, backend).expect("bind");
         tx.send(target.local_addr().expect("address"))
             .expect("send address");

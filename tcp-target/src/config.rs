@@ -2,6 +2,7 @@
 //! connect, and the transport limits offered to hosts.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 /// The well-known NQN of the discovery subsystem.
 pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
@@ -69,11 +70,16 @@ pub struct TargetConfig {
     pub max_queue_size: u16,
     /// The most I/O queues per controller.
     pub max_io_queues: u16,
+    /// Connections at most (each holds a receive buffer for the largest PDU, about 200 KiB);
+    /// more are closed at once, logged.
+    pub max_connections: usize,
+    /// How long a new connection may take to send ICReq and Connect before it is closed.
+    pub connect_timeout: Duration,
 }
 
 impl TargetConfig {
     /// Defaults for `subsystem`: 127.0.0.1:4420, 128 KiB MAXH2CDATA, 8 KiB in-capsule data,
-    /// 128-entry queues, 16 I/O queues.
+    /// 128-entry queues, 16 I/O queues, 128 connections, 10 s to connect.
     pub fn new(subsystem: SubsystemConfig) -> Self {
         TargetConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 4420)),
@@ -82,6 +88,8 @@ impl TargetConfig {
             in_capsule: 8192,
             max_queue_size: 128,
             max_io_queues: 16,
+            max_connections: 128,
+            connect_timeout: Duration::from_secs(10),
         }
     }
 
@@ -105,6 +113,9 @@ impl TargetConfig {
                 "queue size {}: give 16..=1024 (the range `nvme connect` uses)",
                 self.max_queue_size
             ));
+        }
+        if self.max_connections == 0 {
+            return Err("at least one connection".into());
         }
         if self.max_io_queues == 0 {
             return Err("at least one I/O queue".into());

@@ -8,6 +8,7 @@ use crate::io::IoQueue;
 use crate::tx::Tx;
 use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpStream};
+use std::time::Instant;
 
 /// What a connection carries.
 pub enum Role<Q: BackendQueue> {
@@ -47,11 +48,14 @@ pub struct Conn<Q: BackendQueue> {
     pub closing: Option<String>,
     /// The peer closed its side.
     pub eof: bool,
+    /// When the connection was accepted (it must be connected within the connect timeout).
+    pub accepted: Instant,
 }
 
 impl<Q: BackendQueue> Conn<Q> {
-    /// A connection over `stream` (made non-blocking here) using `codec` limits.
-    pub fn new(stream: TcpStream, codec: Codec) -> std::io::Result<Self> {
+    /// A connection over `stream` (made non-blocking here) using `codec` limits, accepted at
+    /// `now`.
+    pub fn new(stream: TcpStream, codec: Codec, now: Instant) -> std::io::Result<Self> {
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
         let peer = stream.peer_addr()?;
@@ -76,6 +80,7 @@ impl<Q: BackendQueue> Conn<Q> {
             role: Role::Fresh,
             closing: None,
             eof: false,
+            accepted: now,
         })
     }
 

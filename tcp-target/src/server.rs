@@ -39,10 +39,11 @@ pub struct ShutdownReport {
 
 /// An NVMe/TCP target serving one subsystem from `B`.
 pub struct Target<B: Backend> {
+    // Connections (with their backend queues) drop before the backend.
+    conns: Vec<Option<Conn<B::Queue>>>,
     listener: TcpListener,
     backend: B,
     export: Export,
-    conns: Vec<Option<Conn<B::Queue>>>,
     ctrls: BTreeMap<u16, CtrlState>,
     polls: u32,
 }
@@ -140,7 +141,7 @@ impl<B: Backend> Target<B> {
     /// One pass over the listener and every connection; returns a measure of the work done
     /// (0: nothing happened).
     pub fn poll(&mut self, now: Instant) -> usize {
-        let mut work = self.accept();
+        let mut work = self.accept(now);
         for i in 0..self.conns.len() {
             let Some(mut c) = self.conns[i].take() else {
                 continue;
@@ -161,13 +162,21 @@ impl<B: Backend> Target<B> {
         work
     }
 
-    fn accept(&mut self) -> usize {
+    fn accept(&mut self, now: Instant) -> usize {
         let mut n = 0;
         loop {
             match self.listener.accept() {
                 Ok((s, peer)) => {
                     let cfg = &self.export.config;
-                    match Conn::new(s, Codec::new(cfg.maxh2cdata, cfg.in_capsule)) {
+                    if self.connections() >= cfg.max_connections {
+                        log::warn!(
+                            "{peer}: refused: already {} connections (the limit)",
+                            cfg.max_connections
+                        );
+                        drop(s);
+                        continue;
+                    }
+                    match Conn::new(s, Codec::new(cfg.maxh2cdata, cfg.in_capsule), now) {
                         Ok(c) => {
                             log::debug!("{peer}: connected");
                             match self.conns.iter().position(Option::is_none) {
@@ -195,6 +204,17 @@ impl<B: Backend> Target<B> {
             if !self.ctrls.contains_key(&id) && c.closing.is_none() {
                 c.closing = Some(format!("controller {id} is gone"));
             }
+        }
+        let timeout = self.export.config.connect_timeout;
+        if matches!(c.role, Role::Fresh)
+            && c.closing.is_none()
+            && now.saturating_duration_since(c.accepted) > timeout
+        {
+            log::warn!(
+                "{}: no ICReq and Connect within {timeout:?}; closing",
+                c.peer
+            );
+            c.closing = Some("connect timeout".into());
         }
         let mut work = 0;
         if c.closing.is_none() {
@@ -502,6 +522,13 @@ impl<B: Backend> Ctx<'_, B> {
                         "queue {} of controller {cntlid} is already connected",
                         req.qid
                     )),
+                    Some(c) if c.queues != 0 && u32::from(req.qid) > (c.queues & 0xffff) + 1 => {
+                        Some(format!(
+                            "queue {} of controller {cntlid}: Set Features Number of Queues granted {}",
+                            req.qid,
+                            (c.queues & 0xffff) + 1
+                        ))
+                    }
                     Some(_) => None,
                 };
                 if let Some(reason) = why {

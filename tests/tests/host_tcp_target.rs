@@ -6,7 +6,7 @@
 //! waits with socket timeouts (deadlines), never sleeps.
 
 use vfnvme_tests::tcp_client::{Client, Received, DISCOVERY_NQN};
-use vfnvme_tests::tcp_target::{bring_up, start, HOST, OTHER_HOST, SUBNQN};
+use vfnvme_tests::tcp_target::{bring_up, start, start_with, HOST, OTHER_HOST, SUBNQN};
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
@@ -71,6 +71,13 @@ fn identify_reports_what_linux_checks() {
     assert_eq!(c.status, 0);
     assert_eq!(ana[32], 1, "group state optimized");
     assert_eq!(&ana[48..56], &[1, 0, 0, 0, 2, 0, 0, 0]);
+    // Number of Queues granted 4 I/O queues: queue 5 is refused, queue 1 twice too.
+    for qid in [5u16, 1] {
+        let mut extra = Client::open(t.addr).expect("connect");
+        extra.icreq(false, false);
+        let r = extra.connect(qid, 31, cntlid, SUBNQN, HOST);
+        assert_eq!(r.status & 0x7ff, 0x182, "I/O queue {qid}: {r:?}");
+    }
     // Keep Alive and an unknown opcode.
     assert_eq!(admin.admin(0x18, 0, 0).status, 0);
     assert_eq!(
@@ -264,6 +271,23 @@ fn a_controller_without_keep_alive_ends_with_its_queues() {
     // Another host's controller with a sane KATO is unaffected.
     let (mut a, mut io, _) = bring_up(t.addr, false);
     assert_eq!(a.admin(0x18, 0, 0).status, 0, "Keep Alive");
+    let (r, _) = io.read(1, 0, 1, 512);
+    assert_eq!(r.status, 0);
+}
+
+#[test]
+fn silent_sockets_time_out_and_connections_are_limited() {
+    // A socket that never sends ICReq is closed after the connect timeout (the client waits
+    // for the close with a read deadline).
+    let t = start_with(|c| c.connect_timeout = std::time::Duration::from_millis(50));
+    let mut silent = Client::open(t.addr).expect("connect");
+    assert!(silent.closed(), "a silent socket is closed");
+    drop(t);
+    // Two connections at most: a third is closed at once, the first two keep working.
+    let t = start_with(|c| c.max_connections = 2);
+    let (_admin, mut io, _) = bring_up(t.addr, false);
+    let mut third = Client::open(t.addr).expect("connect");
+    assert!(third.closed(), "the third connection is closed");
     let (r, _) = io.read(1, 0, 1, 512);
     assert_eq!(r.status, 0);
 }
