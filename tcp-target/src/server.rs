@@ -23,6 +23,10 @@ use std::time::{Duration, Instant};
 
 /// Completions taken from one I/O queue per poll.
 const POLL_BATCH: usize = 64;
+/// Idle polls in a row that only yield the CPU before [`Target::run`] starts napping.
+pub const IDLE_YIELDS: u32 = 10_000;
+/// The nap of an idle [`Target::run`] between two polls.
+pub const IDLE_NAP: Duration = Duration::from_micros(100);
 /// Polls between two runs of the backend's admin housekeeping.
 const ADMIN_EVERY: u32 = 1024;
 
@@ -120,7 +124,8 @@ impl<B: Backend> Target<B> {
     }
 
     /// Serves until `stop` is set, then shuts down within `grace`. Idle, it yields the CPU
-    /// between polls and naps 100 µs after a long idle stretch.
+    /// between polls, and after [`IDLE_YIELDS`] idle polls in a row naps [`IDLE_NAP`] per poll
+    /// (a host's next command then waits at most that long; a busy target never naps).
     pub fn run(&mut self, stop: &AtomicBool, grace: Duration) -> ShutdownReport {
         let mut idle = 0u32;
         while !stop.load(Ordering::Relaxed) {
@@ -128,8 +133,8 @@ impl<B: Backend> Target<B> {
                 idle = 0;
             } else {
                 idle = idle.saturating_add(1);
-                if idle > 10_000 {
-                    std::thread::sleep(Duration::from_micros(100));
+                if idle > IDLE_YIELDS {
+                    std::thread::sleep(IDLE_NAP);
                 } else {
                     std::thread::yield_now();
                 }

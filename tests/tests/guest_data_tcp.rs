@@ -4,7 +4,8 @@
 //! `nvme connect`; the allowed one connects, the kernel's block device takes writes with dd
 //! (4 KiB in-capsule, 1 MiB by R2T) that read back equal and fio (io_uring, QD 16,
 //! verify=crc32c) passes, then the original data is put back,
-//! the host disconnects and Ctrl-C stops the target cleanly.
+//! the host disconnects and Ctrl-C stops the target cleanly. And `vfnvme serve --model`: ext4
+//! made, mounted, files written, unmounted, caches dropped, mounted again, files equal.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -23,6 +24,7 @@ const OFFSET_MIB: u64 = 32;
 const FIO_MIB: u64 = 8;
 
 fn sh(cmd: &str, args: &[&str]) -> (bool, String) {
+    let t0 = Instant::now();
     let o = Command::new(cmd)
         .args(args)
         .output()
@@ -32,7 +34,12 @@ fn sh(cmd: &str, args: &[&str]) -> (bool, String) {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
-    println!("$ {cmd} {}\n{text}[{}]", args.join(" "), o.status);
+    println!(
+        "$ {cmd} {}\n{text}[{}, {:.1} s]",
+        args.join(" "),
+        o.status,
+        t0.elapsed().as_secs_f64()
+    );
     (o.status.success(), text)
 }
 
@@ -49,19 +56,13 @@ struct Serve {
 }
 
 impl Serve {
-    fn start(bdf: &str) -> Serve {
+    /// `vfnvme serve WHAT...` for `nqn` on 127.0.0.1:`port`, allowing [`HOST`].
+    fn start(what: &[&str], nqn: &str, port: &str) -> Serve {
         let mut child = Command::new(vfnvme_cli::binary())
-            .args([
-                "-v",
-                "serve",
-                bdf,
-                "--nqn",
-                NQN,
-                "--allow-host",
-                HOST,
-                "--listen",
-            ])
-            .arg(format!("127.0.0.1:{PORT}"))
+            .args(["-v", "serve"])
+            .args(what)
+            .args(["--nqn", nqn, "--allow-host", HOST, "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
             .stdout(Stdio::piped())
             .spawn()
             .expect("start vfnvme serve");
@@ -198,7 +199,7 @@ fn the_kernel_initiator_reads_and_writes_through_vfnvme_serve() {
     // The guest has no network but loopback, which starts down.
     let _ = sh("ip", &["link", "set", "lo", "up"]);
     must("modprobe", &["nvme-tcp"]);
-    let serve = Serve::start(&bdf);
+    let serve = Serve::start(&[&bdf], NQN, PORT);
     let connect = |host: &str| {
         sh(
             "nvme",
@@ -326,6 +327,70 @@ fn the_kernel_initiator_reads_and_writes_through_vfnvme_serve() {
         "restore"
     );
     must("nvme", &["disconnect", "-n", NQN]);
+    serve.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The model's NQN and port for the file system test (no device state to put back).
+const MODEL_NQN: &str = "nqn.2026-12.io.vfnvme:guest-tcp-model";
+const MODEL_PORT: &str = "4421";
+
+#[test]
+fn ext4_on_vfnvme_serve_model_keeps_files_across_a_remount() {
+    if !guest::in_guest("ext4_on_vfnvme_serve_model_keeps_files_across_a_remount") {
+        return;
+    }
+    let _ = sh("ip", &["link", "set", "lo", "up"]);
+    must("modprobe", &["nvme-tcp"]);
+    must("modprobe", &["ext4"]);
+    let serve = Serve::start(&["--model", "--model-mib", "64"], MODEL_NQN, MODEL_PORT);
+    must(
+        "nvme",
+        &[
+            "connect",
+            "-t",
+            "tcp",
+            "-a",
+            "127.0.0.1",
+            "-s",
+            MODEL_PORT,
+            "-n",
+            MODEL_NQN,
+            "--hostnqn",
+            HOST,
+        ],
+    );
+    let dev = block_device(MODEL_NQN, Duration::from_secs(60));
+    let dir = std::env::temp_dir().join(format!("vfnvme-tcp-fs-{}", std::process::id()));
+    let mnt = dir.join("mnt");
+    std::fs::create_dir_all(&mnt).expect("mount point");
+    must("mkfs.ext4", &["-q", "-F", &dev.display().to_string()]);
+    let dev_s = dev.display().to_string();
+    let mnt_s = mnt.display().to_string();
+    must("mount", &[&dev_s, &mnt_s]);
+    // A few files of different sizes, one larger than MDTS.
+    let files: Vec<(String, Vec<u8>)> = [(1usize, 1u8), (4096, 2), (100_000, 3), (3 << 20, 4)]
+        .iter()
+        .map(|&(len, seed)| {
+            let data: Vec<u8> = (0..len)
+                .map(|i| ((i as u32).wrapping_mul(2654435761) >> 24) as u8 ^ seed)
+                .collect();
+            (format!("f{seed}"), data)
+        })
+        .collect();
+    for (name, data) in &files {
+        std::fs::write(mnt.join(name), data).expect("write a file");
+    }
+    must("umount", &[&mnt_s]);
+    // Nothing cached: the files come back through the target.
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "3");
+    must("mount", &[&dev_s, &mnt_s]);
+    for (name, data) in &files {
+        let back = std::fs::read(mnt.join(name)).expect("read a file back");
+        assert!(&back == data, "{name} differs after the remount");
+    }
+    must("umount", &[&mnt_s]);
+    must("nvme", &["disconnect", "-n", MODEL_NQN]);
     serve.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
