@@ -54,11 +54,19 @@ pub fn start() -> Running {
 
 /// [`start`] with the configuration changed by `tweak` first.
 pub fn start_with(tweak: impl FnOnce(&mut TargetConfig) + Send + 'static) -> Running {
+    start_model_with(|_| {}, tweak)
+}
+
+/// [`start_with`], the model's configuration changed by `model` first.
+pub fn start_model_with(
+    model: impl FnOnce(&mut ModelConfig) + Send + 'static,
+    tweak: impl FnOnce(&mut TargetConfig) + Send + 'static,
+) -> Running {
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
     let flag = stop.clone();
     let thread = std::thread::spawn(move || {
-        let platform = ModelPlatform::new(ModelConfig {
+        let mut model_config = ModelConfig {
             namespaces: vec![
                 ModelNamespaceConfig {
                     nsid: 1,
@@ -74,8 +82,9 @@ pub fn start_with(tweak: impl FnOnce(&mut TargetConfig) + Send + 'static) -> Run
                 },
             ],
             ..ModelConfig::default()
-        })
-        .expect("model");
+        };
+        model(&mut model_config);
+        let platform = ModelPlatform::new(model_config).expect("model");
         let ctrl = Controller::new(platform, ControllerOptions::default()).expect("bring-up");
         let backend = ControllerBackend::new(Arc::new(ctrl), None).expect("backend");
         let mut sub = SubsystemConfig::new(SUBNQN);

@@ -82,6 +82,12 @@ pub trait Backend {
     fn open_queue(&self, depth: u32) -> Result<Self::Queue, BackendError>;
     /// The most bytes one I/O may move (the target reports MDTS from it).
     fn max_transfer(&self) -> usize;
+    /// The most commands one queue from [`open_queue`](Self::open_queue) holds at once: the
+    /// target offers hosts no larger queues (CAP.MQES, MAXCMD), so a full host queue never
+    /// finds the backend queue full.
+    fn max_queue_size(&self) -> u16 {
+        u16::MAX
+    }
     /// Housekeeping from the target's poll loop (admin completions, events); cheap when idle.
     fn poll_admin(&self) {}
 }

@@ -126,6 +126,13 @@ impl<P: Platform> Backend for ControllerBackend<P> {
         self.ctrl.identify().max_transfer_bytes
     }
 
+    fn max_queue_size(&self) -> u16 {
+        // A queue pair of depth d holds d − 1 commands, at most MAX_IN_FLIGHT.
+        let depth = self.ctrl.identify().max_queue_depth.saturating_sub(1);
+        let most = depth.min(vfnvme::queue::MAX_IN_FLIGHT as u32);
+        u16::try_from(most).unwrap_or(u16::MAX)
+    }
+
     fn poll_admin(&self) {
         if let Err(e) = self.ctrl.process_admin_completions() {
             log::debug!("admin completions: {e}");

@@ -67,7 +67,21 @@ struct Ctx<'a, B: Backend> {
 impl<B: Backend> Target<B> {
     /// Listens on `config.listen` and exports `backend`'s namespaces.
     pub fn bind(config: TargetConfig, backend: B) -> Result<Self, TargetError> {
+        let mut config = config;
         config.validate().map_err(TargetError::Config)?;
+        let most = backend.max_queue_size();
+        if most < 16 {
+            return Err(TargetError::Config(format!(
+                "the backend's queues hold {most} commands; hosts need at least 16"
+            )));
+        }
+        if config.max_queue_size > most {
+            log::info!(
+                "queue size {} lowered to {most}, what one backend queue holds",
+                config.max_queue_size
+            );
+            config.max_queue_size = most;
+        }
         let listen = |source| TargetError::Listen {
             addr: config.listen.to_string(),
             source,

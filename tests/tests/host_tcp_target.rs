@@ -6,7 +6,9 @@
 //! waits with socket timeouts (deadlines), never sleeps.
 
 use vfnvme_tests::tcp_client::{Client, Received, DISCOVERY_NQN};
-use vfnvme_tests::tcp_target::{bring_up, start, start_with, HOST, OTHER_HOST, SUBNQN};
+use vfnvme_tests::tcp_target::{
+    bring_up, start, start_model_with, start_with, HOST, OTHER_HOST, SUBNQN,
+};
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
@@ -290,4 +292,50 @@ fn silent_sockets_time_out_and_connections_are_limited() {
     assert!(third.closed(), "the third connection is closed");
     let (r, _) = io.read(1, 0, 1, 512);
     assert_eq!(r.status, 0);
+}
+
+#[test]
+fn queues_are_no_larger_than_the_backend_holds() {
+    // A controller whose queues take 33 entries (32 commands): hosts are offered 32.
+    let t = start_model_with(|m| m.max_queue_entries = 33, |_| {});
+    let mut admin = Client::open(t.addr).expect("connect");
+    admin.icreq(false, false);
+    assert_eq!(admin.connect(0, 31, 0xFFFF, SUBNQN, HOST).status, 0);
+    let cap = admin.prop_get(0x00, true);
+    assert_eq!(cap.result & 0xffff, 31, "CAP.MQES: 32 entries");
+    let (_, id) = admin.admin_read(0x06, 0, 0x01, 0, 4096);
+    assert_eq!(u16::from_le_bytes([id[514], id[515]]), 32, "MAXCMD");
+    // A 32-entry I/O queue with 31 writes sent at once: all complete.
+    assert_eq!(admin.prop_set(0x14, 0x0046_0001).status, 0);
+    let mut io = Client::open(t.addr).expect("connect");
+    io.icreq(false, false);
+    assert_eq!(io.connect(1, 31, 1, SUBNQN, HOST).status, 0);
+    let cids: Vec<u16> = (0..31u64)
+        .map(|i| {
+            let mut sqe = [0u8; 64];
+            sqe[0] = 0x01;
+            sqe[4] = 1;
+            sqe[40..48].copy_from_slice(&(i * 8).to_le_bytes());
+            sqe[48..52].copy_from_slice(&7u32.to_le_bytes());
+            sqe[32..36].copy_from_slice(&4096u32.to_le_bytes());
+            sqe[39] = 0x01;
+            io.send_cmd(sqe, &[i as u8; 4096])
+        })
+        .collect();
+    let mut done = Vec::new();
+    while done.len() < cids.len() {
+        match io.recv() {
+            Received::Resp(c) => {
+                assert_eq!(c.status, 0, "{c:?}");
+                done.push(c.cid);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    done.sort_unstable();
+    assert_eq!(done, cids);
+    let mut big = Client::open(t.addr).expect("connect");
+    big.icreq(false, false);
+    let r = big.connect(2, 32, 1, SUBNQN, HOST);
+    assert_eq!(r.status & 0x7ff, 0x182, "SQSIZE beyond MQES: {r:?}");
 }
