@@ -134,3 +134,69 @@ pub fn bring_up(addr: SocketAddr, digests: bool) -> (Client, Client, u16) {
     assert_eq!(c.sqid, 1);
     (admin, io, cntlid)
 }
+
+/// A target exporting the heads of a two-controller model subsystem (namespace 1 shared, ANA
+/// group 1, both paths optimized); returns it and the model, whose ANA states the test changes.
+pub fn start_heads() -> (Running, Arc<vfnvme_model::ModelSubsystem>) {
+    use vfnvme::multipath::{HeadOptions, Subsystem};
+    use vfnvme_model::{AnaState, ModelAnaGroup, ModelSubsystem, ModelSubsystemConfig};
+    let model = Arc::new(
+        ModelSubsystem::new(ModelSubsystemConfig {
+            nqn: "nqn.2026-12.io.vfnvme:model-heads".into(),
+            controllers: 2,
+            base: ModelConfig {
+                namespaces: vec![ModelNamespaceConfig {
+                    nsid: 1,
+                    blocks: 1 << 16,
+                    lba_size: 512,
+                    backing: Backing::Ram,
+                }],
+                ..ModelConfig::default()
+            },
+            ana_groups: vec![ModelAnaGroup {
+                id: 1,
+                nsids: vec![1],
+                state: AnaState::Optimized,
+            }],
+            anatt_secs: 10,
+            faulty: Vec::new(),
+        })
+        .expect("model subsystem"),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let flag = stop.clone();
+    let m = model.clone();
+    let thread = std::thread::spawn(move || {
+        let ctrls = m
+            .controllers()
+            .iter()
+            .map(|p| {
+                Arc::new(
+                    Controller::new(p.clone(), ControllerOptions::default()).expect("bring-up"),
+                )
+            })
+            .collect();
+        let sub = Subsystem::from_controllers(ctrls, HeadOptions::default()).expect("subsystem");
+        let backend = vfnvme_target::HeadBackend::new(sub, None).expect("backend");
+        let mut sub = SubsystemConfig::new(SUBNQN);
+        sub.allowed_hosts.push(HOST.into());
+        let mut cfg = TargetConfig::new(sub);
+        cfg.listen = "127.0.0.1:0".parse().expect("address");
+        let mut target = Target::bind(cfg, backend).expect("bind");
+        tx.send(target.local_addr().expect("address"))
+            .expect("send address");
+        target.run(&flag, Duration::from_secs(5))
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("target started");
+    (
+        Running {
+            addr,
+            stop,
+            thread: Some(thread),
+        },
+        model,
+    )
+}

@@ -1,7 +1,8 @@
 //! What the target needs from the storage behind it: the namespaces it exports
 //! ([`Backend::namespaces`]) and one polled I/O queue per target I/O queue
 //! ([`BackendQueue`]). Implementations: [`crate::backend_driver::ControllerBackend`] (a vfnvme
-//! controller's namespaces through its `QueuePair`s, on VFIO or on the in-memory model).
+//! controller's namespaces through its `QueuePair`s, on VFIO or on the in-memory model) and
+//! [`crate::backend_head::HeadBackend`] (multipath heads through `IoChannel`s).
 
 use crate::error::BackendError;
 

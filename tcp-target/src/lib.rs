@@ -8,7 +8,8 @@
 //!   properties, keep-alive, AERs), [`identify`], [`logs`], [`features`], [`admin`] (admin
 //!   commands), [`connect`] (Fabrics Connect and access control);
 //! - the data path: [`backend`] (the storage seam), [`backend_driver`] (a vfnvme controller
-//!   through its queue pairs), [`io`] (Read/Write/Flush, R2T), [`tx`] (the sending side);
+//!   through its queue pairs), [`backend_head`] (multipath heads through I/O channels),
+//!   [`io`] (Read/Write/Flush, R2T), [`tx`] (the sending side);
 //! - serving: [`conn`] (one connection), [`server`] ([`Target`]: accept, poll, shutdown).
 //!
 //! One thread polls the listener and every non-blocking socket; there is no thread per
@@ -18,6 +19,7 @@
 pub mod admin;
 pub mod backend;
 pub mod backend_driver;
+pub mod backend_head;
 pub mod codec;
 pub mod command;
 pub mod config;
@@ -37,6 +39,7 @@ pub mod tx;
 
 pub use backend::{Backend, BackendQueue, ExportedNamespace};
 pub use backend_driver::ControllerBackend;
+pub use backend_head::HeadBackend;
 pub use config::{SubsystemConfig, TargetConfig, DISCOVERY_NQN};
 pub use error::{BackendError, PduError, TargetError};
 pub use server::{ShutdownReport, Target};

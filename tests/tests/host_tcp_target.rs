@@ -7,7 +7,7 @@
 
 use vfnvme_tests::tcp_client::{Client, Received, DISCOVERY_NQN};
 use vfnvme_tests::tcp_target::{
-    bring_up, start, start_model_with, start_with, HOST, OTHER_HOST, SUBNQN,
+    bring_up, start, start_heads, start_model_with, start_with, HOST, OTHER_HOST, SUBNQN,
 };
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -338,4 +338,45 @@ fn queues_are_no_larger_than_the_backend_holds() {
     big.icreq(false, false);
     let r = big.connect(2, 32, 1, SUBNQN, HOST);
     assert_eq!(r.status & 0x7ff, 0x182, "SQSIZE beyond MQES: {r:?}");
+}
+
+#[test]
+fn a_multipath_head_keeps_serving_when_one_path_goes_inaccessible() {
+    let (t, model) = start_heads();
+    let (_admin, mut io, _) = bring_up(t.addr, false);
+    let data = pattern(64 * 1024, 7);
+    assert_eq!(io.write(1, 128, &data, 512).status, 0);
+    // Path 0 inaccessible, then path 1 while path 0 is back: the host sees no error.
+    for (down, up) in [(0usize, 1usize), (1, 0)] {
+        model
+            .set_ana_state(up, 1, vfnvme_model::AnaState::Optimized)
+            .expect("ANA state");
+        model
+            .set_ana_state(down, 1, vfnvme_model::AnaState::Inaccessible)
+            .expect("ANA state");
+        for _ in 0..8 {
+            let (r, back) = io.read(1, 128, 128, 512);
+            assert_eq!(r.status, 0, "path {down} inaccessible: {r:?}");
+            assert!(back == data);
+        }
+        assert_eq!(io.write(1, 256, &data[..4096], 512).status, 0);
+    }
+    // Both inaccessible: the head queues the read (queue-if-no-path) until a path returns.
+    model
+        .set_ana_state(0, 1, vfnvme_model::AnaState::Inaccessible)
+        .expect("ANA state");
+    let mut sqe = [0u8; 64];
+    sqe[0] = 0x02;
+    sqe[4] = 1;
+    sqe[40..48].copy_from_slice(&128u64.to_le_bytes());
+    sqe[48..52].copy_from_slice(&127u32.to_le_bytes());
+    sqe[32..36].copy_from_slice(&(64u32 * 1024).to_le_bytes());
+    sqe[39] = 0x5A;
+    let cid = io.send_cmd(sqe, &[]);
+    model
+        .set_ana_state(0, 1, vfnvme_model::AnaState::Optimized)
+        .expect("ANA state");
+    let (r, back) = io.wait(cid);
+    assert_eq!(r.status, 0, "{r:?}");
+    assert!(back == data);
 }

@@ -1,5 +1,6 @@
 //! `vfnvme serve`: an NVMe/TCP target (crate `vfnvme-target`) exporting a vfio-bound
-//! controller's namespaces, or the in-memory model's, to NVMe-oF hosts (`nvme connect -t tcp`).
+//! controller's namespaces, the multipath heads of several (`--head`), or the in-memory
+//! model's, to NVMe-oF hosts (`nvme connect -t tcp`).
 //! Ctrl-C (or SIGTERM) stops it: writes still waiting for data and held AERs are answered
 //! "aborted", commands in the controller get `--grace` seconds to finish, then the controller is
 //! let go. A TOML configuration file is not there yet: every setting is on the command line.
@@ -11,7 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use vfnvme::platform::Platform;
 use vfnvme::{Controller, ControllerOptions};
-use vfnvme_target::{ControllerBackend, SubsystemConfig, Target, TargetConfig};
+use vfnvme_target::{
+    Backend, ControllerBackend, HeadBackend, SubsystemConfig, Target, TargetConfig,
+};
 
 /// Arguments of `vfnvme serve`.
 #[derive(clap::Args, Debug)]
@@ -19,10 +22,14 @@ pub struct ServeArgs {
     /// The controller to export (PCI address, bound to vfio-pci with `vfnvme setup`).
     #[arg(
         value_name = "BDF",
-        required_unless_present = "model",
-        conflicts_with = "model"
+        required_unless_present_any = ["model", "head"],
+        conflicts_with_all = ["model", "head"]
     )]
     bdf: Option<String>,
+    /// Export the multipath heads of one subsystem's controllers instead (addresses joined by
+    /// `+`, e.g. 0000:00:10.0+0000:00:11.0): I/O fails over between them inside vfnvme.
+    #[arg(long, value_name = "BDF+BDF", conflicts_with = "model")]
+    head: Option<String>,
     /// Export the in-memory model instead: one RAM-backed namespace (data lost on exit).
     #[arg(long)]
     model: bool,
@@ -67,10 +74,16 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         );
     }
     let nsids = (!args.nsids.is_empty()).then_some(args.nsids.as_slice());
+    if let Some(head) = &args.head {
+        let (sub, name) = crate::open::open_head(head, ControllerOptions::default())?;
+        let backend =
+            HeadBackend::new(sub, nsids).map_err(|e| anyhow::anyhow!("--head {name}: {e}"))?;
+        return serve(backend, config, args);
+    }
     match &args.bdf {
         Some(bdf) => {
             let ctrl = crate::open::open_controller(bdf, ControllerOptions::default())?;
-            serve(ctrl, nsids, config, args)
+            serve_controller(ctrl, nsids, config, args)
         }
         None => serve_model(nsids, config, args),
     }
@@ -95,7 +108,7 @@ fn serve_model(nsids: Option<&[u32]>, config: TargetConfig, args: &ServeArgs) ->
     })
     .context("creating the model")?;
     let ctrl = crate::open::open_platform(platform, "model", ControllerOptions::default())?;
-    serve(ctrl, nsids, config, args)
+    serve_controller(ctrl, nsids, config, args)
 }
 
 #[cfg(not(feature = "model"))]
@@ -103,13 +116,17 @@ fn serve_model(_: Option<&[u32]>, _: TargetConfig, _: &ServeArgs) -> Result<()> 
     bail!("--model: this vfnvme was built without the in-memory model; rebuild with `cargo build --features model`")
 }
 
-fn serve<P: Platform>(
+fn serve_controller<P: Platform>(
     ctrl: Controller<P>,
     nsids: Option<&[u32]>,
     config: TargetConfig,
     args: &ServeArgs,
 ) -> Result<()> {
     let backend = ControllerBackend::new(Arc::new(ctrl), nsids).map_err(anyhow::Error::msg)?;
+    serve(backend, config, args)
+}
+
+fn serve<B: Backend>(backend: B, config: TargetConfig, args: &ServeArgs) -> Result<()> {
     let mut target = Target::bind(config, backend)?;
     let addr = target.local_addr()?;
     let stop = Arc::new(AtomicBool::new(false));
