@@ -87,6 +87,12 @@ pub enum HalError {
         /// Its current driver, or "no driver".
         driver: String,
     },
+    /// The device is bound to uio_pci_generic (the no-IOMMU mode) and was opened without it.
+    #[error("PCI device {address} is bound to uio_pci_generic, the no-IOMMU mode, and was opened through VFIO: open it in the no-IOMMU mode (--no-iommu, no_iommu in the C ABI and the fio engine), or bind it to vfio-pci with `vfnvme setup {address}` on a machine with an IOMMU\n{}", NO_IOMMU_OPT_IN)]
+    BoundForNoIommu {
+        /// The device.
+        address: String,
+    },
     /// The device is not an NVMe controller (PCI class 01:08:02).
     #[error("PCI device {address} is not an NVMe controller: it is {what} (class {class:#08x}, id {vendor:04x}:{device:04x}, driver {driver}); vfnvme drives only NVMe controllers (class 0x010802): check the address with `lspci -D -nn` or `vfnvme list`")]
     NotNvme {

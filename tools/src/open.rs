@@ -72,12 +72,22 @@ pub fn require_binding(paths: &SysPaths, addr: &PciAddress, no_iommu: bool) -> R
             ),
         };
     }
+    let iommu = crate::setup::iommu_enabled(paths);
     match driver {
-        Some(d) if d == VFIO_PCI && crate::setup::iommu_enabled(paths) => Ok(()),
+        Some(d) if d == VFIO_PCI && iommu => Ok(()),
         Some(d) if d == VFIO_PCI => bail!("{addr}: {}\n{OPT_IN}", crate::setup::IOMMU_ADVICE),
         Some(d) if d == UIO_PCI_GENERIC => bail!(
-            "{addr} is bound to uio_pci_generic, the no-IOMMU mode: add --no-iommu to open it ({})",
+            "{addr} is bound to uio_pci_generic, the no-IOMMU mode: add --no-iommu to open it ({})\n{OPT_IN}",
             vfnvme::hal::pci::noiommu::RISK
+        ),
+        // Without an IOMMU, `vfnvme setup` would refuse too: say so now, with the opt-in line.
+        Some(d) if !iommu => bail!(
+            "{addr} is bound to the {d} driver, and vfio-pci cannot take it: {}\n{OPT_IN}",
+            crate::setup::IOMMU_ADVICE
+        ),
+        None if !iommu => bail!(
+            "{addr} is not bound to any driver, and vfio-pci cannot take it: {}\n{OPT_IN}",
+            crate::setup::IOMMU_ADVICE
         ),
         Some(d) => bail!(
             "{addr} is bound to the {d} driver, not vfio-pci: bind it with `sudo vfnvme setup {addr}` (it will no longer be usable by the kernel until `vfnvme setup --reset {addr}`)"
@@ -216,6 +226,22 @@ mod tests {
             require_binding(&f.paths(), &a(), false).unwrap_err()
         );
         assert!(e.contains("add --no-iommu"), "{e}");
+        assert!(e.contains("opt in with --no-iommu"), "{e}");
+        for driver in [Some("nvme"), None] {
+            let f = Fake::new("nvme-without-iommu", driver, false);
+            let e = format!(
+                "{:#}",
+                require_binding(&f.paths(), &a(), false).unwrap_err()
+            );
+            assert!(e.contains("the IOMMU is off"), "{e}");
+            assert!(e.contains("opt in with --no-iommu"), "{e}");
+            let f = Fake::new("nvme-with-iommu", driver, true);
+            let e = format!(
+                "{:#}",
+                require_binding(&f.paths(), &a(), false).unwrap_err()
+            );
+            assert!(!e.contains("opt in"), "{e}");
+        }
         let f = Fake::new("nvme-no-iommu", Some("nvme"), false);
         let e = format!("{:#}", require_binding(&f.paths(), &a(), true).unwrap_err());
         assert!(e.contains("vfnvme setup --no-iommu 0000:00:10.0"), "{e}");
