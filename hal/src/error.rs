@@ -300,6 +300,14 @@ pub enum HalError {
         /// The sysfs directory.
         path: String,
     },
+    /// The device is on vfio-pci with an IOMMU group, not a no-IOMMU one.
+    #[error("PCI device {address} is on vfio-pci in IOMMU group {group} (/dev/vfio/{group}), not in VFIO's no-IOMMU mode (/dev/vfio/noiommu-{group}): this machine has an IOMMU for it, so open it without --no-iommu")]
+    NotNoIommuGroup {
+        /// The device.
+        address: String,
+        /// Its IOMMU group.
+        group: u32,
+    },
     /// The device is not bound to a driver that the no-IOMMU mode can use.
     #[error("PCI device {address} is bound to {driver}, not to uio_pci_generic or vfio-pci in no-IOMMU mode: run `vfnvme setup --no-iommu {address}`")]
     NotBoundForNoIommu {

@@ -179,7 +179,7 @@ pub fn run(args: &IdentifyArgs) -> Result<()> {
         },
     )?;
     let mut v = describe(&ctrl, args.nsid)?;
-    v["mode"] = serde_json::json!(open::mode().to_string());
+    v["mode"] = serde_json::json!(open::mode_of(&args.bdf).to_string());
     if args.json {
         say!("{}", serde_json::to_string_pretty(&v)?);
     } else {

@@ -48,22 +48,24 @@ pub struct SetupArgs {
 }
 
 /// The driver `setup` binds controllers to: vfio-pci, or with `--no-iommu` the no-IOMMU
-/// binding.
-pub fn target_driver(no_iommu: bool) -> &'static str {
+/// binding ([`no_iommu_binding`]: vfio-pci where the kernel has VFIO's no-IOMMU mode, else
+/// uio_pci_generic).
+pub fn target_driver(paths: &SysPaths, no_iommu: bool) -> &'static str {
     if no_iommu {
-        noiommu::UIO_PCI_GENERIC
+        no_iommu_binding(paths).0.driver()
     } else {
         pci_sysfs::VFIO_PCI
     }
 }
 
-/// The no-IOMMU binding `setup --no-iommu` uses, and a note when the kernel offers VFIO's
-/// no-IOMMU mode, which vfnvme does not open devices through yet (docs/no-iommu.md).
+/// The no-IOMMU binding `setup --no-iommu` uses: VFIO's no-IOMMU mode where the kernel has it
+/// (`enable_unsafe_noiommu_mode` exists; setup turns it on), else uio_pci_generic (Debian's
+/// kernels), with a note saying which and why.
 pub fn no_iommu_binding(paths: &SysPaths) -> (NoIommuBinding, Option<&'static str>) {
     match noiommu::choose_binding(paths) {
         NoIommuBinding::VfioNoIommu => (
-            NoIommuBinding::UioPciGeneric,
-            Some("this kernel has VFIO's no-IOMMU mode, but vfnvme opens no-IOMMU controllers through uio_pci_generic only (see docs/no-iommu.md); binding uio_pci_generic"),
+            NoIommuBinding::VfioNoIommu,
+            Some("this kernel has VFIO's no-IOMMU mode: turning on enable_unsafe_noiommu_mode and binding vfio-pci (groups /dev/vfio/noiommu-N)"),
         ),
         b => (b, None),
     }
@@ -168,7 +170,7 @@ pub fn plan(args: &SetupArgs, paths: &SysPaths, proc: &Path, mounts: &str) -> Re
     let forced = named && args.force;
     for addr in targets {
         let info = pci_sysfs::device_info(paths, &addr)?;
-        if info.driver.as_deref() == Some(target_driver(args.no_iommu)) {
+        if info.driver.as_deref() == Some(target_driver(paths, args.no_iommu)) {
             actions.push(Action::AlreadyBound(addr));
             continue;
         }
@@ -198,7 +200,7 @@ pub fn run(args: &SetupArgs) -> Result<()> {
     // A hugepage count that would starve the system fails before anything is bound.
     precheck_hugepages(args)?;
     let iommu = iommu_enabled(&paths);
-    let target = target_driver(args.no_iommu);
+    let target = target_driver(&paths, args.no_iommu);
     if args.no_iommu {
         noiommu::warn_once();
         if let (_, Some(note)) = no_iommu_binding(&paths) {
@@ -558,26 +560,28 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(&p[0], Action::NotNvme(..)), "{p:?}");
-        assert_eq!(target_driver(true), "uio_pci_generic");
-        assert_eq!(target_driver(false), "vfio-pci");
+        assert_eq!(target_driver(&f.paths(), true), "uio_pci_generic");
+        assert_eq!(target_driver(&f.paths(), false), "vfio-pci");
     }
 
     #[test]
-    fn no_iommu_binding_is_uio_and_names_vfio_noiommu_where_the_kernel_has_it() {
+    fn no_iommu_binding_is_vfio_noiommu_where_the_kernel_has_it_else_uio() {
         let f = Fake::new("noiommu-binding");
         assert_eq!(
             no_iommu_binding(&f.paths()),
             (NoIommuBinding::UioPciGeneric, None)
         );
+        assert_eq!(target_driver(&f.paths(), true), "uio_pci_generic");
         let param = noiommu::vfio_noiommu_param(&f.paths());
         std::fs::create_dir_all(param.parent().unwrap()).unwrap();
         std::fs::write(&param, "N\n").unwrap();
         let (b, note) = no_iommu_binding(&f.paths());
-        assert_eq!(b, NoIommuBinding::UioPciGeneric);
+        assert_eq!(b, NoIommuBinding::VfioNoIommu);
         assert!(
             note.is_some_and(|n| n.contains("VFIO's no-IOMMU mode")),
             "{note:?}"
         );
+        assert_eq!(target_driver(&f.paths(), true), "vfio-pci");
     }
 
     fn a(s: &str) -> PciAddress {
