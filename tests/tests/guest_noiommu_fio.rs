@@ -1,7 +1,9 @@
 //! Scenario `noiommu` (a guest without an IOMMU): fio with the vfnvme engine and `no_iommu=1`.
 //! - Without `no_iommu=1` the engine refuses the controller with the opt-in line.
 //! - One controller: random writes of 4 KiB to 1 MiB (above MDTS, 512 KiB: split) over 8 MiB of
-//!   namespace 1 at QD 1 (fio's buffers must fit one 2 MiB hugepage), `verify=crc32c`: fio exits 0, every byte written and verified.
+//!   namespace 1 at QD 1 (fio's buffers, 1 MiB, fit one 2 MiB hugepage: zero-copy), then 256 KiB
+//!   at QD 16 (4 MiB of buffers: ordinary memory, a DMA bounce buffer per I/O, said once),
+//!   `verify=crc32c`: fio exits 0, every byte written and verified.
 //! - The multipath head of both controllers (`traddr=A+B`, round-robin) on namespace 2 with
 //!   `verify=crc32c`: no error, both paths carry I/Os.
 //!
@@ -82,8 +84,8 @@ fn the_engine_refuses_without_no_iommu_and_verifies_with_it() {
             "--no_iommu=1".into(),
             "--rw=randwrite".into(),
             "--bsrange=4k-1m".into(),
-            // fio's buffers are one allocation of iodepth * max bs, and a DMA buffer of the
-            // no-IOMMU mode lies in one 2 MiB hugepage.
+            // fio's buffers are one allocation of iodepth * max bs: here within one 2 MiB
+            // hugepage, so I/O is zero-copy.
             "--iodepth=1".into(),
             format!("--size={size}"),
             "--verify=crc32c".into(),
@@ -104,6 +106,35 @@ fn the_engine_refuses_without_no_iommu_and_verifies_with_it() {
         stderr.contains("no-IOMMU"),
         "the process warns once:\n{stderr}"
     );
+
+    // fio's buffers larger than one hugepage (QD 16 x 256 KiB = 4 MiB): ordinary memory and a
+    // DMA bounce buffer per I/O, said once; still verified.
+    let (status, json, stderr) = fio(
+        "bounce",
+        &[
+            filename(&[&b], 1),
+            "--no_iommu=1".into(),
+            "--rw=randwrite".into(),
+            "--bs=256k".into(),
+            "--iodepth=16".into(),
+            format!("--size={size}"),
+            "--verify=crc32c".into(),
+            "--do_verify=1".into(),
+        ],
+    );
+    assert!(
+        status.success(),
+        "fio with bounce buffers failed:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("goes through a bounce buffer"),
+        "no note:\n{stderr}"
+    );
+    let j = json.expect("fio's JSON");
+    let job = &j["jobs"][0];
+    assert_eq!(num(job, "error", None), 0, "{job}");
+    assert_eq!(num(job, "write", Some("io_bytes")), size, "{job}");
+    assert_eq!(num(job, "read", Some("io_bytes")), size, "{job}");
 
     // The multipath head of both controllers.
     let size: u64 = 4 << 20;
@@ -133,5 +164,5 @@ fn the_engine_refuses_without_no_iommu_and_verifies_with_it() {
         paths.iter().all(|(_, n)| *n > 0),
         "both paths used: {paths:?}"
     );
-    println!("NOIOMMU-FIO verify 8 MiB (4k-1m) and the head's 4 MiB: I/Os per path {paths:?}");
+    println!("NOIOMMU-FIO verify 8 MiB (4k-1m, and 256k through bounce buffers) and the head's 4 MiB: I/Os per path {paths:?}");
 }
