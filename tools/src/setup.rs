@@ -71,9 +71,18 @@ pub fn no_iommu_binding(paths: &SysPaths) -> (NoIommuBinding, Option<&'static st
     }
 }
 
-/// Whether the IOMMU is on: `/sys/kernel/iommu_groups` has entries.
+/// The `name` VFIO gives the fake IOMMU groups of its no-IOMMU mode.
+const VFIO_NOIOMMU_GROUP_NAME: &str = "vfio-noiommu";
+
+/// Whether the IOMMU is on: `/sys/kernel/iommu_groups` has entries other than the groups VFIO's
+/// no-IOMMU mode makes (their `name` is `vfio-noiommu`: they stand for no IOMMU).
 pub fn iommu_enabled(paths: &SysPaths) -> bool {
-    std::fs::read_dir(paths.sys.join("kernel/iommu_groups")).is_ok_and(|mut d| d.next().is_some())
+    std::fs::read_dir(paths.sys.join("kernel/iommu_groups")).is_ok_and(|d| {
+        d.flatten().any(|g| {
+            std::fs::read_to_string(g.path().join("name"))
+                .map_or(true, |n| n.trim() != VFIO_NOIOMMU_GROUP_NAME)
+        })
+    })
 }
 
 /// The advice when the IOMMU is off.
@@ -712,6 +721,11 @@ mod tests {
     #[test]
     fn iommu_detection() {
         let f = Fake::new("iommu");
+        assert!(!iommu_enabled(&f.paths()));
+        // A group of VFIO's no-IOMMU mode is no IOMMU.
+        let noiommu = f.0.join("sys/kernel/iommu_groups/7");
+        std::fs::create_dir_all(&noiommu).unwrap();
+        std::fs::write(noiommu.join("name"), "vfio-noiommu\n").unwrap();
         assert!(!iommu_enabled(&f.paths()));
         std::fs::create_dir_all(f.0.join("sys/kernel/iommu_groups/0")).unwrap();
         assert!(iommu_enabled(&f.paths()));
