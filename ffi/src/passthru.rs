@@ -83,6 +83,35 @@ fn command(cmd: *const PassthruCmd) -> FfiResult<PassthruCmd> {
     Ok(c)
 }
 
+/// The one body of vfnvme_ctrl_admin_passthru and vfnvme_ctrl_io_passthru (`io`).
+///
+/// # Safety
+/// Their contract.
+#[allow(clippy::too_many_arguments)]
+unsafe fn passthru(
+    name: &'static str,
+    io: bool,
+    ctrl: *const Ctrl,
+    cmd: *const PassthruCmd,
+    data: *mut c_void,
+    len: usize,
+    direction: u8,
+    cdw0: *mut u32,
+) -> i32 {
+    guard(name, || {
+        let ctrl = deref(ctrl, "ctrl")?;
+        let cmd = command(cmd)?;
+        // SAFETY: the caller's contract, passed on.
+        let data = unsafe { data_of(data, len, direction) }?;
+        let done = if io {
+            ctrl.ops.io_passthru(&cmd, data)
+        } else {
+            ctrl.ops.admin_passthru(&cmd, data)
+        };
+        finish(done, cdw0)
+    })
+}
+
 /// Sends one admin command and waits for it. `direction` says which way `len` bytes of
 /// `data` move (VFNVME_DATA_NONE with `data` NULL and `len` 0, VFNVME_DATA_FROM_DEVICE or
 /// VFNVME_DATA_TO_DEVICE); the driver checks the length against what the opcode moves where
@@ -106,13 +135,19 @@ pub unsafe extern "C" fn vfnvme_ctrl_admin_passthru(
     direction: u8,
     cdw0: *mut u32,
 ) -> i32 {
-    guard("vfnvme_ctrl_admin_passthru", || {
-        let ctrl = deref(ctrl, "ctrl")?;
-        let cmd = command(cmd)?;
-        // SAFETY: the caller's contract above.
-        let data = unsafe { data_of(data, len, direction) }?;
-        finish(ctrl.ops.admin_passthru(&cmd, data), cdw0)
-    })
+    // SAFETY: the caller's contract above, passed on.
+    unsafe {
+        passthru(
+            "vfnvme_ctrl_admin_passthru",
+            false,
+            ctrl,
+            cmd,
+            data,
+            len,
+            direction,
+            cdw0,
+        )
+    }
 }
 
 /// Sends one NVM I/O command to namespace `cmd->nsid` on a queue pair of its own and waits
@@ -134,13 +169,19 @@ pub unsafe extern "C" fn vfnvme_ctrl_io_passthru(
     direction: u8,
     cdw0: *mut u32,
 ) -> i32 {
-    guard("vfnvme_ctrl_io_passthru", || {
-        let ctrl = deref(ctrl, "ctrl")?;
-        let cmd = command(cmd)?;
-        // SAFETY: the caller's contract above.
-        let data = unsafe { data_of(data, len, direction) }?;
-        finish(ctrl.ops.io_passthru(&cmd, data), cdw0)
-    })
+    // SAFETY: the caller's contract above, passed on.
+    unsafe {
+        passthru(
+            "vfnvme_ctrl_io_passthru",
+            true,
+            ctrl,
+            cmd,
+            data,
+            len,
+            direction,
+            cdw0,
+        )
+    }
 }
 
 /// Copies the full Identify data of CNS `cns` (e.g. 1 = controller, 0 = namespace `nsid`)
