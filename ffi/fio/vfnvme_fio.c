@@ -827,6 +827,9 @@ fail:
 	return 1;
 }
 
+/* The largest DMA buffer of the no-IOMMU mode: one 2 MiB hugepage. */
+#define VF_NOIOMMU_PAGE ((size_t)2 << 20)
+
 static int vf_qp_iomem_alloc(struct thread_data *td, struct vf_thread *vt, size_t total_mem)
 {
 	if (!vt->mem_ctrl) {
@@ -835,6 +838,21 @@ static int vf_qp_iomem_alloc(struct thread_data *td, struct vf_thread *vt, size_
 	}
 	void *p = NULL;
 	int rc = vfnvme_dma_alloc(vt->mem_ctrl->ctrl, total_mem, &p, NULL);
+	if (rc && td->eo && ((struct vf_options *)td->eo)->no_iommu && total_mem > VF_NOIOMMU_PAGE &&
+	    posix_memalign(&p, 4096, total_mem) == 0) {
+		/* No-IOMMU mode: a DMA buffer lies in one hugepage (physical addresses are contiguous
+		 * only there). fio's buffers (iodepth x largest block) that do not fit one go to
+		 * ordinary memory, and each I/O through a DMA bounce buffer of its own (vf_data): a
+		 * copy per I/O instead of a refusal. */
+		log_err("vfnvme: no-IOMMU mode: fio's %zu bytes of I/O buffers do not fit one DMA "
+			"hugepage (%s); each I/O goes through a bounce buffer (one copy): lower iodepth "
+			"or bs for zero-copy I/O\n",
+			total_mem, vfnvme_last_error());
+		td->orig_buffer = p;
+		vt->mem_start = vt->mem_end = 0;
+		vt->mem_heap = true;
+		return 0;
+	}
 	if (rc) {
 		log_err("vfnvme: allocating %zu bytes of DMA memory: %s (%s)\n", total_mem,
 			vfnvme_strerror(rc), vfnvme_last_error());
@@ -848,8 +866,11 @@ static int vf_qp_iomem_alloc(struct thread_data *td, struct vf_thread *vt, size_
 
 static void vf_qp_iomem_free(struct thread_data *td, struct vf_thread *vt)
 {
-	if (vt->mem_ctrl && td->orig_buffer)
+	if (vt->mem_heap)
+		free(td->orig_buffer);
+	else if (vt->mem_ctrl && td->orig_buffer)
 		vfnvme_dma_free(vt->mem_ctrl->ctrl, td->orig_buffer);
+	vt->mem_heap = false;
 	vt->mem_start = vt->mem_end = 0;
 	td->orig_buffer = NULL;
 }

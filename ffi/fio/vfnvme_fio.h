@@ -146,6 +146,8 @@ struct vf_thread {
 	int ntq;
 	struct vf_ctrl *mem_ctrl; /* provided td->orig_buffer */
 	uintptr_t mem_start, mem_end; /* td->orig_buffer from iomem_alloc: DMA memory of mem_ctrl */
+	bool mem_heap; /* no-IOMMU mode: td->orig_buffer is ordinary memory (too large for one
+			* hugepage), every I/O goes through a bounce buffer */
 	struct vf_file *last_vf; /* file of the last io_u and its queue pair (a one-entry cache) */
 	struct vf_tq *last_tq;
 	struct io_u **events; /* what the last getevents returned (event() reads it) */

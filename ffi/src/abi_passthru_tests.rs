@@ -9,6 +9,8 @@ use crate::ctrl::{vfnvme_ctrl_close, vfnvme_ctrl_namespace, Ctrl};
 use crate::model::{vfnvme_ctrl_open_model, ModelOpts};
 use crate::passthru::{
     vfnvme_ctrl_admin_passthru, vfnvme_ctrl_identify, vfnvme_ctrl_io_passthru, vfnvme_enumerate,
+};
+use crate::passthru_cmd::{
     PassthruCmd, VFNVME_DATA_FROM_DEVICE, VFNVME_DATA_NONE, VFNVME_DATA_TO_DEVICE,
 };
 use crate::types::NsInfo;

@@ -16,6 +16,7 @@ pub mod mp;
 pub mod open;
 mod opts;
 pub mod passthru;
+pub mod passthru_cmd;
 pub mod pi;
 pub mod qpair;
 mod requests;

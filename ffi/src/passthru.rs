@@ -5,44 +5,12 @@
 
 use crate::ctrl::{deref, Ctrl};
 use crate::error::{guard, FfiError, FfiResult, Status};
+use crate::passthru_cmd::{
+    PassthruCmd, PassthruData, PassthruResult, VFNVME_DATA_FROM_DEVICE, VFNVME_DATA_NONE,
+    VFNVME_DATA_TO_DEVICE,
+};
 use crate::types::copy_cstr;
 use std::ffi::c_void;
-
-/// No data moves.
-pub const VFNVME_DATA_NONE: u8 = 0;
-/// The command reads from the device into the caller's buffer.
-pub const VFNVME_DATA_FROM_DEVICE: u8 = 1;
-/// The command writes the caller's buffer to the device.
-pub const VFNVME_DATA_TO_DEVICE: u8 = 2;
-
-/// One raw command: the submission queue entry's fields the caller chooses (the driver sets
-/// the command identifier, PSDT and the data pointer).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PassthruCmd {
-    /// Opcode (CDW0 bits 7:0).
-    pub opcode: u8,
-    /// Must be zero.
-    pub reserved: [u8; 3],
-    /// Namespace ID (I/O commands: the namespace the command goes to).
-    pub nsid: u32,
-    /// CDW2.
-    pub cdw2: u32,
-    /// CDW3.
-    pub cdw3: u32,
-    /// CDW10.
-    pub cdw10: u32,
-    /// CDW11.
-    pub cdw11: u32,
-    /// CDW12.
-    pub cdw12: u32,
-    /// CDW13.
-    pub cdw13: u32,
-    /// CDW14.
-    pub cdw14: u32,
-    /// CDW15.
-    pub cdw15: u32,
-}
 
 /// One NVMe controller of the machine (PCI class 010802) as `vfnvme_enumerate` lists it.
 #[repr(C)]
@@ -58,26 +26,6 @@ pub struct PciDevice {
     pub driver: [u8; 32],
     /// Whether it is bound to vfio-pci (vfnvme_ctrl_open can open it).
     pub vfio: bool,
-}
-
-/// The direction and the caller's buffer of a passthrough command.
-pub enum PassthruData<'a> {
-    /// No data.
-    None,
-    /// Read `.len()` bytes from the device into this.
-    FromDevice(&'a mut [u8]),
-    /// Write this to the device.
-    ToDevice(&'a [u8]),
-}
-
-/// The result of a passthrough command that reached the device: its completion's dword 0
-/// and status field (`sct << 8 | sc`, 0 for success).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PassthruResult {
-    /// Completion dword 0.
-    pub cdw0: u32,
-    /// `sct << 8 | sc`.
-    pub status: u16,
 }
 
 /// The caller's buffer for `direction`, checked.
@@ -135,6 +83,35 @@ fn command(cmd: *const PassthruCmd) -> FfiResult<PassthruCmd> {
     Ok(c)
 }
 
+/// The one body of vfnvme_ctrl_admin_passthru and vfnvme_ctrl_io_passthru (`io`).
+///
+/// # Safety
+/// Their contract.
+#[allow(clippy::too_many_arguments)]
+unsafe fn passthru(
+    name: &'static str,
+    io: bool,
+    ctrl: *const Ctrl,
+    cmd: *const PassthruCmd,
+    data: *mut c_void,
+    len: usize,
+    direction: u8,
+    cdw0: *mut u32,
+) -> i32 {
+    guard(name, || {
+        let ctrl = deref(ctrl, "ctrl")?;
+        let cmd = command(cmd)?;
+        // SAFETY: the caller's contract, passed on.
+        let data = unsafe { data_of(data, len, direction) }?;
+        let done = if io {
+            ctrl.ops.io_passthru(&cmd, data)
+        } else {
+            ctrl.ops.admin_passthru(&cmd, data)
+        };
+        finish(done, cdw0)
+    })
+}
+
 /// Sends one admin command and waits for it. `direction` says which way `len` bytes of
 /// `data` move (VFNVME_DATA_NONE with `data` NULL and `len` 0, VFNVME_DATA_FROM_DEVICE or
 /// VFNVME_DATA_TO_DEVICE); the driver checks the length against what the opcode moves where
@@ -158,13 +135,19 @@ pub unsafe extern "C" fn vfnvme_ctrl_admin_passthru(
     direction: u8,
     cdw0: *mut u32,
 ) -> i32 {
-    guard("vfnvme_ctrl_admin_passthru", || {
-        let ctrl = deref(ctrl, "ctrl")?;
-        let cmd = command(cmd)?;
-        // SAFETY: the caller's contract above.
-        let data = unsafe { data_of(data, len, direction) }?;
-        finish(ctrl.ops.admin_passthru(&cmd, data), cdw0)
-    })
+    // SAFETY: the caller's contract above, passed on.
+    unsafe {
+        passthru(
+            "vfnvme_ctrl_admin_passthru",
+            false,
+            ctrl,
+            cmd,
+            data,
+            len,
+            direction,
+            cdw0,
+        )
+    }
 }
 
 /// Sends one NVM I/O command to namespace `cmd->nsid` on a queue pair of its own and waits
@@ -186,13 +169,19 @@ pub unsafe extern "C" fn vfnvme_ctrl_io_passthru(
     direction: u8,
     cdw0: *mut u32,
 ) -> i32 {
-    guard("vfnvme_ctrl_io_passthru", || {
-        let ctrl = deref(ctrl, "ctrl")?;
-        let cmd = command(cmd)?;
-        // SAFETY: the caller's contract above.
-        let data = unsafe { data_of(data, len, direction) }?;
-        finish(ctrl.ops.io_passthru(&cmd, data), cdw0)
-    })
+    // SAFETY: the caller's contract above, passed on.
+    unsafe {
+        passthru(
+            "vfnvme_ctrl_io_passthru",
+            true,
+            ctrl,
+            cmd,
+            data,
+            len,
+            direction,
+            cdw0,
+        )
+    }
 }
 
 /// Copies the full Identify data of CNS `cns` (e.g. 1 = controller, 0 = namespace `nsid`)
@@ -267,22 +256,6 @@ pub unsafe extern "C" fn vfnvme_enumerate(out: *mut PciDevice, cap: usize) -> i3
     })
 }
 
-/// Copies `src` into `dst` (the device's data) when the command read from the device.
-pub(crate) fn deliver(data: PassthruData<'_>, src: &[u8]) {
-    if let PassthruData::FromDevice(dst) = data {
-        let n = dst.len().min(src.len());
-        dst[..n].copy_from_slice(&src[..n]);
-    }
-}
-
-/// `sct << 8 | sc` of a status.
-pub(crate) fn status_field(s: vfnvme::spec::Status) -> u16 {
-    u16::from(s.sct()) << 8 | u16::from(s.sc())
-}
-
-// The command struct's layout is what the header says: opcode, reserved, nsid and 8 dwords.
-const _: () = assert!(std::mem::size_of::<PassthruCmd>() == 40);
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,7 +277,7 @@ mod tests {
             assert!(matches!(data_of(p, 8, 1), Ok(PassthruData::FromDevice(d)) if d.len() == 8));
         }
         let mut dst = [0u8; 4];
-        deliver(PassthruData::FromDevice(&mut dst), &[1, 2, 3, 4, 5]);
+        crate::passthru_cmd::deliver(PassthruData::FromDevice(&mut dst), &[1, 2, 3, 4, 5]);
         assert_eq!(dst, [1, 2, 3, 4]);
     }
 }

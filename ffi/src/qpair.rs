@@ -691,18 +691,21 @@ pub unsafe extern "C" fn vfnvme_qpair_readv(
     cb: Callback,
     arg: *mut c_void,
 ) -> i32 {
-    guard("vfnvme_qpair_readv", || {
-        let q = qp_mut(qp)?;
-        // SAFETY: the caller's array (header contract).
-        let iov = unsafe { iov_slice(iov, iovcnt) }?;
-        let req = Req::Rwv {
-            write: false,
+    // SAFETY: the caller's contract, passed on.
+    unsafe {
+        submit_vectored(
+            "vfnvme_qpair_readv",
+            false,
+            qp,
+            nsid,
             iov,
+            iovcnt,
             lba,
             blocks,
-        };
-        q.submit(nsid, req, cb, arg)
-    })
+            cb,
+            arg,
+        )
+    }
 }
 
 /// Queues a write of `blocks` blocks at `lba` of namespace `nsid` from the `iovcnt` pieces at
@@ -726,12 +729,47 @@ pub unsafe extern "C" fn vfnvme_qpair_writev(
     cb: Callback,
     arg: *mut c_void,
 ) -> i32 {
-    guard("vfnvme_qpair_writev", || {
+    // SAFETY: the caller's contract, passed on.
+    unsafe {
+        submit_vectored(
+            "vfnvme_qpair_writev",
+            true,
+            qp,
+            nsid,
+            iov,
+            iovcnt,
+            lba,
+            blocks,
+            cb,
+            arg,
+        )
+    }
+}
+
+/// The one body of vfnvme_qpair_readv and vfnvme_qpair_writev (`write`).
+///
+/// # Safety
+/// Their contract.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn submit_vectored(
+    name: &'static str,
+    write: bool,
+    qp: *mut Qpair,
+    nsid: u32,
+    iov: *const Iov,
+    iovcnt: u32,
+    lba: u64,
+    blocks: u32,
+    cb: Callback,
+    arg: *mut c_void,
+) -> i32 {
+    guard(name, || {
         let q = qp_mut(qp)?;
         // SAFETY: the caller's array (header contract).
         let iov = unsafe { iov_slice(iov, iovcnt) }?;
         let req = Req::Rwv {
-            write: true,
+            write,
             iov,
             lba,
             blocks,

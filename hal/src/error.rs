@@ -87,6 +87,12 @@ pub enum HalError {
         /// Its current driver, or "no driver".
         driver: String,
     },
+    /// The device is bound to uio_pci_generic (the no-IOMMU mode) and was opened without it.
+    #[error("PCI device {address} is bound to uio_pci_generic, the no-IOMMU mode, and was opened through VFIO: open it in the no-IOMMU mode (--no-iommu, no_iommu in the C ABI and the fio engine), or bind it to vfio-pci with `vfnvme setup {address}` on a machine with an IOMMU\n{}", NO_IOMMU_OPT_IN)]
+    BoundForNoIommu {
+        /// The device.
+        address: String,
+    },
     /// The device is not an NVMe controller (PCI class 01:08:02).
     #[error("PCI device {address} is not an NVMe controller: it is {what} (class {class:#08x}, id {vendor:04x}:{device:04x}, driver {driver}); vfnvme drives only NVMe controllers (class 0x010802): check the address with `lspci -D -nn` or `vfnvme list`")]
     NotNvme {
@@ -293,6 +299,14 @@ pub enum HalError {
         address: String,
         /// The sysfs directory.
         path: String,
+    },
+    /// The device is on vfio-pci with an IOMMU group, not a no-IOMMU one.
+    #[error("PCI device {address} is on vfio-pci in IOMMU group {group} (/dev/vfio/{group}), not in VFIO's no-IOMMU mode (/dev/vfio/noiommu-{group}): this machine has an IOMMU for it, so open it without --no-iommu")]
+    NotNoIommuGroup {
+        /// The device.
+        address: String,
+        /// Its IOMMU group.
+        group: u32,
     },
     /// The device is not bound to a driver that the no-IOMMU mode can use.
     #[error("PCI device {address} is bound to {driver}, not to uio_pci_generic or vfio-pci in no-IOMMU mode: run `vfnvme setup --no-iommu {address}`")]

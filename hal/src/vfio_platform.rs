@@ -6,7 +6,7 @@
 //! re-exports this module as `vfnvme::vfio_platform`.
 
 use crate::iommu::physical::PhysicalMapper;
-use crate::pci::noiommu::{self, UIO_PCI_GENERIC};
+use crate::pci::noiommu::{self, DmaMode, NoIommuBinding};
 use crate::pci::sysfs as pci_sysfs;
 use crate::platform::{Doorbell, Platform, RegisterIo};
 use crate::sysfs_device::SysfsDevice;
@@ -71,7 +71,7 @@ impl Default for VfioOptions {
 /// How the platform reaches its device.
 #[derive(Debug)]
 enum Access {
-    /// Through VFIO with an IOMMU.
+    /// Through VFIO: with an IOMMU, or in VFIO's no-IOMMU mode.
     Vfio(VfioDevice),
     /// Through sysfs (no-IOMMU mode).
     Sysfs(SysfsDevice),
@@ -143,9 +143,11 @@ impl VfioPlatform {
             .collect()
     }
 
-    /// The no-IOMMU mode: every device must be an NVMe controller bound to uio_pci_generic;
-    /// BAR0 and config space through sysfs, one DMA pool of physical addresses for all (a
-    /// physical address is the same for every device, so multipath paths share it).
+    /// The no-IOMMU mode: every device must be an NVMe controller bound to uio_pci_generic
+    /// (BAR0 and config space through sysfs) or to vfio-pci in VFIO's no-IOMMU mode (group node
+    /// `/dev/vfio/noiommu-N`: the device through VFIO, its groups in one no-IOMMU container).
+    /// One DMA pool of physical addresses for all (a physical address is the same for every
+    /// device, so multipath paths share it). The platforms come back in the order of `addrs`.
     pub fn open_no_iommu(
         paths: &SysPaths,
         addrs: &[PciAddress],
@@ -163,25 +165,60 @@ impl VfioPlatform {
                 address: twice.to_string(),
             });
         }
-        let mut devices = Vec::with_capacity(addrs.len());
+        // Which way each device is reached, checked for all before anything is opened.
+        let mut via_vfio = Vec::with_capacity(addrs.len());
         for addr in addrs {
             pci_sysfs::require_nvme(paths, addr)?;
-            match pci_sysfs::driver(paths, addr)? {
-                Some(d) if d == UIO_PCI_GENERIC => {}
-                other => {
+            match noiommu::mode_of(paths, addr) {
+                Some(DmaMode::NoIommu(NoIommuBinding::UioPciGeneric)) => via_vfio.push(false),
+                Some(DmaMode::NoIommu(NoIommuBinding::VfioNoIommu)) => via_vfio.push(true),
+                Some(DmaMode::Iommu) => {
+                    return Err(HalError::NotNoIommuGroup {
+                        address: addr.to_string(),
+                        group: pci_sysfs::iommu_group(paths, addr)?,
+                    })
+                }
+                None => {
                     return Err(HalError::NotBoundForNoIommu {
                         address: addr.to_string(),
-                        driver: other.unwrap_or_else(|| "no driver".to_string()),
+                        driver: pci_sysfs::driver(paths, addr)?
+                            .unwrap_or_else(|| "no driver".to_string()),
                     })
                 }
             }
-            devices.push(SysfsDevice::open(paths, *addr)?);
         }
+        let mut sysfs = Vec::new();
+        for (addr, vfio) in addrs.iter().zip(&via_vfio) {
+            if !vfio {
+                sysfs.push(SysfsDevice::open(paths, *addr)?);
+            }
+        }
+        let mapper = Arc::new(PhysicalMapper::new()?);
+        let vfio_addrs: Vec<PciAddress> = addrs
+            .iter()
+            .zip(&via_vfio)
+            .filter(|(_, v)| **v)
+            .map(|(a, _)| *a)
+            .collect();
+        let vfio = if vfio_addrs.is_empty() {
+            Vec::new()
+        } else {
+            VfioDevice::open_noiommu_shared_with(&vfio_addrs, paths, mapper.clone())?
+        };
         noiommu::warn_once();
-        let dma = DmaPool::new(Arc::new(PhysicalMapper::new()?), opts.page_size);
-        devices
-            .into_iter()
-            .map(|device| Self::wrap_sysfs(device, dma.clone()))
+        let dma = DmaPool::new(mapper, opts.page_size);
+        let (mut sysfs, mut vfio) = (sysfs.into_iter(), vfio.into_iter());
+        via_vfio
+            .iter()
+            .map(|&v| {
+                if v {
+                    let d = vfio.next().ok_or(HalError::NoDevices)?;
+                    Self::wrap(d, dma.clone())
+                } else {
+                    let d = sysfs.next().ok_or(HalError::NoDevices)?;
+                    Self::wrap_sysfs(d, dma.clone())
+                }
+            })
             .collect()
     }
 
@@ -223,7 +260,7 @@ impl VfioPlatform {
         }))
     }
 
-    /// The VFIO device (config space, reset); `None` in no-IOMMU mode (no VFIO device).
+    /// The VFIO device (config space, reset); `None` through uio_pci_generic (no VFIO device).
     pub fn device(&self) -> Option<&VfioDevice> {
         match &self.access {
             Access::Vfio(d) => Some(d),
@@ -231,9 +268,13 @@ impl VfioPlatform {
         }
     }
 
-    /// Whether this platform runs in the no-IOMMU mode (physical DMA addresses).
+    /// Whether this platform runs in the no-IOMMU mode (physical DMA addresses), through
+    /// uio_pci_generic or VFIO's no-IOMMU mode.
     pub fn no_iommu(&self) -> bool {
-        matches!(self.access, Access::Sysfs(_))
+        match &self.access {
+            Access::Vfio(d) => d.no_iommu(),
+            Access::Sysfs(_) => true,
+        }
     }
 
     /// The device request eventfd registered at open (`None` if the kernel has none), e.g.
@@ -371,6 +412,46 @@ mod tests {
         assert!(matches!(err, HalError::NotNvme { .. }), "{err}");
         let err = VfioPlatform::open_no_iommu(&fake.paths(), &[], opts).unwrap_err();
         assert!(matches!(err, HalError::NoDevices), "{err}");
+    }
+
+    #[test]
+    fn no_iommu_takes_vfio_pci_in_vfio_noiommu_mode_through_vfio() {
+        use crate::pci::test_sysfs::FakeSys;
+        let fake = FakeSys::new();
+        fake.device("0000:00:10.0", Some("vfio-pci"), Some(5));
+        fake.device("0000:00:11.0", Some("vfio-pci"), Some(6));
+        let dev = fake.dev_vfio(&[6]);
+        std::fs::write(dev.join("noiommu-5"), "").unwrap();
+        let opts = VfioOptions {
+            no_iommu: true,
+            ..VfioOptions::default()
+        };
+        let a = |s: &str| PciAddress::parse(s).unwrap();
+        // 10.0: group node noiommu-5, so VFIO's no-IOMMU container is opened (here a plain
+        // file: its first ioctl fails cleanly).
+        let err =
+            VfioPlatform::open_no_iommu(&fake.paths(), &[a("0000:00:10.0")], opts).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                HalError::Ioctl {
+                    op: "GET_API_VERSION",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // 11.0: an IOMMU group: refused before anything is opened, naming the way out.
+        let err = VfioPlatform::open_no_iommu(
+            &fake.paths(),
+            &[a("0000:00:10.0"), a("0000:00:11.0")],
+            opts,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, HalError::NotNoIommuGroup { group: 6, .. }),
+            "{err}"
+        );
     }
 
     #[test]

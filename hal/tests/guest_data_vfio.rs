@@ -69,13 +69,17 @@ fn guest_vfio_flow() {
         .any(|r| buf.iova() >= r.start && buf.iova() + 8191 <= r.end));
     eprintln!(
         "mapped {} bytes, page size {:?}",
-        dev.type1().mapped_bytes(),
+        dev.type1().expect("a type1 container").mapped_bytes(),
         pool.page_size()
     );
-    assert!(dev.type1().mapped_bytes() >= 8192);
+    assert!(dev.type1().expect("a type1 container").mapped_bytes() >= 8192);
     drop(buf);
     drop(pool);
-    assert_eq!(dev.type1().mapped_bytes(), 0, "pool drop unmapped");
+    assert_eq!(
+        dev.type1().expect("a type1 container").mapped_bytes(),
+        0,
+        "pool drop unmapped"
+    );
 
     // No 1 GiB pages are reserved in the guest: the pool falls back to 2 MiB pages.
     let pool = DmaPool::new(dev.iommu(), PageSize::Huge1G);
@@ -89,10 +93,10 @@ fn guest_vfio_flow() {
     assert!(big.iova().is_multiple_of(2 << 20), "page aligned");
     drop(big);
     drop(pool);
-    assert_eq!(dev.type1().mapped_bytes(), 0);
+    assert_eq!(dev.type1().expect("a type1 container").mapped_bytes(), 0);
 
     identify_through_dma(&bar, &DmaPool::new(dev.iommu(), PageSize::Huge2M));
-    assert_eq!(dev.type1().mapped_bytes(), 0);
+    assert_eq!(dev.type1().expect("a type1 container").mapped_bytes(), 0);
 
     let did = dev.reset().unwrap();
     eprintln!("reset: {did}");

@@ -63,6 +63,7 @@ fn qmp_device_del_of_one_path_under_io_fails_over_and_is_released() {
         .device()
         .expect("a VFIO device")
         .type1()
+        .expect("a type1 container")
         .clone();
     assert_eq!(
         type1.group_numbers().len(),

@@ -39,25 +39,40 @@ fn groups_join_before_mapping_and_are_refused_after() {
     let buf = pool.alloc(4096).expect("a DMA buffer");
     let g_b = group_of(&b);
     let no_b = g_b.number();
-    let err = dev_a.type1().attach_group(g_b).unwrap_err();
+    let err = dev_a
+        .type1()
+        .expect("a type1 container")
+        .attach_group(g_b)
+        .unwrap_err();
     assert!(
         matches!(err, HalError::ContainerInUse { group } if group == no_b),
         "{err}"
     );
     assert!(err.to_string().contains("open_shared"), "{err}");
-    assert_eq!(dev_a.type1().group_numbers().len(), 1);
+    assert_eq!(
+        dev_a
+            .type1()
+            .expect("a type1 container")
+            .group_numbers()
+            .len(),
+        1
+    );
     drop((buf, pool, dev_a));
 
     // Accepted before: the second group's device is then reached through the same container.
     let dev_a = VfioDevice::open(a).expect("open A again");
-    let ranges_alone = dev_a.type1().iova_ranges();
+    let ranges_alone = dev_a.type1().expect("a type1 container").iova_ranges();
     let g_b = group_of(&b);
-    dev_a.type1().attach_group(g_b).expect("group B joins");
+    dev_a
+        .type1()
+        .expect("a type1 container")
+        .attach_group(g_b)
+        .expect("group B joins");
     assert_eq!(
-        dev_a.type1().group_numbers(),
+        dev_a.type1().expect("a type1 container").group_numbers(),
         [iommu_group(&SysPaths::default(), &a).unwrap(), no_b]
     );
-    let ranges_both = dev_a.type1().iova_ranges();
+    let ranges_both = dev_a.type1().expect("a type1 container").iova_ranges();
     eprintln!("IOVA ranges: A alone {ranges_alone:x?}, A and B {ranges_both:x?}");
     for r in &ranges_both {
         assert!(
@@ -69,6 +84,7 @@ fn groups_join_before_mapping_and_are_refused_after() {
     }
     let file = dev_a
         .type1()
+        .expect("a type1 container")
         .device_file(no_b, &b)
         .expect("B's device fd through the container");
     drop(file);

@@ -46,6 +46,7 @@ fn controller_removed_under_io_fails_over_and_is_released() {
         .device()
         .expect("a VFIO device")
         .type1()
+        .expect("a type1 container")
         .clone();
     assert_eq!(
         type1.group_numbers().len(),

@@ -182,7 +182,7 @@ pub fn run(args: &IdentifyArgs) -> Result<()> {
         Some(bdf) => {
             let ctrl = open::open_controller(bdf, options)?;
             let mut v = describe(&ctrl, args.nsid)?;
-            v["mode"] = serde_json::json!(open::mode().to_string());
+            v["mode"] = serde_json::json!(open::mode_of(bdf).to_string());
             v
         }
         None => model_view(args.nsid, options)?,

@@ -6,7 +6,7 @@
 use anyhow::{bail, Context, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use vfnvme::hal::pci::noiommu::{DmaMode, OPT_IN, UIO_PCI_GENERIC};
+use vfnvme::hal::pci::noiommu::{DmaMode, NoIommuBinding, OPT_IN, UIO_PCI_GENERIC};
 use vfnvme::hal::pci::sysfs::{self as pci_sysfs, VFIO_PCI};
 use vfnvme::hal::{PciAddress, SysPaths};
 use vfnvme::multipath::{HeadOptions, Subsystem};
@@ -41,6 +41,18 @@ pub fn mode() -> DmaMode {
     }
 }
 
+/// The DMA mode the controller at `bdf` is opened in: [`mode`], with the binding the device
+/// has (uio_pci_generic, or vfio-pci in VFIO's no-IOMMU mode) when `--no-iommu` is on.
+pub fn mode_of(bdf: &str) -> DmaMode {
+    let found = PciAddress::parse(bdf)
+        .ok()
+        .and_then(|a| vfnvme::hal::pci::noiommu::mode_of(&SysPaths::default(), &a));
+    match found {
+        Some(m @ DmaMode::NoIommu(_)) if no_iommu() => m,
+        _ => mode(),
+    }
+}
+
 /// The platform options of this process's mode.
 fn vfio_options() -> VfioOptions {
     VfioOptions {
@@ -64,20 +76,37 @@ pub fn require_binding(paths: &SysPaths, addr: &PciAddress, no_iommu: bool) -> R
     if no_iommu {
         return match driver {
             Some(d) if d == UIO_PCI_GENERIC => Ok(()),
+            Some(d)
+                if d == VFIO_PCI
+                    && vfnvme::hal::pci::noiommu::mode_of(paths, addr)
+                        == Some(DmaMode::NoIommu(NoIommuBinding::VfioNoIommu)) =>
+            {
+                Ok(())
+            }
             Some(d) => bail!(
-                "{addr} is bound to the {d} driver, not uio_pci_generic: --no-iommu needs it bound with `sudo vfnvme setup --no-iommu {addr}`"
+                "{addr} is bound to the {d} driver, not uio_pci_generic (nor vfio-pci in VFIO's no-IOMMU mode): --no-iommu needs it bound with `sudo vfnvme setup --no-iommu {addr}`"
             ),
             None => bail!(
                 "{addr} is not bound to any driver: bind it with `sudo vfnvme setup --no-iommu {addr}`"
             ),
         };
     }
+    let iommu = crate::setup::iommu_enabled(paths);
     match driver {
-        Some(d) if d == VFIO_PCI && crate::setup::iommu_enabled(paths) => Ok(()),
+        Some(d) if d == VFIO_PCI && iommu => Ok(()),
         Some(d) if d == VFIO_PCI => bail!("{addr}: {}\n{OPT_IN}", crate::setup::IOMMU_ADVICE),
         Some(d) if d == UIO_PCI_GENERIC => bail!(
-            "{addr} is bound to uio_pci_generic, the no-IOMMU mode: add --no-iommu to open it ({})",
+            "{addr} is bound to uio_pci_generic, the no-IOMMU mode: add --no-iommu to open it ({})\n{OPT_IN}",
             vfnvme::hal::pci::noiommu::RISK
+        ),
+        // Without an IOMMU, `vfnvme setup` would refuse too: say so now, with the opt-in line.
+        Some(d) if !iommu => bail!(
+            "{addr} is bound to the {d} driver, and vfio-pci cannot take it: {}\n{OPT_IN}",
+            crate::setup::IOMMU_ADVICE
+        ),
+        None if !iommu => bail!(
+            "{addr} is not bound to any driver, and vfio-pci cannot take it: {}\n{OPT_IN}",
+            crate::setup::IOMMU_ADVICE
         ),
         Some(d) => bail!(
             "{addr} is bound to the {d} driver, not vfio-pci: bind it with `sudo vfnvme setup {addr}` (it will no longer be usable by the kernel until `vfnvme setup --reset {addr}`)"
@@ -216,12 +245,37 @@ mod tests {
             require_binding(&f.paths(), &a(), false).unwrap_err()
         );
         assert!(e.contains("add --no-iommu"), "{e}");
+        assert!(e.contains("opt in with --no-iommu"), "{e}");
+        for driver in [Some("nvme"), None] {
+            let f = Fake::new("nvme-without-iommu", driver, false);
+            let e = format!(
+                "{:#}",
+                require_binding(&f.paths(), &a(), false).unwrap_err()
+            );
+            assert!(e.contains("the IOMMU is off"), "{e}");
+            assert!(e.contains("opt in with --no-iommu"), "{e}");
+            let f = Fake::new("nvme-with-iommu", driver, true);
+            let e = format!(
+                "{:#}",
+                require_binding(&f.paths(), &a(), false).unwrap_err()
+            );
+            assert!(!e.contains("opt in"), "{e}");
+        }
         let f = Fake::new("nvme-no-iommu", Some("nvme"), false);
         let e = format!("{:#}", require_binding(&f.paths(), &a(), true).unwrap_err());
         assert!(e.contains("vfnvme setup --no-iommu 0000:00:10.0"), "{e}");
         let f = Fake::new("vfio-no-iommu", Some("vfio-pci"), true);
         let e = format!("{:#}", require_binding(&f.paths(), &a(), true).unwrap_err());
         assert!(e.contains("not uio_pci_generic"), "{e}");
+        // vfio-pci in VFIO's no-IOMMU mode (group node /dev/vfio/noiommu-9) is taken.
+        let f = Fake::new("vfio-noiommu-mode", Some("vfio-pci"), false);
+        let g = f.root().join("sys/kernel/iommu_groups/9");
+        std::fs::create_dir_all(&g).unwrap();
+        std::os::unix::fs::symlink(&g, f.root().join("sys/devices/0000:00:10.0/iommu_group"))
+            .unwrap();
+        std::fs::create_dir_all(f.root().join("dev/vfio")).unwrap();
+        std::fs::write(f.root().join("dev/vfio/noiommu-9"), "").unwrap();
+        require_binding(&f.paths(), &a(), true).unwrap();
     }
 
     #[test]

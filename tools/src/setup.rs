@@ -57,30 +57,41 @@ pub struct SetupArgs {
 }
 
 /// The driver `setup` binds controllers to: vfio-pci, or with `--no-iommu` the no-IOMMU
-/// binding.
-pub fn target_driver(no_iommu: bool) -> &'static str {
+/// binding ([`no_iommu_binding`]: vfio-pci where the kernel has VFIO's no-IOMMU mode, else
+/// uio_pci_generic).
+pub fn target_driver(paths: &SysPaths, no_iommu: bool) -> &'static str {
     if no_iommu {
-        noiommu::UIO_PCI_GENERIC
+        no_iommu_binding(paths).0.driver()
     } else {
         pci_sysfs::VFIO_PCI
     }
 }
 
-/// The no-IOMMU binding `setup --no-iommu` uses, and a note when the kernel offers VFIO's
-/// no-IOMMU mode, which vfnvme does not open devices through yet (docs/no-iommu.md).
+/// The no-IOMMU binding `setup --no-iommu` uses: VFIO's no-IOMMU mode where the kernel has it
+/// (`enable_unsafe_noiommu_mode` exists; setup turns it on), else uio_pci_generic (Debian's
+/// kernels), with a note saying which and why.
 pub fn no_iommu_binding(paths: &SysPaths) -> (NoIommuBinding, Option<&'static str>) {
     match noiommu::choose_binding(paths) {
         NoIommuBinding::VfioNoIommu => (
-            NoIommuBinding::UioPciGeneric,
-            Some("this kernel has VFIO's no-IOMMU mode, but vfnvme opens no-IOMMU controllers through uio_pci_generic only (see docs/no-iommu.md); binding uio_pci_generic"),
+            NoIommuBinding::VfioNoIommu,
+            Some("this kernel has VFIO's no-IOMMU mode: turning on enable_unsafe_noiommu_mode and binding vfio-pci (groups /dev/vfio/noiommu-N)"),
         ),
         b => (b, None),
     }
 }
 
-/// Whether the IOMMU is on: `/sys/kernel/iommu_groups` has entries.
+/// The `name` VFIO gives the fake IOMMU groups of its no-IOMMU mode.
+const VFIO_NOIOMMU_GROUP_NAME: &str = "vfio-noiommu";
+
+/// Whether the IOMMU is on: `/sys/kernel/iommu_groups` has entries other than the groups VFIO's
+/// no-IOMMU mode makes (their `name` is `vfio-noiommu`: they stand for no IOMMU).
 pub fn iommu_enabled(paths: &SysPaths) -> bool {
-    std::fs::read_dir(paths.sys.join("kernel/iommu_groups")).is_ok_and(|mut d| d.next().is_some())
+    std::fs::read_dir(paths.sys.join("kernel/iommu_groups")).is_ok_and(|d| {
+        d.flatten().any(|g| {
+            std::fs::read_to_string(g.path().join("name"))
+                .map_or(true, |n| n.trim() != VFIO_NOIOMMU_GROUP_NAME)
+        })
+    })
 }
 
 /// The advice when the IOMMU is off.
@@ -177,7 +188,7 @@ pub fn plan(args: &SetupArgs, paths: &SysPaths, proc: &Path, mounts: &str) -> Re
     let forced = named && args.force;
     for addr in targets {
         let info = pci_sysfs::device_info(paths, &addr)?;
-        if info.driver.as_deref() == Some(target_driver(args.no_iommu)) {
+        if info.driver.as_deref() == Some(target_driver(paths, args.no_iommu)) {
             actions.push(Action::AlreadyBound(addr));
             continue;
         }
@@ -262,7 +273,7 @@ pub fn run(args: &SetupArgs) -> Result<()> {
     // A hugepage count that would starve the system fails before anything is bound.
     precheck_hugepages(args)?;
     let iommu = iommu_enabled(&paths);
-    let target = target_driver(args.no_iommu);
+    let target = target_driver(&paths, args.no_iommu);
     if args.no_iommu {
         noiommu::warn_once();
         if let (_, Some(note)) = no_iommu_binding(&paths) {
@@ -643,26 +654,28 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(&p[0], Action::NotNvme(..)), "{p:?}");
-        assert_eq!(target_driver(true), "uio_pci_generic");
-        assert_eq!(target_driver(false), "vfio-pci");
+        assert_eq!(target_driver(&f.paths(), true), "uio_pci_generic");
+        assert_eq!(target_driver(&f.paths(), false), "vfio-pci");
     }
 
     #[test]
-    fn no_iommu_binding_is_uio_and_names_vfio_noiommu_where_the_kernel_has_it() {
+    fn no_iommu_binding_is_vfio_noiommu_where_the_kernel_has_it_else_uio() {
         let f = Fake::new("noiommu-binding");
         assert_eq!(
             no_iommu_binding(&f.paths()),
             (NoIommuBinding::UioPciGeneric, None)
         );
+        assert_eq!(target_driver(&f.paths(), true), "uio_pci_generic");
         let param = noiommu::vfio_noiommu_param(&f.paths());
         std::fs::create_dir_all(param.parent().unwrap()).unwrap();
         std::fs::write(&param, "N\n").unwrap();
         let (b, note) = no_iommu_binding(&f.paths());
-        assert_eq!(b, NoIommuBinding::UioPciGeneric);
+        assert_eq!(b, NoIommuBinding::VfioNoIommu);
         assert!(
             note.is_some_and(|n| n.contains("VFIO's no-IOMMU mode")),
             "{note:?}"
         );
+        assert_eq!(target_driver(&f.paths(), true), "vfio-pci");
     }
 
     fn a(s: &str) -> PciAddress {
@@ -793,6 +806,11 @@ mod tests {
     #[test]
     fn iommu_detection() {
         let f = Fake::new("iommu");
+        assert!(!iommu_enabled(&f.paths()));
+        // A group of VFIO's no-IOMMU mode is no IOMMU.
+        let noiommu = f.0.join("sys/kernel/iommu_groups/7");
+        std::fs::create_dir_all(&noiommu).unwrap();
+        std::fs::write(noiommu.join("name"), "vfio-noiommu\n").unwrap();
         assert!(!iommu_enabled(&f.paths()));
         std::fs::create_dir_all(f.0.join("sys/kernel/iommu_groups/0")).unwrap();
         assert!(iommu_enabled(&f.paths()));

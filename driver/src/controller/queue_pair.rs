@@ -367,8 +367,7 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         tag: T,
     ) -> Result<(), SubmitError> {
         // SAFETY: the caller's contract, passed on.
-        let req = unsafe { Request::borrowed_vectored(Op::Read, ns, lba, blocks, spans, tag) }?;
-        self.submit(req).map(drop)
+        unsafe { self.submit_vectored(Op::Read, ns, lba, blocks, spans, tag) }
     }
 
     /// Queues a write of `blocks` blocks at `lba` from `spans`, in order
@@ -386,7 +385,25 @@ impl<P: Platform, T: Copy + Default> QueuePair<P, T> {
         tag: T,
     ) -> Result<(), SubmitError> {
         // SAFETY: the caller's contract, passed on.
-        let req = unsafe { Request::borrowed_vectored(Op::Write, ns, lba, blocks, spans, tag) }?;
+        unsafe { self.submit_vectored(Op::Write, ns, lba, blocks, spans, tag) }
+    }
+
+    /// The one body of [`readv`](Self::readv) and [`writev`](Self::writev).
+    ///
+    /// # Safety
+    /// As for [`readv`](Self::readv).
+    #[inline(always)]
+    unsafe fn submit_vectored(
+        &mut self,
+        op: Op,
+        ns: &Namespace,
+        lba: u64,
+        blocks: u32,
+        spans: &[DmaSpan],
+        tag: T,
+    ) -> Result<(), SubmitError> {
+        // SAFETY: the caller's contract, passed on.
+        let req = unsafe { Request::borrowed_vectored(op, ns, lba, blocks, spans, tag) }?;
         self.submit(req).map(drop)
     }
 

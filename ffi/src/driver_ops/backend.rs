@@ -62,13 +62,13 @@ pub trait CtrlOps: Send + Sync {
     /// One raw admin command through the safe admin API's checks.
     fn admin_passthru(
         &self,
-        cmd: &crate::passthru::PassthruCmd,
-        data: crate::passthru::PassthruData<'_>,
-    ) -> FfiResult<crate::passthru::PassthruResult>;
+        cmd: &crate::passthru_cmd::PassthruCmd,
+        data: crate::passthru_cmd::PassthruData<'_>,
+    ) -> FfiResult<crate::passthru_cmd::PassthruResult>;
     /// One raw NVM I/O command on a queue pair of its own (`QueuePair::passthru_sync`).
     fn io_passthru(
         &self,
-        cmd: &crate::passthru::PassthruCmd,
-        data: crate::passthru::PassthruData<'_>,
-    ) -> FfiResult<crate::passthru::PassthruResult>;
+        cmd: &crate::passthru_cmd::PassthruCmd,
+        data: crate::passthru_cmd::PassthruData<'_>,
+    ) -> FfiResult<crate::passthru_cmd::PassthruResult>;
 }

@@ -7,7 +7,7 @@ pub mod channel;
 
 use self::backend::{CtrlOps, IoCmd};
 use crate::error::{FfiError, FfiResult, Status};
-use crate::passthru::{PassthruCmd, PassthruData, PassthruResult};
+use crate::passthru_cmd::{PassthruCmd, PassthruData, PassthruResult};
 use crate::types::{copy_cstr, Completion, Cpl, CtrlInfo, MpFail};
 use std::sync::Arc;
 use vfnvme::hal::DmaPool;
@@ -174,7 +174,7 @@ impl<P: AbiPlatform> CtrlOps for Controller<P> {
             PassthruData::None => self.admin(ac),
             PassthruData::ToDevice(d) => self.admin_write(ac, d),
             PassthruData::FromDevice(d) => self.admin_read(ac, d.len()).map(|(c, b)| {
-                crate::passthru::deliver(PassthruData::FromDevice(d), b.as_slice());
+                crate::passthru_cmd::deliver(PassthruData::FromDevice(d), b.as_slice());
                 c
             }),
         };
@@ -185,7 +185,7 @@ impl<P: AbiPlatform> CtrlOps for Controller<P> {
             }),
             Err(Error::AdminFailed { status, .. }) => Ok(PassthruResult {
                 cdw0: 0,
-                status: crate::passthru::status_field(status),
+                status: crate::passthru_cmd::status_field(status),
             }),
             Err(e) => Err(ffi_error(
                 &format!(
@@ -240,14 +240,14 @@ impl<P: AbiPlatform> CtrlOps for Controller<P> {
             .passthru_sync(&ns, c, buf)
             .map_err(|e| ffi_error(&what, &e))?;
         if let Some(b) = back {
-            crate::passthru::deliver(data, b.as_slice());
+            crate::passthru_cmd::deliver(data, b.as_slice());
         }
         Ok(PassthruResult {
             cdw0: 0,
             status: if status.is_success() {
                 0
             } else {
-                crate::passthru::status_field(status)
+                crate::passthru_cmd::status_field(status)
             },
         })
     }

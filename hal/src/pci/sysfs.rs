@@ -134,10 +134,21 @@ pub fn driver(paths: &SysPaths, addr: &PciAddress) -> Result<Option<String>, Hal
     driver_of_dir(&paths.pci_device(addr))
 }
 
-/// Fails with [`HalError::NotBoundToVfio`] unless the device is bound to vfio-pci.
+/// Fails with [`HalError::NotBoundToVfio`] unless the device is bound to vfio-pci; with
+/// [`HalError::BoundForNoIommu`] when it is on uio_pci_generic, and with
+/// [`HalError::NoIommuGroup`] when it has no IOMMU group (no IOMMU: vfio-pci could not take it),
+/// both of which say how to opt in to the no-IOMMU mode.
 pub fn require_vfio_driver(paths: &SysPaths, addr: &PciAddress) -> Result<(), HalError> {
     match driver(paths, addr)? {
         Some(d) if d == VFIO_PCI => Ok(()),
+        Some(d) if d == crate::pci::noiommu::UIO_PCI_GENERIC => Err(HalError::BoundForNoIommu {
+            address: addr.to_string(),
+        }),
+        _ if matches!(iommu_group(paths, addr), Err(HalError::NoIommuGroup { .. })) => {
+            Err(HalError::NoIommuGroup {
+                address: addr.to_string(),
+            })
+        }
         other => Err(HalError::NotBoundToVfio {
             address: addr.to_string(),
             driver: other.unwrap_or_else(|| "no driver".to_string()),
@@ -293,6 +304,24 @@ mod tests {
 
         fake.device("0000:00:13.0", Some("vfio-pci"), Some(5));
         assert!(require_vfio_driver(&fake.paths(), &addr("0000:00:13.0")).is_ok());
+    }
+
+    #[test]
+    fn without_an_iommu_the_refusal_says_how_to_opt_in() {
+        let fake = FakeSys::new();
+        fake.device("0000:00:10.0", Some("uio_pci_generic"), None);
+        fake.device("0000:00:11.0", Some("nvme"), None);
+        fake.device("0000:00:12.0", None, None);
+        let e = require_vfio_driver(&fake.paths(), &addr("0000:00:10.0")).unwrap_err();
+        assert!(matches!(e, HalError::BoundForNoIommu { .. }), "{e}");
+        for bdf in ["0000:00:10.0", "0000:00:11.0", "0000:00:12.0"] {
+            let e = require_vfio_driver(&fake.paths(), &addr(bdf)).unwrap_err();
+            let text = e.to_string();
+            assert!(text.contains("opt in with --no-iommu"), "{bdf}: {text}");
+            assert!(text.contains("write anywhere in memory"), "{bdf}: {text}");
+        }
+        let e = require_vfio_driver(&fake.paths(), &addr("0000:00:11.0")).unwrap_err();
+        assert!(matches!(e, HalError::NoIommuGroup { .. }), "{e}");
     }
 
     #[test]

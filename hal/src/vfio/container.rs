@@ -6,7 +6,7 @@ use crate::error::HalError;
 use crate::pci::paths::{io_error, SysPaths};
 use std::fs::{File, OpenOptions};
 use std::os::fd::{AsRawFd, RawFd};
-use vfio_bindings::bindings::vfio::{VFIO_TYPE1v2_IOMMU, VFIO_API_VERSION};
+use vfio_bindings::bindings::vfio::{VFIO_TYPE1v2_IOMMU, VFIO_API_VERSION, VFIO_NOIOMMU_IOMMU};
 
 /// An open VFIO container.
 #[derive(Debug)]
@@ -52,6 +52,16 @@ impl Container {
 
     /// Checks the API version and that the type1v2 IOMMU is available.
     pub fn check_api(&self) -> Result<(), HalError> {
+        self.check_api_for(VFIO_TYPE1v2_IOMMU, "type1v2")
+    }
+
+    /// Checks the API version and that VFIO's no-IOMMU mode is available (the kernel has
+    /// CONFIG_VFIO_NOIOMMU and `enable_unsafe_noiommu_mode` is on).
+    pub fn check_api_noiommu(&self) -> Result<(), HalError> {
+        self.check_api_for(VFIO_NOIOMMU_IOMMU, "no-IOMMU")
+    }
+
+    fn check_api_for(&self, extension: u32, name: &str) -> Result<(), HalError> {
         // SAFETY: VFIO_GET_API_VERSION takes no argument; the fd is open.
         let version = unsafe { ioctls::vfio_get_api_version(self.fd()) }
             .map_err(|e| ioctl_error("GET_API_VERSION", e))?;
@@ -61,13 +71,22 @@ impl Container {
             });
         }
         // SAFETY: VFIO_CHECK_EXTENSION takes the extension number by value.
-        let has = unsafe { ioctls::vfio_check_extension(self.fd(), VFIO_TYPE1v2_IOMMU as i32) }
-            .map_err(|e| ioctl_error("CHECK_EXTENSION(TYPE1v2)", e))?;
+        let has = unsafe { ioctls::vfio_check_extension(self.fd(), extension as i32) }
+            .map_err(|e| ioctl_error("CHECK_EXTENSION", e))?;
         if has <= 0 {
             return Err(HalError::Unsupported {
-                what: "container has no type1v2 IOMMU support".to_string(),
+                what: format!("container has no {name} IOMMU support"),
             });
         }
+        Ok(())
+    }
+
+    /// Sets VFIO's no-IOMMU model (`VFIO_NOIOMMU_IOMMU`): no DMA mapping, device addresses are
+    /// physical; a no-IOMMU group must already be attached.
+    pub fn set_iommu_noiommu(&self) -> Result<(), HalError> {
+        // SAFETY: VFIO_SET_IOMMU takes the IOMMU type by value.
+        unsafe { ioctls::vfio_set_iommu(self.fd(), VFIO_NOIOMMU_IOMMU as i32) }
+            .map_err(|e| ioctl_error("SET_IOMMU(NOIOMMU)", e))?;
         Ok(())
     }
 

@@ -1,5 +1,5 @@
-//! A PCI device opened through VFIO type1: the whole open flow, region info, BAR0 mapping,
-//! config space, bus mastering and reset.
+//! A PCI device opened through VFIO, type1 or VFIO's no-IOMMU mode: the whole open flow, region
+//! info, BAR0 mapping, config space, bus mastering and reset.
 
 use super::bar::Bar;
 use super::caps::{parse_sparse_mmap, u32_at, u64_at};
@@ -7,9 +7,11 @@ use super::container::{ioctl_error, Container};
 use super::group::Group;
 use super::info_query::query_with_caps;
 use super::ioctls;
+use super::noiommu::NoIommuContainer;
 use super::removal::RemovalNotice;
 use super::type1::Type1Iommu;
 use crate::error::HalError;
+use crate::iommu::physical::PhysicalMapper;
 use crate::iommu::Iommu;
 use crate::pci::address::PciAddress;
 use crate::pci::paths::SysPaths;
@@ -52,14 +54,24 @@ impl Region {
     }
 }
 
+/// The container a device was opened through.
+#[derive(Debug, Clone)]
+enum Domain {
+    /// A type1 container (an IOMMU).
+    Type1(Arc<Type1Iommu>),
+    /// A container in VFIO's no-IOMMU model (physical addresses).
+    NoIommu(Arc<NoIommuContainer>),
+}
+
 /// A PCI device bound to vfio-pci, opened through a type1 container of its own or shared with
-/// other devices ([`VfioDevice::open_shared`]).
+/// other devices ([`VfioDevice::open_shared`]), or through a no-IOMMU container
+/// ([`VfioDevice::open_noiommu_shared_with`]).
 #[derive(Debug)]
 pub struct VfioDevice {
     address: PciAddress,
     file: File,
     flags: u32,
-    iommu: Arc<Type1Iommu>,
+    domain: Domain,
     bar0: Region,
     config: Region,
     /// The live request notifier, if any (the kernel keeps one per device).
@@ -137,13 +149,75 @@ impl VfioDevice {
             .zip(group_of)
             .map(|(addr, group)| {
                 let file = iommu.device_file(group, addr)?;
-                Self::from_file(*addr, file, iommu.clone())
+                Self::from_file(*addr, file, Domain::Type1(iommu.clone()))
             })
             .collect()
     }
 
-    /// Wraps the device fd `file` of `addr`, whose group is in `iommu`'s container.
-    fn from_file(addr: PciAddress, file: File, iommu: Arc<Type1Iommu>) -> Result<Self, HalError> {
+    /// Opens every device of `addrs` through VFIO's no-IOMMU mode in ONE container: each must be
+    /// an NVMe controller bound to vfio-pci whose group node is `/dev/vfio/noiommu-N` (VFIO made
+    /// it so: `enable_unsafe_noiommu_mode` was on when vfio-pci took the device). Nothing is
+    /// mapped: DMA addresses are physical, from `mapper` ([`VfioDevice::iommu`] returns it).
+    /// The devices come back in the order of `addrs`.
+    pub fn open_noiommu_shared_with(
+        addrs: &[PciAddress],
+        paths: &SysPaths,
+        mapper: Arc<PhysicalMapper>,
+    ) -> Result<Vec<Self>, HalError> {
+        if addrs.is_empty() {
+            return Err(HalError::NoDevices);
+        }
+        if let Some(twice) = addrs
+            .iter()
+            .enumerate()
+            .find_map(|(i, a)| addrs[..i].contains(a).then_some(a))
+        {
+            return Err(HalError::DuplicateDevice {
+                address: twice.to_string(),
+            });
+        }
+        let mut group_of = Vec::with_capacity(addrs.len());
+        for addr in addrs {
+            pci_sysfs::require_nvme(paths, addr)?;
+            match pci_sysfs::driver(paths, addr)? {
+                Some(d) if d == pci_sysfs::VFIO_PCI => {}
+                other => {
+                    return Err(HalError::NotBoundForNoIommu {
+                        address: addr.to_string(),
+                        driver: other.unwrap_or_else(|| "no driver".to_string()),
+                    })
+                }
+            }
+            let group_no = pci_sysfs::iommu_group(paths, addr)?;
+            if !crate::pci::noiommu::noiommu_group_node(paths, group_no).exists() {
+                return Err(HalError::NotNoIommuGroup {
+                    address: addr.to_string(),
+                    group: group_no,
+                });
+            }
+            group_of.push(group_no);
+        }
+        let container = Container::open(paths)?;
+        let mut groups: Vec<Group> = Vec::new();
+        for &no in &group_of {
+            if groups.iter().any(|g| g.number() == no) {
+                continue;
+            }
+            groups.push(Group::open_noiommu(paths, no)?);
+        }
+        let domain = Arc::new(NoIommuContainer::attach(container, groups, mapper)?);
+        addrs
+            .iter()
+            .zip(group_of)
+            .map(|(addr, group)| {
+                let file = domain.device_file(group, addr)?;
+                Self::from_file(*addr, file, Domain::NoIommu(domain.clone()))
+            })
+            .collect()
+    }
+
+    /// Wraps the device fd `file` of `addr`, whose group is in `domain`'s container.
+    fn from_file(addr: PciAddress, file: File, domain: Domain) -> Result<Self, HalError> {
         let mut info = vfio_device_info {
             argsz: std::mem::size_of::<vfio_device_info>() as u32,
             ..Default::default()
@@ -166,7 +240,7 @@ impl VfioDevice {
             address: addr,
             file,
             flags: info.flags,
-            iommu,
+            domain,
             bar0,
             config,
             notice: Mutex::new(Weak::new()),
@@ -324,14 +398,26 @@ impl VfioDevice {
         Ok(true)
     }
 
-    /// The device's IOMMU domain (its type1 container, shared by every device opened with it).
+    /// The device's IOMMU domain (its type1 container, shared by every device opened with it),
+    /// or in VFIO's no-IOMMU mode the physical mapper of its container.
     pub fn iommu(&self) -> Arc<dyn Iommu> {
-        self.iommu.clone()
+        match &self.domain {
+            Domain::Type1(t) => t.clone(),
+            Domain::NoIommu(c) => c.mapper().clone(),
+        }
     }
 
-    /// The type1 container itself.
-    pub fn type1(&self) -> &Arc<Type1Iommu> {
-        &self.iommu
+    /// The type1 container itself; `None` in VFIO's no-IOMMU mode.
+    pub fn type1(&self) -> Option<&Arc<Type1Iommu>> {
+        match &self.domain {
+            Domain::Type1(t) => Some(t),
+            Domain::NoIommu(_) => None,
+        }
+    }
+
+    /// Whether the device was opened through VFIO's no-IOMMU mode (physical DMA addresses).
+    pub fn no_iommu(&self) -> bool {
+        matches!(self.domain, Domain::NoIommu(_))
     }
 }
 
@@ -498,5 +584,82 @@ mod tests {
             open(&fake, "0000:00:10.0"),
             HalError::NoIommuGroup { .. }
         ));
+    }
+
+    fn noiommu_open(fake: &FakeSys, bdf: &str) -> HalError {
+        let mapper = Arc::new(PhysicalMapper::with_reader(Box::new(NoFrames)));
+        VfioDevice::open_noiommu_shared_with(
+            &[PciAddress::parse(bdf).unwrap()],
+            &fake.paths(),
+            mapper,
+        )
+        .unwrap_err()
+    }
+
+    /// A pagemap stand-in (nothing is translated in these tests).
+    struct NoFrames;
+    impl crate::iommu::pagemap::FrameReader for NoFrames {
+        fn entry(&self, _vaddr: usize) -> std::io::Result<u64> {
+            Ok(0)
+        }
+    }
+
+    #[test]
+    fn vfio_noiommu_needs_vfio_pci_and_a_noiommu_group_node() {
+        let fake = FakeSys::new();
+        fake.device("0000:00:10.0", Some("uio_pci_generic"), None);
+        fake.device("0000:00:11.0", Some("vfio-pci"), Some(3));
+        fake.device("0000:00:12.0", Some("vfio-pci"), None);
+        fake.dev_vfio(&[3]);
+        let e = noiommu_open(&fake, "0000:00:10.0");
+        assert!(
+            matches!(&e, HalError::NotBoundForNoIommu { driver, .. } if driver == "uio_pci_generic"),
+            "{e}"
+        );
+        // Group 3 is an IOMMU group (/dev/vfio/3): not for the no-IOMMU mode.
+        let e = noiommu_open(&fake, "0000:00:11.0");
+        assert!(
+            matches!(e, HalError::NotNoIommuGroup { group: 3, .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("without --no-iommu"), "{e}");
+        let e = noiommu_open(&fake, "0000:00:12.0");
+        assert!(matches!(e, HalError::NoIommuGroup { .. }), "{e}");
+    }
+
+    #[test]
+    fn vfio_noiommu_opens_the_noiommu_node_and_fails_cleanly_on_a_node_that_is_not_vfio() {
+        let fake = FakeSys::new();
+        fake.device("0000:00:10.0", Some("vfio-pci"), Some(7));
+        // /dev/vfio/vfio and /dev/vfio/noiommu-7 as plain files: the path is taken, and the
+        // first ioctl fails with a typed error instead of anything worse.
+        let dev = fake.dev_vfio(&[]);
+        std::fs::write(dev.join("noiommu-7"), "").unwrap();
+        let e = noiommu_open(&fake, "0000:00:10.0");
+        assert!(
+            matches!(
+                e,
+                HalError::Ioctl {
+                    op: "GET_API_VERSION",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // Without the node VFIO never made the group: refused before any ioctl.
+        std::fs::remove_file(dev.join("noiommu-7")).unwrap();
+        fake.device("0000:00:11.0", Some("vfio-pci"), Some(8));
+        let e = noiommu_open(&fake, "0000:00:11.0");
+        assert!(
+            matches!(e, HalError::NotNoIommuGroup { group: 8, .. }),
+            "{e}"
+        );
+        let mapper = Arc::new(PhysicalMapper::with_reader(Box::new(NoFrames)));
+        let a = PciAddress::parse("0000:00:10.0").unwrap();
+        let e = VfioDevice::open_noiommu_shared_with(&[a, a], &fake.paths(), mapper.clone())
+            .unwrap_err();
+        assert!(matches!(e, HalError::DuplicateDevice { .. }), "{e}");
+        let e = VfioDevice::open_noiommu_shared_with(&[], &fake.paths(), mapper).unwrap_err();
+        assert!(matches!(e, HalError::NoDevices), "{e}");
     }
 }

@@ -28,6 +28,15 @@ impl Group {
         })
     }
 
+    /// Opens the no-IOMMU group node `/dev/vfio/noiommu-$number` (under `paths`), which VFIO
+    /// makes for a device bound to vfio-pci while `enable_unsafe_noiommu_mode` is on.
+    pub fn open_noiommu(paths: &SysPaths, number: u32) -> Result<Self, HalError> {
+        Ok(Group {
+            file: open_node(&crate::pci::noiommu::noiommu_group_node(paths, number))?,
+            number,
+        })
+    }
+
     /// The group number.
     pub fn number(&self) -> u32 {
         self.number

@@ -5,7 +5,8 @@
 //! checked; the group (`/dev/vfio/$N`) is attached to it; the type1v2 IOMMU is set; the device
 //! fd is taken from the group. [`VfioDevice::open_shared`] opens several devices in one
 //! container: every group joins it before anything is mapped (the first sets the IOMMU), so one
-//! DMA pool serves them all. The ioctls are exercised for real only inside the QEMU guest; the
+//! DMA pool serves them all. In VFIO's no-IOMMU mode ([`VfioDevice::open_noiommu_shared_with`],
+//! [`noiommu`]) the groups are `/dev/vfio/noiommu-N` and the container maps nothing. The ioctls are exercised for real only inside the QEMU guest; the
 //! host tests cover sysfs logic, error paths and the parsing of kernel answers.
 
 pub mod bar;
@@ -15,6 +16,7 @@ pub mod device;
 pub mod group;
 mod info_query;
 mod ioctls;
+pub mod noiommu;
 pub mod removal;
 pub mod sigbus;
 pub mod type1;
@@ -23,5 +25,6 @@ pub use bar::{Bar, MmioDoorbell};
 pub use container::Container;
 pub use device::{Region, VfioDevice};
 pub use group::Group;
+pub use noiommu::NoIommuContainer;
 pub use removal::RemovalNotice;
 pub use type1::Type1Iommu;

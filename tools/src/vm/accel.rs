@@ -76,6 +76,7 @@ fn auto(guest: &Guest<'_>) -> Result<&'static str> {
             command: &command,
             timeout: PROBE_TIMEOUT,
             echo: false,
+            iommu: true,
         },
     );
     run.remove_images();

@@ -98,16 +98,27 @@ pub fn init_script() -> String {
 ///
 /// Without `tsc_clock` the guest keeps its default clocksource (the plain-QEMU setup).
 ///
+/// `iommu`: `intel_iommu=on` for a guest with the emulated IOMMU, else `intel_iommu=off` (the
+/// scenarios without one: the kernel then has no IOMMU groups and no VFIO type1 domain).
+///
 /// `run` is the per-run script and `out` the output folder, both host paths (no whitespace).
-pub fn kernel_cmdline(nonce: &str, run: &str, out: &str, verbose: bool, tsc_clock: bool) -> String {
+pub fn kernel_cmdline(
+    nonce: &str,
+    run: &str,
+    out: &str,
+    verbose: bool,
+    tsc_clock: bool,
+    iommu: bool,
+) -> String {
     let quiet = if verbose { "" } else { " quiet" };
+    let iommu = if iommu { "on" } else { "off" };
     let clock = if tsc_clock {
         " clocksource=tsc tsc=reliable"
     } else {
         ""
     };
     format!(
-        "console=ttyS0 intel_iommu=on panic=-1 no_timer_check{clock}{quiet} vfnvme.nonce={nonce} vfnvme.run={run} vfnvme.out={out}"
+        "console=ttyS0 intel_iommu={iommu} panic=-1 no_timer_check{clock}{quiet} vfnvme.nonce={nonce} vfnvme.run={run} vfnvme.out={out}"
     )
 }
 
@@ -161,19 +172,29 @@ mod tests {
 
     #[test]
     fn cmdline_quiet_unless_verbose() {
-        assert!(kernel_cmdline("n", "/r", "/o", false, true).contains(" quiet "));
-        assert!(!kernel_cmdline("n", "/r", "/o", true, true).contains("quiet"));
+        assert!(kernel_cmdline("n", "/r", "/o", false, true, true).contains(" quiet "));
+        assert!(!kernel_cmdline("n", "/r", "/o", true, true, true).contains("quiet"));
     }
 
     #[test]
     fn cmdline_tsc_clock_only_when_asked() {
-        let tsc = kernel_cmdline("n", "/r", "/o", false, true);
+        let tsc = kernel_cmdline("n", "/r", "/o", false, true, true);
         assert!(tsc.contains(" clocksource=tsc tsc=reliable "), "{tsc}");
-        let plain = kernel_cmdline("n", "/r", "/o", false, false);
+        let plain = kernel_cmdline("n", "/r", "/o", false, false, true);
         assert!(
             !plain.contains("clocksource") && !plain.contains("tsc="),
             "{plain}"
         );
         assert!(plain.contains(" vfnvme.run=/r "), "{plain}");
+    }
+
+    #[test]
+    fn cmdline_iommu_on_or_off() {
+        assert!(kernel_cmdline("n", "/r", "/o", false, true, true).contains(" intel_iommu=on "));
+        let off = kernel_cmdline("n", "/r", "/o", false, true, false);
+        assert!(
+            off.contains(" intel_iommu=off ") && !off.contains("=on"),
+            "{off}"
+        );
     }
 }

@@ -187,6 +187,9 @@ struct Boot<'a> {
     command: &'a [String],
     timeout: Duration,
     echo: bool,
+    /// The emulated Intel IOMMU (`-device intel-iommu`, `intel_iommu=on`); false for the
+    /// scenarios without one (`scenarios::Scenario::iommu`).
+    iommu: bool,
 }
 
 impl Guest<'_> {
@@ -208,8 +211,13 @@ impl Guest<'_> {
         } else {
             "timer slack 1 ns, guest clocksource tsc"
         };
+        let iommu = if scenario.iommu() {
+            "emulated Intel IOMMU"
+        } else {
+            "no IOMMU"
+        };
         eprintln!(
-            "vfnvme vm: scenario {} ({}), {accel}, {} MiB, {} CPUs, {timing}; console log {}",
+            "vfnvme vm: scenario {} ({}), {accel}, {iommu}, {} MiB, {} CPUs, {timing}; console log {}",
             scenario.name,
             scenario.description,
             self.memory_mib,
@@ -227,6 +235,7 @@ impl Guest<'_> {
             command: &args.command,
             timeout: Duration::from_secs(args.timeout),
             echo: true,
+            iommu: scenario.iommu(),
         };
         let result = self.boot(&run, &boot);
         run.remove_images();
@@ -300,6 +309,7 @@ impl Guest<'_> {
             &path_str(&self.dirs.out)?,
             self.verbose,
             !self.qemu_defaults,
+            boot.iommu,
         );
         // QMP for the guest's host-side requests (device_del, ...): see qmp.rs.
         let qmp_socket = qmp::socket_path(&run.nonce);
@@ -316,6 +326,7 @@ impl Guest<'_> {
             devices: boot.devices,
             extra: boot.extra_qemu,
             qmp_socket: Some(&qmp_socket),
+            iommu: boot.iommu,
         });
         fs::write(
             run.out.join("qemu-args.txt"),

@@ -7,6 +7,9 @@ use super::init_script::{HOST_TAG, OUT_TAG};
 /// QEMU binary.
 pub const QEMU: &str = "qemu-system-x86_64";
 
+/// The emulated Intel IOMMU of the scenarios that have one.
+pub const IOMMU_DEVICE: &str = "intel-iommu,intremap=on,caching-mode=on";
+
 /// Everything QEMU needs for one guest.
 pub struct GuestConfig<'a> {
     /// `tcg` or `kvm`.
@@ -29,6 +32,8 @@ pub struct GuestConfig<'a> {
     pub extra: &'a [String],
     /// Unix socket QEMU serves QMP on (`qmp.rs` relays the guest's requests to it).
     pub qmp_socket: Option<&'a Path>,
+    /// The emulated Intel IOMMU before the devices; false: none (QEMU's default machine).
+    pub iommu: bool,
 }
 
 /// QEMU's arguments (without the binary).
@@ -38,8 +43,6 @@ pub fn qemu_args(cfg: &GuestConfig<'_>) -> Vec<String> {
         "q35,kernel-irqchip=split",
         "-accel",
         cfg.accel,
-        "-device",
-        "intel-iommu,intremap=on,caching-mode=on",
         "-vga",
         "none",
         "-net",
@@ -53,6 +56,10 @@ pub fn qemu_args(cfg: &GuestConfig<'_>) -> Vec<String> {
     .iter()
     .map(|s| s.to_string())
     .collect();
+    if cfg.iommu {
+        // Before the NVMe devices, which it must translate for.
+        args.extend(["-device".into(), IOMMU_DEVICE.into()]);
+    }
     args.extend([
         "-smp".into(),
         cfg.cpus.to_string(),
@@ -105,6 +112,7 @@ mod tests {
             devices: &devices,
             extra: &extra,
             qmp_socket: Some(Path::new("/tmp/q.sock")),
+            iommu: true,
         });
         let iommu = args
             .iter()
@@ -117,5 +125,28 @@ mod tests {
         assert!(args
             .windows(2)
             .any(|w| w[0] == "-qmp" && w[1] == "unix:/tmp/q.sock,server=on,wait=off"));
+    }
+
+    #[test]
+    fn without_iommu_no_intel_iommu_device() {
+        let devices = vec!["-device".to_string(), "nvme,id=c0".to_string()];
+        let args = qemu_args(&GuestConfig {
+            accel: "tcg",
+            memory_mib: 2048,
+            cpus: 2,
+            kernel: Path::new("/boot/vmlinuz"),
+            initramfs: Path::new("/i"),
+            cmdline: "console=ttyS0",
+            out_dir: Path::new("/o"),
+            devices: &devices,
+            extra: &[],
+            qmp_socket: None,
+            iommu: false,
+        });
+        assert!(!args.iter().any(|a| a.contains("iommu")), "{args:?}");
+        assert!(args.iter().any(|a| a == "nvme,id=c0"));
+        assert!(args
+            .windows(2)
+            .any(|w| w[0] == "-M" && w[1] == "q35,kernel-irqchip=split"));
     }
 }

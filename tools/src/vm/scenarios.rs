@@ -618,6 +618,47 @@ pub const SCENARIOS: &[Scenario] = &[
             },
         ],
     },
+    Scenario {
+        name: "nullnoiommu",
+        description: "no IOMMU (no intel-iommu device, intel_iommu=off): scenario null's controller (null-co, 1 GiB, 4 KiB LBAs) on the kernel nvme driver, for `vfnvme setup --no-iommu` (scripts/perf-noiommu.sh sets it beside scenario null)",
+        subsystem: None,
+        controllers: &[one(
+            "VFNVME-NULL-NOIOMMU",
+            Binding::Kernel,
+            &[Namespace::new(1, Backing::Null, GIB, 4096)],
+        )],
+    },
+    Scenario {
+        name: "noiommu",
+        description: "no IOMMU (no intel-iommu device, intel_iommu=off): nvme-subsys with two controllers on the kernel nvme driver sharing 2 raw namespaces, for `vfnvme setup --no-iommu` (uio_pci_generic): 0000:01:00.0 alone behind a pcie-root-port at 00:10.0 (QEMU id c0: QMP device_del hot-removes it) and 00:11.0 on the root bus",
+        subsystem: Some(Subsystem {
+            nqn: "vfnvme-noiommu",
+            namespaces: Namespaces::List(&[
+                Namespace::new(1, Backing::Raw, 16 * MIB, 512),
+                Namespace::new(2, Backing::Raw, 8 * MIB, 4096),
+            ]),
+        }),
+        controllers: &[
+            Controller {
+                slot: 0x10,
+                serial: "VFNVME-NOIOMMU",
+                binding: Binding::Kernel,
+                namespaces: NONE,
+                mdts: None,
+                max_ioqpairs: None,
+                bus: 1,
+            },
+            Controller {
+                slot: 0x11,
+                serial: "VFNVME-NOIOMMU",
+                binding: Binding::Kernel,
+                namespaces: NONE,
+                mdts: None,
+                max_ioqpairs: None,
+                bus: 0,
+            },
+        ],
+    },
 ];
 
 /// Devices other than NVMe controllers that a scenario adds (QEMU `-device` values), by
@@ -630,6 +671,12 @@ const OTHER_DEVICES: &[(&str, &[OtherDevice])] = &[(
         what: "an Ethernet controller (Intel 82540EM, 8086:100e), for setup's refusals",
     }],
 )];
+
+/// The scenarios whose guest has no IOMMU: no `-device intel-iommu`, `intel_iommu=off`; QEMU's
+/// defaults otherwise. Their controllers start on the kernel's nvme driver, and the tests bind
+/// them with `vfnvme setup --no-iommu` (uio_pci_generic: Debian's kernels lack VFIO's no-IOMMU
+/// mode). Kept apart from [`Scenario`] like [`OTHER_DEVICES`].
+const WITHOUT_IOMMU: &[&str] = &["noiommu", "nullnoiommu"];
 
 /// A PCI device that is not an NVMe controller (a scenario's bystander).
 #[derive(Clone, Copy, Debug)]
@@ -650,6 +697,12 @@ impl OtherDevice {
 }
 
 impl Scenario {
+    /// Whether the guest has the emulated Intel IOMMU (every scenario but those in
+    /// [`WITHOUT_IOMMU`]).
+    pub fn iommu(&self) -> bool {
+        !WITHOUT_IOMMU.contains(&self.name)
+    }
+
     /// The scenario's devices that are not NVMe controllers.
     pub fn other_devices(&self) -> &'static [OtherDevice] {
         OTHER_DEVICES
@@ -669,6 +722,9 @@ pub fn listing() -> String {
     let mut out = String::new();
     for s in SCENARIOS {
         out.push_str(&format!("{:<11} {}\n", s.name, s.description));
+        if !s.iommu() {
+            out.push_str(&format!("{:<11}   no IOMMU in this guest\n", ""));
+        }
         for c in s.controllers {
             let ns = s.namespaces_of(c);
             let on = match c.binding {
@@ -864,5 +920,32 @@ mod tests {
         assert_eq!(ns.len(), 256);
         assert_eq!(ns[255].nsid, 256);
         assert_eq!(ns[0].blocks(), 2048);
+    }
+
+    #[test]
+    fn noiommu_has_no_iommu_two_kernel_controllers_of_one_subsystem_one_removable() {
+        let s = find("noiommu").unwrap();
+        assert!(!s.iommu());
+        assert!(SCENARIOS.iter().filter(|x| !x.iommu()).count() == WITHOUT_IOMMU.len());
+        assert!(find("data").unwrap().iommu() && find("mphotplug").unwrap().iommu());
+        assert!(!s.name.contains('_'), "test-all splits file names at '_'");
+        assert!(s.controllers.iter().all(|c| c.binding == Binding::Kernel));
+        assert!(s.subsystem.is_some());
+        assert_eq!(s.controllers[0].bdf(), "0000:01:00.0");
+        assert_eq!(s.controllers[1].bdf(), "0000:00:11.0");
+        assert_eq!(s.controllers[0].serial, s.controllers[1].serial);
+        assert!(listing().contains("no IOMMU in this guest"));
+        // The perf pair: the same controller as `null`, without the IOMMU.
+        let (null, bare) = (find("null").unwrap(), find("nullnoiommu").unwrap());
+        assert!(!bare.iommu() && null.iommu());
+        let (a, b) = (null.controllers[0], bare.controllers[0]);
+        assert_eq!((a.slot, a.bus, a.mdts), (b.slot, b.bus, b.mdts));
+        assert_eq!(b.binding, Binding::Kernel);
+        let (na, nb) = (null.namespaces_of(&a), bare.namespaces_of(&b));
+        assert_eq!(na.len(), 1);
+        assert_eq!(
+            (na[0].backing, na[0].bytes, na[0].lba_size),
+            (nb[0].backing, nb[0].bytes, nb[0].lba_size)
+        );
     }
 }
