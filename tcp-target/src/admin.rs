@@ -2,6 +2,7 @@
 //! Log Page, Get/Set Features, Asynchronous Event Request (held), Keep Alive, and the fabrics
 //! Property Get/Set. Connect and Disconnect belong to the connection ([`crate::conn`]).
 
+use crate::ana::AnaView;
 use crate::command::*;
 use crate::ctrl::{CtrlState, MAX_AERS};
 use crate::export::Export;
@@ -75,6 +76,8 @@ pub struct AdminCtx<'a> {
     pub local: SocketAddr,
     /// Now, for the keep-alive timer.
     pub now: Instant,
+    /// The ANA states (for the ANA log).
+    pub ana: &'a AnaView,
 }
 
 /// Runs one admin command. `data` is its in-capsule data (for commands that carry some).
@@ -185,7 +188,7 @@ fn log_page(cx: &AdminCtx<'_>, sqe: Sqe<'_>) -> Result<Vec<u8>, u16> {
         (logs::LID_ERROR, false) => logs::error_log(),
         (logs::LID_SMART, false) => logs::smart_log(),
         (logs::LID_CHANGED_NS, false) => logs::changed_ns_log(),
-        (logs::LID_ANA, false) => logs::ana_log(cx.export, lsp & 1 != 0),
+        (logs::LID_ANA, false) => cx.ana.log(cx.export, lsp & 1 != 0),
         _ => return Err(SC_INVALID_LOG_PAGE),
     };
     let len = (numd * 4).min(1 << 20) as usize;

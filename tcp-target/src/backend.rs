@@ -26,6 +26,22 @@ impl ExportedNamespace {
     }
 }
 
+/// The ANA state an exported namespace's group reports (ANA log page, 0Ch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum AnaState {
+    /// Optimized.
+    Optimized = 1,
+    /// Non-optimized.
+    NonOptimized = 2,
+    /// Inaccessible.
+    Inaccessible = 3,
+    /// Persistent loss.
+    PersistentLoss = 4,
+    /// Change (a transition under way).
+    Change = 0x0F,
+}
+
 /// The I/O operations the target forwards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoOp {
@@ -91,6 +107,11 @@ pub trait Backend {
     }
     /// Housekeeping from the target's poll loop (admin completions, events); cheap when idle.
     fn poll_admin(&self) {}
+    /// The ANA state of exported namespace `nsid` (each namespace is its own ANA group): what
+    /// its paths allow. Optimized unless the backend knows better.
+    fn ana_state(&self, _nsid: u32) -> AnaState {
+        AnaState::Optimized
+    }
 }
 
 /// One polled I/O queue of a [`Backend`]: submit, commit, poll. Used by one thread.

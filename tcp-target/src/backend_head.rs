@@ -3,12 +3,14 @@
 //! fails over between the head's paths as the driver decides; the host sees one namespace.
 //! Data moves in the subsystem's shared DMA pool.
 
-use crate::backend::{Backend, BackendQueue, ExportedNamespace, IoDone, IoOp, IoRequest};
+use crate::backend::{AnaState, Backend, BackendQueue, ExportedNamespace, IoDone, IoOp, IoRequest};
 use crate::command::{SC_INTERNAL, SC_INVALID_NS, SC_LBA_OUT_OF_RANGE};
 use crate::error::BackendError;
 use std::sync::Arc;
 use vfnvme::hal::DmaBuffer;
-use vfnvme::multipath::{ChannelError, ChannelOptions, Head, IoChannel, Subsystem, UniqueId};
+use vfnvme::multipath::{
+    ChannelError, ChannelOptions, Head, IoChannel, PathState, Subsystem, UniqueId,
+};
 use vfnvme::platform::Platform;
 use vfnvme::{QpairOptions, SubmitErrorKind};
 
@@ -153,6 +155,25 @@ impl<P: Platform> Backend for HeadBackend<P> {
 
     fn poll_admin(&self) {
         let _ = self.subsystem.poll();
+    }
+
+    fn ana_state(&self, nsid: u32) -> AnaState {
+        let Ok(i) = self.exported.binary_search_by_key(&nsid, |n| n.nsid) else {
+            return AnaState::PersistentLoss;
+        };
+        let paths = self.heads[i].paths();
+        let has = |st: PathState| paths.paths.iter().any(|p| p.state == st);
+        if has(PathState::Optimized) {
+            AnaState::Optimized
+        } else if has(PathState::NonOptimized) {
+            AnaState::NonOptimized
+        } else if has(PathState::Change) {
+            AnaState::Change
+        } else if has(PathState::Inaccessible) {
+            AnaState::Inaccessible
+        } else {
+            AnaState::PersistentLoss
+        }
     }
 }
 

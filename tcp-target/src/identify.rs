@@ -59,8 +59,9 @@ pub fn controller(export: &Export, ctrl: &CtrlState) -> Vec<u8> {
     if !ctrl.discovery {
         p[343] = 10; // ANATT (s)
         p[344] = 1 | (1 << 6); // ANACAP: reports optimized; ANAGRPID doesn't change
-        put32(&mut p, 348, 1); // ANAGRPMAX
-        put32(&mut p, 352, 1); // NANAGRPID
+                               // One ANA group per namespace (crate::ana).
+        put32(&mut p, 348, export.namespaces.len() as u32); // ANAGRPMAX
+        put32(&mut p, 352, export.namespaces.len() as u32); // NANAGRPID
     }
     p[512] = 0x66; // SQES
     p[513] = 0x44; // CQES
@@ -87,7 +88,8 @@ pub fn controller(export: &Export, ctrl: &CtrlState) -> Vec<u8> {
 
 /// Identify Namespace for `nsid`, or None if it is not exported.
 pub fn namespace(export: &Export, nsid: u32) -> Option<Vec<u8>> {
-    let ns = export.namespace(nsid)?;
+    let index = export.namespaces.iter().position(|n| n.nsid == nsid)?;
+    let ns = &export.namespaces[index];
     let mut p = vec![0u8; IDENTIFY_LEN];
     p[0..8].copy_from_slice(&ns.blocks.to_le_bytes()); // NSZE
     p[8..16].copy_from_slice(&ns.blocks.to_le_bytes()); // NCAP
@@ -95,7 +97,7 @@ pub fn namespace(export: &Export, nsid: u32) -> Option<Vec<u8>> {
     p[25] = 0; // NLBAF: one format
     p[26] = 0; // FLBAS: format 0
     p[30] = 1; // NMIC: may be shared (multipath)
-    put32(&mut p, 92, 1); // ANAGRPID
+    put32(&mut p, 92, crate::ana::AnaView::group_of(index)); // ANAGRPID
     p[104..120].copy_from_slice(&ns.nguid);
     // LBAF0: MS 0, LBADS, RP 0.
     p[130] = ns.lba_shift;

@@ -5,7 +5,7 @@
 //! - the wire: [`pdu`] (PDU types and layouts), [`digest`] (CRC32C), [`codec`] (strict
 //!   parsing and building of PDUs per connection), [`command`] (SQE fields, CQE, statuses);
 //! - the subsystem: [`config`], [`export`] (what hosts see), [`ctrl`] (a controller's
-//!   properties, keep-alive, AERs), [`identify`], [`logs`], [`features`], [`admin`] (admin
+//!   properties, keep-alive, AERs), [`ana`] (ANA groups and their states), [`identify`], [`logs`], [`features`], [`admin`] (admin
 //!   commands), [`connect`] (Fabrics Connect and access control);
 //! - the data path: [`backend`] (the storage seam), [`backend_driver`] (a vfnvme controller
 //!   through its queue pairs), [`backend_head`] (multipath heads through I/O channels),
@@ -17,6 +17,7 @@
 //! C2HTermReq and never the process.
 
 pub mod admin;
+pub mod ana;
 pub mod backend;
 pub mod backend_driver;
 pub mod backend_head;

@@ -1,5 +1,6 @@
 //! Log pages the target returns: Error Information (01h), SMART / Health (02h), Changed
-//! Namespace List (04h), ANA (0Ch) and, on the discovery controller, Discovery (70h).
+//! Namespace List (04h) and, on the discovery controller, Discovery (70h); ANA (0Ch) is
+//! [`crate::ana::AnaView::log`].
 
 use crate::config::DISCOVERY_NQN;
 use crate::export::Export;
@@ -37,25 +38,6 @@ pub fn smart_log() -> Vec<u8> {
 /// target runs).
 pub fn changed_ns_log() -> Vec<u8> {
     vec![0u8; 4096]
-}
-
-/// ANA log: one group (1), optimized, holding every exported namespace (unless `rgo`, then
-/// without the nsid list).
-pub fn ana_log(export: &Export, rgo: bool) -> Vec<u8> {
-    let nsids: &[_] = if rgo { &[] } else { &export.namespaces };
-    let mut p = Vec::with_capacity(16 + 32 + 4 * nsids.len());
-    p.extend_from_slice(&1u64.to_le_bytes()); // change count
-    p.extend_from_slice(&1u16.to_le_bytes()); // descriptors
-    p.extend_from_slice(&[0; 6]);
-    p.extend_from_slice(&1u32.to_le_bytes()); // ANAGRPID
-    p.extend_from_slice(&(nsids.len() as u32).to_le_bytes()); // NNSIDS
-    p.extend_from_slice(&1u64.to_le_bytes()); // change count
-    p.push(1); // ANA state: optimized
-    p.extend_from_slice(&[0; 15]);
-    for ns in nsids {
-        p.extend_from_slice(&ns.nsid.to_le_bytes());
-    }
-    p
 }
 
 /// The discovery log for a host: one entry, the exported subsystem at `local` over TCP, if

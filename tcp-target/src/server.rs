@@ -3,6 +3,7 @@
 //! form, keep-alive timers, and a clean shutdown.
 
 use crate::admin::{self, AdminCtx, AdminReply, FCTYPE_CONNECT, FCTYPE_DISCONNECT, OPC_FABRICS};
+use crate::ana::{AnaView, AEC_ANA_CHANGE, AER_ANA_CHANGE};
 use crate::backend::Backend;
 use crate::codec::Codec;
 use crate::command::*;
@@ -49,6 +50,7 @@ pub struct Target<B: Backend> {
     backend: B,
     export: Export,
     ctrls: BTreeMap<u16, CtrlState>,
+    ana: AnaView,
     polls: u32,
 }
 
@@ -57,6 +59,7 @@ struct Ctx<'a, B: Backend> {
     backend: &'a B,
     export: &'a Export,
     ctrls: &'a mut BTreeMap<u16, CtrlState>,
+    ana: &'a AnaView,
     conn: usize,
     peer: SocketAddr,
     local: SocketAddr,
@@ -107,7 +110,9 @@ impl<B: Backend> Target<B> {
                 export.config.subsystem.allowed_hosts.join(", ")
             }
         );
+        let ana = AnaView::new(&export);
         Ok(Target {
+            ana,
             listener,
             backend,
             export,
@@ -177,6 +182,9 @@ impl<B: Backend> Target<B> {
         self.polls = self.polls.wrapping_add(1);
         if self.polls.is_multiple_of(ADMIN_EVERY) {
             self.backend.poll_admin();
+            if self.ana.refresh(&self.export, &self.backend) {
+                self.announce_ana_change();
+            }
         }
         work
     }
@@ -248,6 +256,7 @@ impl<B: Backend> Target<B> {
                 backend: &self.backend,
                 export: &self.export,
                 ctrls: &mut self.ctrls,
+                ana: &self.ana,
                 conn: i,
                 peer: c.peer,
                 local: c.local,
@@ -280,6 +289,28 @@ impl<B: Backend> Target<B> {
             return (work, false);
         }
         (work, true)
+    }
+
+    /// Completes one held AER of every I/O controller that enabled ANA change notices, with
+    /// the ANA change notice: the host reads the ANA log again.
+    fn announce_ana_change(&mut self) {
+        for ctrl in self.ctrls.values_mut() {
+            if ctrl.discovery || ctrl.aec & AEC_ANA_CHANGE == 0 {
+                continue;
+            }
+            let Some(Some(conn)) = self.conns.get_mut(ctrl.admin_conn) else {
+                continue;
+            };
+            if conn.cntlid() != Some(ctrl.cntlid) {
+                continue;
+            }
+            if let Some(cid) = ctrl.aers.pop() {
+                conn.tx.respond(cid, SC_SUCCESS, AER_ANA_CHANGE);
+                if let Err(e) = conn.flush() {
+                    log::debug!("{}: {e}", conn.peer);
+                }
+            }
+        }
     }
 
     fn close(&mut self, c: Conn<B::Queue>) {
@@ -437,6 +468,7 @@ impl<B: Backend> Ctx<'_, B> {
                             ctrl,
                             local: self.local,
                             now: self.now,
+                            ana: self.ana,
                         };
                         match admin::execute(&mut acx, sqe, data) {
                             AdminReply::Held => {}

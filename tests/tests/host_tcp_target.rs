@@ -67,12 +67,26 @@ fn identify_reports_what_linux_checks() {
         0x0B,
         "an nsid not exported: invalid namespace"
     );
-    // ANA log: one optimized group with both namespaces.
-    let numd = (16 + 32 + 8) / 4 - 1;
-    let (c, ana) = admin.admin_read(0x02, 0xFFFF_FFFF, 0x0C | (numd << 16), 0, 56);
+    // ANA log: a group per namespace (1 and 2), both optimized.
+    let numd = (16 + 2 * 36) / 4 - 1;
+    let (c, ana) = admin.admin_read(0x02, 0xFFFF_FFFF, 0x0C | (numd << 16), 0, 88);
     assert_eq!(c.status, 0);
-    assert_eq!(ana[32], 1, "group state optimized");
-    assert_eq!(&ana[48..56], &[1, 0, 0, 0, 2, 0, 0, 0]);
+    assert_eq!(u16::from_le_bytes([ana[8], ana[9]]), 2, "descriptors");
+    assert_eq!(
+        (ana[16], ana[32], ana[48]),
+        (1, 1, 1),
+        "group 1 optimized, nsid 1"
+    );
+    assert_eq!(
+        (ana[52], ana[68], ana[84]),
+        (2, 1, 2),
+        "group 2 optimized, nsid 2"
+    );
+    assert_eq!(
+        u32::from_le_bytes(ns[92..96].try_into().expect("4")),
+        2,
+        "ANAGRPID of ns 2"
+    );
     // Number of Queues granted 4 I/O queues: queue 5 is refused, queue 1 twice too.
     for qid in [5u16, 1] {
         let mut extra = Client::open(t.addr).expect("connect");
@@ -379,4 +393,52 @@ fn a_multipath_head_keeps_serving_when_one_path_goes_inaccessible() {
     let (r, back) = io.wait(cid);
     assert_eq!(r.status, 0, "{r:?}");
     assert!(back == data);
+}
+
+#[test]
+fn the_ana_state_follows_the_head_and_is_announced() {
+    let (t, model) = start_heads();
+    let (mut admin, mut io, _) = bring_up(t.addr, false);
+    let ana_state = |admin: &mut Client| {
+        let (c, log) = admin.admin_read(0x02, 0xFFFF_FFFF, 0x0C | ((52 / 4 - 1) << 16), 0, 52);
+        assert_eq!(c.status, 0);
+        (
+            u64::from_le_bytes(log[0..8].try_into().expect("8")),
+            log[32],
+        )
+    };
+    let (changes, state) = ana_state(&mut admin);
+    assert_eq!(state, 1, "optimized");
+    assert_eq!(
+        admin.admin(0x09, 0x0B, 1 << 11).status,
+        0,
+        "AEC: ANA change notices"
+    );
+    let mut sqe = [0u8; 64];
+    sqe[0] = 0x0C;
+    let aer = admin.send_cmd(sqe, &[]);
+    // Both paths inaccessible: the AER completes with the ANA change notice, the log says
+    // inaccessible with a new change count.
+    model
+        .set_ana_state_all(1, vfnvme_model::AnaState::Inaccessible)
+        .expect("ANA state");
+    let (c, _) = admin.wait(aer);
+    assert_eq!(
+        (c.status, c.result),
+        (0, 0x000C_0302),
+        "ANA change AER: {c:?}"
+    );
+    let (changes2, state) = ana_state(&mut admin);
+    assert_eq!(state, 3, "inaccessible");
+    assert!(changes2 > changes);
+    // Back to optimized: announced again, I/O works.
+    let aer = admin.send_cmd(sqe, &[]);
+    model
+        .set_ana_state_all(1, vfnvme_model::AnaState::Optimized)
+        .expect("ANA state");
+    let (c, _) = admin.wait(aer);
+    assert_eq!(c.result, 0x000C_0302);
+    assert_eq!(ana_state(&mut admin).1, 1);
+    let (r, _) = io.read(1, 0, 8, 512);
+    assert_eq!(r.status, 0);
 }
