@@ -93,9 +93,11 @@ impl Serve {
         }
     }
 
+    /// Ctrl-C for the target: SIGINT through kill(1) (no `unsafe` in a test).
     fn interrupt(&self) {
-        // SAFETY: kill(2) on our own child's pid; no memory is involved.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
+        let _ = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
     }
 
     fn stop(mut self) {
