@@ -143,12 +143,13 @@ impl<B: Backend> Target<B> {
     }
 
     /// Serves until `stop` is set, then shuts down within `grace`. Idle, it yields the CPU
-    /// between polls, and after [`IDLE_YIELDS`] idle polls in a row naps [`IDLE_NAP`] per poll
-    /// (a host's next command then waits at most that long; a busy target never naps).
+    /// between polls, and after [`IDLE_YIELDS`] idle polls in a row (nothing received,
+    /// completed or in flight) naps [`IDLE_NAP`] per poll: a host's next command then waits at
+    /// most that long; commands in flight never wait for a nap.
     pub fn run(&mut self, stop: &AtomicBool, grace: Duration) -> ShutdownReport {
         let mut idle = 0u32;
         while !stop.load(Ordering::Relaxed) {
-            if self.poll(Instant::now()) > 0 {
+            if self.poll(Instant::now()) > 0 || self.commands_in_flight() {
                 idle = 0;
             } else {
                 idle = idle.saturating_add(1);
@@ -160,6 +161,15 @@ impl<B: Backend> Target<B> {
             }
         }
         self.shutdown(grace)
+    }
+
+    /// Whether any I/O queue has commands in the backend or waiting for data (then
+    /// [`run`](Self::run) never naps: a completion may come at any poll).
+    pub fn commands_in_flight(&self) -> bool {
+        self.conns.iter().flatten().any(|c| match &c.role {
+            Role::Io { queue, .. } => queue.busy() > 0,
+            _ => false,
+        })
     }
 
     /// One pass over the listener and every connection; returns a measure of the work done
