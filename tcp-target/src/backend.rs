@@ -5,6 +5,7 @@
 //! [`crate::backend_head::HeadBackend`] (multipath heads through `IoChannel`s).
 
 use crate::error::BackendError;
+pub use vfnvme::spec::command::DsmRange;
 
 /// One namespace as the target exports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +52,12 @@ pub enum IoOp {
     Write,
     /// Flush the volatile write cache.
     Flush,
+    /// Write Zeroes over `blocks` blocks at `lba` (no data).
+    WriteZeroes,
+    /// Dataset Management with its ranges in the buffer (`blocks`: the number of ranges,
+    /// `lba`: CDW11, the attributes); the backend sees it through
+    /// [`BackendQueue::deallocate`].
+    Deallocate,
 }
 
 /// One I/O for a [`BackendQueue`].
@@ -105,6 +112,11 @@ pub trait Backend {
     fn max_queue_size(&self) -> u16 {
         u16::MAX
     }
+    /// The optional NVM commands the backend takes, as Identify Controller ONCS bits: 2
+    /// (Dataset Management) and 3 (Write Zeroes). None unless the backend says so.
+    fn oncs(&self) -> u16 {
+        0
+    }
     /// Housekeeping from the target's poll loop (admin completions, events); cheap when idle.
     fn poll_admin(&self) {}
     /// The ANA state of exported namespace `nsid` (each namespace is its own ANA group): what
@@ -127,6 +139,12 @@ pub trait BackendQueue {
         req: IoRequest,
         buf: Option<Self::Buf>,
     ) -> Result<(), (u16, Option<Self::Buf>)>;
+    /// Queues a deallocate of `ranges` (Dataset Management, attribute AD) tagged `tag`; it
+    /// completes through [`poll`](Self::poll) without a buffer. Refused with a status by
+    /// backends without it (the default).
+    fn deallocate(&mut self, _nsid: u32, _ranges: &[DsmRange], _tag: u16) -> Result<(), u16> {
+        Err(crate::command::SC_INVALID_OPCODE)
+    }
     /// Sends everything queued to the device.
     fn commit(&mut self);
     /// Delivers up to `max` finished I/Os to `f`; returns how many.

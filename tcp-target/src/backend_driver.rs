@@ -3,7 +3,9 @@
 //! platform: VFIO for real controllers, the in-memory model (`vfnvme_model::ModelPlatform`)
 //! in host tests and `vfnvme serve --model`.
 
-use crate::backend::{Backend, BackendQueue, ExportedNamespace, IoBuffer, IoDone, IoOp, IoRequest};
+use crate::backend::{
+    Backend, BackendQueue, DsmRange, ExportedNamespace, IoBuffer, IoDone, IoOp, IoRequest,
+};
 use crate::command::{SC_INTERNAL, SC_INVALID_NS, SC_LBA_OUT_OF_RANGE};
 use crate::error::BackendError;
 use std::sync::Arc;
@@ -133,6 +135,11 @@ impl<P: Platform> Backend for ControllerBackend<P> {
         u16::try_from(most).unwrap_or(u16::MAX)
     }
 
+    fn oncs(&self) -> u16 {
+        // Dataset Management (bit 2) and Write Zeroes (bit 3) when the controller has them.
+        self.ctrl.identify().identify.oncs & 0x000C
+    }
+
     fn poll_admin(&self) {
         if let Err(e) = self.ctrl.process_admin_completions() {
             log::debug!("admin completions: {e}");
@@ -194,9 +201,19 @@ impl<P: Platform> BackendQueue for ControllerQueue<P> {
             (IoOp::Read, Some(b)) => self.qp.read(ns, req.lba, req.blocks, b, req.tag),
             (IoOp::Write, Some(b)) => self.qp.write(ns, req.lba, req.blocks, b, req.tag),
             (IoOp::Flush, None) => self.qp.flush(ns, req.tag),
+            (IoOp::WriteZeroes, None) => self.qp.write_zeroes(ns, req.lba, req.blocks, req.tag),
             (_, b) => return Err((SC_INTERNAL, b)),
         };
         r.map_err(|e| (status_of(&e.kind), e.buffer))
+    }
+
+    fn deallocate(&mut self, nsid: u32, ranges: &[DsmRange], tag: u16) -> Result<(), u16> {
+        let Ok(i) = self.exported.binary_search(&nsid) else {
+            return Err(SC_INVALID_NS);
+        };
+        self.qp
+            .deallocate(&self.namespaces[i], ranges, tag)
+            .map_err(|e| status_of(&e.kind))
     }
 
     fn commit(&mut self) {

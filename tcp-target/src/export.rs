@@ -13,6 +13,8 @@ pub struct Export {
     pub namespaces: Vec<ExportedNamespace>,
     /// MDTS in units of 4 KiB pages, as a power of two (Identify Controller byte 77).
     pub mdts: u8,
+    /// Optional NVM commands offered (Identify Controller ONCS): the backend's.
+    pub oncs: u16,
 }
 
 impl Export {
@@ -29,6 +31,7 @@ impl Export {
             config,
             namespaces,
             mdts,
+            oncs: 0,
         }
     }
 

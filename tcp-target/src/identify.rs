@@ -67,6 +67,7 @@ pub fn controller(export: &Export, ctrl: &CtrlState) -> Vec<u8> {
     p[513] = 0x44; // CQES
     put16(&mut p, 514, cfg.max_queue_size); // MAXCMD
     put32(&mut p, 516, export.nn()); // NN
+    put16(&mut p, 520, export.oncs); // ONCS: what the backend takes
     p[525] = 1; // VWC present: the host sends Flush
                 // SGLS: SGLs supported (bit 0), in-capsule offsets (bit 20), as nvmet-tcp.
     put32(&mut p, 536, 1 | (1 << 20));

@@ -4,7 +4,7 @@
 //! tag, so nothing is looked up by the host's command identifier. Slots keep their last buffer
 //! for the next command: the steady state allocates nothing.
 
-use crate::backend::{BackendQueue, IoBuffer, IoOp, IoRequest};
+use crate::backend::{BackendQueue, DsmRange, IoBuffer, IoOp, IoRequest};
 use crate::command::*;
 use crate::error::{BackendError, PduError};
 use crate::export::Export;
@@ -17,6 +17,14 @@ pub const OPC_FLUSH: u8 = 0x00;
 pub const OPC_WRITE: u8 = 0x01;
 /// NVM opcode: Read.
 pub const OPC_READ: u8 = 0x02;
+/// NVM opcode: Write Zeroes.
+pub const OPC_WRITE_ZEROES: u8 = 0x08;
+/// NVM opcode: Dataset Management.
+pub const OPC_DSM: u8 = 0x09;
+/// ONCS bit: Dataset Management.
+pub const ONCS_DSM: u16 = 1 << 2;
+/// ONCS bit: Write Zeroes.
+pub const ONCS_WRITE_ZEROES: u16 = 1 << 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -45,11 +53,13 @@ pub struct IoQueue<Q: BackendQueue> {
     slots: Box<[Slot<Q::Buf>]>,
     free: Vec<u16>,
     maxh2cdata: u32,
+    /// (nsid, blocks) of every exported namespace, for the Dataset Management ranges.
+    sizes: Box<[(u32, u64)]>,
 }
 
 impl<Q: BackendQueue> IoQueue<Q> {
-    /// A queue of `size` commands over `q`.
-    pub fn new(q: Q, size: u16, maxh2cdata: u32) -> Self {
+    /// A queue of `size` commands over `q`, for the namespaces of `export`.
+    pub fn new(q: Q, size: u16, export: &Export) -> Self {
         let slots = (0..size)
             .map(|_| Slot {
                 state: State::Free,
@@ -72,7 +82,12 @@ impl<Q: BackendQueue> IoQueue<Q> {
             q,
             slots,
             free: (0..size).rev().collect(),
-            maxh2cdata,
+            maxh2cdata: export.config.maxh2cdata,
+            sizes: export
+                .namespaces
+                .iter()
+                .map(|n| (n.nsid, n.blocks))
+                .collect(),
         }
     }
 
@@ -95,6 +110,8 @@ impl<Q: BackendQueue> IoQueue<Q> {
             OPC_READ => IoOp::Read,
             OPC_WRITE => IoOp::Write,
             OPC_FLUSH => IoOp::Flush,
+            OPC_WRITE_ZEROES if export.oncs & ONCS_WRITE_ZEROES != 0 => IoOp::WriteZeroes,
+            OPC_DSM if export.oncs & ONCS_DSM != 0 => IoOp::Deallocate,
             _ => {
                 tx.respond(cid, SC_INVALID_OPCODE, 0);
                 return Ok(());
@@ -104,34 +121,40 @@ impl<Q: BackendQueue> IoQueue<Q> {
             tx.respond(cid, SC_INVALID_NS, 0);
             return Ok(());
         };
-        let (lba, blocks) = if op == IoOp::Flush {
-            (0, 0)
-        } else {
-            (sqe.cdw10_11(), (sqe.cdw(12) & 0xffff) + 1)
+        // (lba, blocks, bytes of data either way); Dataset Management: (CDW11, ranges, bytes).
+        let (lba, blocks, len) = match op {
+            IoOp::Flush => (0, 0, 0),
+            IoOp::Deallocate => {
+                let ranges = (sqe.cdw(10) & 0xff) + 1;
+                (sqe.cdw(11).into(), ranges, ranges * 16)
+            }
+            _ => {
+                let (lba, blocks) = (sqe.cdw10_11(), (sqe.cdw(12) & 0xffff) + 1);
+                let end = lba.checked_add(blocks.into());
+                if end.is_none_or(|end| end > ns.blocks) {
+                    tx.respond(cid, SC_LBA_OUT_OF_RANGE, 0);
+                    return Ok(());
+                }
+                let len = if op == IoOp::WriteZeroes {
+                    0
+                } else {
+                    blocks << ns.lba_shift
+                };
+                if len > export.max_transfer() {
+                    tx.respond(cid, SC_INVALID_FIELD, 0);
+                    return Ok(());
+                }
+                (lba, blocks, len)
+            }
         };
-        let len = blocks << ns.lba_shift;
-        if op != IoOp::Flush {
-            if lba
-                .checked_add(blocks.into())
-                .is_none_or(|end| end > ns.blocks)
-            {
-                tx.respond(cid, SC_LBA_OUT_OF_RANGE, 0);
-                return Ok(());
-            }
-            if len > export.max_transfer() {
-                tx.respond(cid, SC_INVALID_FIELD, 0);
-                return Ok(());
-            }
-        }
+        let host_data = matches!(op, IoOp::Write | IoOp::Deallocate);
         let sgl = sqe.sgl();
         let in_capsule = sgl.kind == SGL_DATA_BLOCK_OFFSET;
         let sgl_ok = match op {
-            IoOp::Flush => data.is_empty(),
+            IoOp::Flush | IoOp::WriteZeroes => data.is_empty() && sgl.length == 0,
             IoOp::Read => sgl.kind == SGL_TRANSPORT && sgl.length == len && data.is_empty(),
-            IoOp::Write if in_capsule => {
-                sgl.address == 0 && sgl.length == len && data.len() == len as usize
-            }
-            IoOp::Write => sgl.kind == SGL_TRANSPORT && sgl.length == len && data.is_empty(),
+            _ if in_capsule => sgl.address == 0 && sgl.length == len && data.len() == len as usize,
+            _ => sgl.kind == SGL_TRANSPORT && sgl.length == len && data.is_empty(),
         };
         if !sgl_ok {
             tx.respond(cid, SC_SGL_LENGTH_INVALID, 0);
@@ -152,7 +175,7 @@ impl<Q: BackendQueue> IoQueue<Q> {
             blocks,
             tag,
         };
-        let buf = if op == IoOp::Flush {
+        let buf = if len == 0 {
             None
         } else {
             match self.buffer(tag, len as usize) {
@@ -171,13 +194,13 @@ impl<Q: BackendQueue> IoQueue<Q> {
         s.len = len;
         s.received = 0;
         s.buf = buf;
-        if op == IoOp::Write && !in_capsule {
+        if host_data && !in_capsule {
             s.state = State::AwaitData;
             s.solicited = len.min(self.maxh2cdata);
             tx.r2t(cid, tag, 0, s.solicited);
             return Ok(());
         }
-        if op == IoOp::Write {
+        if host_data {
             if let Some(b) = s.buf.as_mut() {
                 b.bytes_mut().copy_from_slice(data);
             }
@@ -198,6 +221,9 @@ impl<Q: BackendQueue> IoQueue<Q> {
 
     fn submit(&mut self, tag: u16, tx: &mut Tx) {
         let s = &mut self.slots[usize::from(tag)];
+        if s.req.op == IoOp::Deallocate {
+            return self.deallocate(tag, tx);
+        }
         match self.q.submit(s.req, s.buf.take()) {
             Ok(()) => s.state = State::InBackend,
             Err((status, buf)) => {
@@ -207,6 +233,47 @@ impl<Q: BackendQueue> IoQueue<Q> {
                 self.free.push(tag);
             }
         }
+    }
+
+    /// Dataset Management: the ranges from the slot's buffer (kept as its spare), each checked
+    /// against the namespace; only the deallocate attribute (AD) does anything.
+    fn deallocate(&mut self, tag: u16, tx: &mut Tx) {
+        let sizes = &self.sizes;
+        let s = &mut self.slots[usize::from(tag)];
+        s.spare = s.buf.take();
+        let mut ranges = [DsmRange::default(); 256];
+        let n = s.req.blocks as usize;
+        let mut status = SC_SUCCESS;
+        if let Some(b) = s.spare.as_ref() {
+            for (r, raw) in ranges.iter_mut().zip(b.bytes().chunks_exact(16)).take(n) {
+                let u32_at =
+                    |o: usize| u32::from_le_bytes([raw[o], raw[o + 1], raw[o + 2], raw[o + 3]]);
+                r.attributes = u32_at(0);
+                r.blocks = u32_at(4);
+                r.slba = u64::from(u32_at(8)) | (u64::from(u32_at(12)) << 32);
+                let end = r.slba.checked_add(r.blocks.into());
+                let size = sizes
+                    .iter()
+                    .find(|(id, _)| *id == s.req.nsid)
+                    .map_or(0, |z| z.1);
+                if end.is_none_or(|end| end > size) {
+                    status = SC_LBA_OUT_OF_RANGE;
+                }
+            }
+        }
+        let ad = s.req.lba & (1 << 2) != 0;
+        if status == SC_SUCCESS && ad {
+            match self.q.deallocate(s.req.nsid, &ranges[..n], tag) {
+                Ok(()) => {
+                    s.state = State::InBackend;
+                    return;
+                }
+                Err(e) => status = e,
+            }
+        }
+        s.state = State::Free;
+        tx.respond(s.cid, status, 0);
+        self.free.push(tag);
     }
 
     /// Takes H2CData for a write this queue sent an R2T for.
@@ -276,7 +343,9 @@ impl<Q: BackendQueue> IoQueue<Q> {
                 }
             }
             tx.respond(s.cid, done.status, 0);
-            s.spare = done.buffer;
+            if done.buffer.is_some() {
+                s.spare = done.buffer;
+            }
             s.state = State::Free;
             free.push(done.tag);
         })

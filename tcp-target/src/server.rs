@@ -91,11 +91,12 @@ impl<B: Backend> Target<B> {
         };
         let listener = TcpListener::bind(config.listen).map_err(listen)?;
         listener.set_nonblocking(true).map_err(listen)?;
-        let export = Export::new(
+        let mut export = Export::new(
             config,
             backend.namespaces().to_vec(),
             backend.max_transfer(),
         );
+        export.oncs = backend.oncs();
         log::info!(
             "serving {} ({} namespaces, MDTS {} KiB) on {}; hosts allowed: {}",
             export.config.subsystem.nqn,
@@ -617,7 +618,7 @@ impl<B: Backend> Ctx<'_, B> {
                 *role = Role::Io {
                     cntlid,
                     qid: req.qid,
-                    queue: IoQueue::new(q, size, self.export.config.maxh2cdata),
+                    queue: IoQueue::new(q, size, self.export),
                 };
                 tx.sqid = req.qid;
                 tx.queue_size = size;

@@ -442,3 +442,57 @@ fn the_ana_state_follows_the_head_and_is_announced() {
     let (r, _) = io.read(1, 0, 8, 512);
     assert_eq!(r.status, 0);
 }
+
+#[test]
+fn write_zeroes_and_deallocate_reach_the_controller() {
+    let t = start();
+    let (mut admin, mut io, _) = bring_up(t.addr, false);
+    let (_, id) = admin.admin_read(0x06, 0, 0x01, 0, 4096);
+    assert_eq!(
+        u16::from_le_bytes([id[520], id[521]]) & 0x0C,
+        0x0C,
+        "ONCS: DSM and Write Zeroes"
+    );
+    let data = pattern(8192, 5);
+    // Write Zeroes over the second half of 16 blocks.
+    assert_eq!(io.write(1, 512, &data, 512).status, 0);
+    let mut sqe = [0u8; 64];
+    sqe[0] = 0x08;
+    sqe[4] = 1;
+    sqe[39] = 0x5A;
+    sqe[40..48].copy_from_slice(&520u64.to_le_bytes());
+    sqe[48..52].copy_from_slice(&7u32.to_le_bytes());
+    let cid = io.send_cmd(sqe, &[]);
+    assert_eq!(io.wait(cid).0.status, 0, "Write Zeroes");
+    let (_, back) = io.read(1, 512, 16, 512);
+    assert!(back[..4096] == data[..4096] && back[4096..].iter().all(|&b| b == 0));
+    // Dataset Management, deallocate: two ranges, in-capsule; read back as zeroes.
+    assert_eq!(io.write(1, 512, &data, 512).status, 0);
+    let mut ranges = Vec::new();
+    for (slba, blocks) in [(512u64, 4u32), (524, 4)] {
+        ranges.extend_from_slice(&0u32.to_le_bytes());
+        ranges.extend_from_slice(&blocks.to_le_bytes());
+        ranges.extend_from_slice(&slba.to_le_bytes());
+    }
+    let mut sqe = [0u8; 64];
+    sqe[0] = 0x09;
+    sqe[4] = 1;
+    sqe[32..36].copy_from_slice(&32u32.to_le_bytes());
+    sqe[39] = 0x01;
+    sqe[40..44].copy_from_slice(&1u32.to_le_bytes()); // NR: 2 ranges
+    sqe[44..48].copy_from_slice(&(1u32 << 2).to_le_bytes()); // AD
+    let cid = io.send_cmd(sqe, &ranges);
+    assert_eq!(io.wait(cid).0.status, 0, "deallocate");
+    let (_, back) = io.read(1, 512, 16, 512);
+    assert!(back[..2048].iter().all(|&b| b == 0), "range 1 reads zeroes");
+    assert!(
+        back[2048..6144] == data[2048..6144],
+        "between the ranges: kept"
+    );
+    assert!(back[6144..].iter().all(|&b| b == 0), "range 2 reads zeroes");
+    // A range past the end of the namespace.
+    let mut bad = ranges.clone();
+    bad[8..16].copy_from_slice(&((1u64 << 16) - 2).to_le_bytes());
+    let cid = io.send_cmd(sqe, &bad);
+    assert_eq!(io.wait(cid).0.status & 0xff, 0x80, "LBA out of range");
+}
