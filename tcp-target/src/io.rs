@@ -125,8 +125,15 @@ impl<Q: BackendQueue> IoQueue<Q> {
         let (lba, blocks, len) = match op {
             IoOp::Flush => (0, 0, 0),
             IoOp::Deallocate => {
+                // Linux sends room for all 256 ranges (4 KiB) whatever NR says: take any length
+                // from NR's ranges up to that.
                 let ranges = (sqe.cdw(10) & 0xff) + 1;
-                (sqe.cdw(11).into(), ranges, ranges * 16)
+                let bytes = sqe.sgl().length;
+                if bytes < ranges * 16 || bytes > 4096 {
+                    tx.respond(cid, SC_SGL_LENGTH_INVALID, 0);
+                    return Ok(());
+                }
+                (sqe.cdw(11).into(), ranges, bytes)
             }
             _ => {
                 let (lba, blocks) = (sqe.cdw10_11(), (sqe.cdw(12) & 0xffff) + 1);

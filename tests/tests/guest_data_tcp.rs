@@ -158,6 +158,30 @@ fn block_device(nqn: &str, within: Duration) -> PathBuf {
     }
 }
 
+/// The kernel's log lines so far.
+fn dmesg() -> Vec<String> {
+    let o = Command::new("dmesg").output().expect("run dmesg");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Fails if the kernel logged an NVMe I/O error after the first `from` lines (a command the
+/// target refused: the host would see it as a failed discard, zeroout or read).
+fn assert_no_kernel_io_errors(from: usize) {
+    let errors: Vec<String> = dmesg()
+        .into_iter()
+        .skip(from)
+        .filter(|l| l.contains("I/O Error") || l.contains("I/O error"))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "the kernel logged I/O errors:\n{}",
+        errors.join("\n")
+    );
+}
+
 fn dd_read(dev: &Path, file: &Path, bs: &str, count: u64, skip: u64) {
     must(
         "dd",
@@ -198,6 +222,7 @@ fn the_kernel_initiator_reads_and_writes_through_vfnvme_serve() {
         .into_iter()
         .next()
         .expect("a vfio controller");
+    let log_from = dmesg().len();
     // The guest has no network but loopback, which starts down.
     let _ = sh("ip", &["link", "set", "lo", "up"]);
     must("modprobe", &["nvme-tcp"]);
@@ -330,6 +355,7 @@ fn the_kernel_initiator_reads_and_writes_through_vfnvme_serve() {
     );
     must("nvme", &["disconnect", "-n", NQN]);
     serve.stop();
+    assert_no_kernel_io_errors(log_from);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -342,6 +368,7 @@ fn ext4_on_vfnvme_serve_model_keeps_files_across_a_remount() {
     if !guest::in_guest("ext4_on_vfnvme_serve_model_keeps_files_across_a_remount") {
         return;
     }
+    let log_from = dmesg().len();
     let _ = sh("ip", &["link", "set", "lo", "up"]);
     must("modprobe", &["nvme-tcp"]);
     must("modprobe", &["ext4"]);
@@ -394,5 +421,7 @@ fn ext4_on_vfnvme_serve_model_keeps_files_across_a_remount() {
     must("umount", &[&mnt_s]);
     must("nvme", &["disconnect", "-n", MODEL_NQN]);
     serve.stop();
+    // mkfs.ext4 discards the whole device first (Dataset Management): no error allowed.
+    assert_no_kernel_io_errors(log_from);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -490,6 +490,16 @@ fn write_zeroes_and_deallocate_reach_the_controller() {
         "between the ranges: kept"
     );
     assert!(back[6144..].iter().all(|&b| b == 0), "range 2 reads zeroes");
+    // As Linux sends it: room for 256 ranges (4 KiB of data) whatever NR says.
+    assert_eq!(io.write(1, 512, &data, 512).status, 0);
+    let mut linux = ranges.clone();
+    linux.resize(4096, 0);
+    let mut sqe4k = sqe;
+    sqe4k[32..36].copy_from_slice(&4096u32.to_le_bytes());
+    let cid = io.send_cmd(sqe4k, &linux);
+    assert_eq!(io.wait(cid).0.status, 0, "deallocate with 4 KiB of data");
+    let (_, back) = io.read(1, 512, 16, 512);
+    assert!(back[..2048].iter().all(|&b| b == 0) && back[2048..6144] == data[2048..6144]);
     // A range past the end of the namespace.
     let mut bad = ranges.clone();
     bad[8..16].copy_from_slice(&((1u64 << 16) - 2).to_le_bytes());
