@@ -10,7 +10,8 @@
 //! - the data path: [`backend`] (the storage seam), [`backend_driver`] (a vfnvme controller
 //!   through its queue pairs), [`backend_head`] (multipath heads through I/O channels),
 //!   [`io`] (Read/Write/Flush, R2T), [`tx`] (the sending side);
-//! - serving: [`conn`] (one connection), [`server`] ([`Target`]: accept, poll, shutdown).
+//! - serving: [`conn`] (one connection), `session` (its PDUs: ICReq, Connect, commands,
+//!   data), [`server`] ([`Target`]: accept, poll, keep-alive, ANA notices, shutdown).
 //!
 //! One thread polls the listener and every non-blocking socket; there is no thread per
 //! connection or per I/O. Bad input from a host ends that host's connection with a
@@ -36,6 +37,7 @@ pub mod io;
 pub mod logs;
 pub mod pdu;
 pub mod server;
+mod session;
 pub mod tx;
 
 pub use backend::{Backend, BackendQueue, ExportedNamespace};
