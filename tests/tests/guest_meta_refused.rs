@@ -218,8 +218,13 @@ fn vfnvme_format_makes_a_metadata_namespace_usable() {
         .copied()
         .filter(|w| *w != "--yes")
         .collect();
+    // Without --yes and without a terminal: nvme-cli's 10 s countdown, then the format.
     let out = run(&without_yes);
-    assert!(!out.status.success(), "without --yes nothing is erased");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && err.contains("Press Ctrl-C within 10 s"),
+        "without --yes: the countdown, then the format: {err}"
+    );
     let out = run(&words[1..]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(

@@ -170,10 +170,10 @@ fn qmp_device_del_under_fio_fails_one_job_releases_the_device_and_the_other_job_
     let deleted = host_qmp::wait_event(
         "DEVICE_DELETED",
         |d| d["device"] == qemu_id.as_str(),
-        Duration::from_secs(10),
+        Duration::from_secs(30),
     )
     .expect("QMP events readable");
-    let unplug_started = host_qmp::wait_event("DEVICE_DELETED", |_| true, Duration::ZERO)
+    let unplug_started = host_qmp::wait_event("DEVICE_DELETED", |_| true, Duration::from_secs(10))
         .expect("QMP events readable");
     if deleted.is_none() {
         eprintln!(
